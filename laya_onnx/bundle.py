@@ -1,0 +1,158 @@
+"""The bundle on disk: its layout, the graph's I/O contract and the manifest.
+
+A bundle is what `laya-onnx export` writes and what `ONNXAgent` loads:
+
+    BUNDLE/
+      laya.onnx              the traced DecisionModel (one graph)
+      rl_agent_config.json   budgets, temperatures (copied from the checkpoint)
+      tokenizer/             tokenizer.json + tokenizer_config.json + special_tokens_map.json
+      manifest.json          format version, sha256 of every file, source, tools, I/O, validation
+
+The I/O signature lives here, in the torch-free core, so the exporter that writes the graph and
+the runtime that feeds it read one declaration (optimum-style: names, dtypes, dynamic axes).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional
+
+GRAPH_FILE = "laya.onnx"
+CONFIG_FILE = "rl_agent_config.json"
+TOKENIZER_DIR = "tokenizer"
+MANIFEST_FILE = "manifest.json"
+FORMAT = "laya-onnx-bundle"
+FORMAT_VERSION = 1
+
+#: Inputs in the order the graph declares them: name -> (numpy dtype, dynamic axes).
+#: This is the contract laya's own ONNXAgent feeds, so either runtime can run our graph.
+GRAPH_INPUTS: Dict[str, tuple] = {
+    "input_ids": ("int64", ("batch", "sequence")),
+    "attention_mask": ("int64", ("batch", "sequence")),
+    "marker_pos": ("int64", ("batch", "markers")),
+    "marker_mask": ("bool", ("batch", "markers")),
+    "qtype": ("int64", ("batch",)),
+}
+GRAPH_OUTPUTS: Dict[str, tuple] = {
+    "logits": ("float32", ("batch", "markers")),
+    "act_logits": ("float32", ("batch", "actions")),
+}
+#: The traced head always takes topk(2) of the option probabilities, so a run needs >= 2 marker
+#: columns even when every question in it has one option (the extra column is masked).
+MIN_MARKER_COLUMNS = 2
+
+
+class BundleError(ValueError):
+    """A bundle that is missing, incomplete, or does not match its manifest."""
+
+
+def sha256_file(path: os.PathLike, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def bundle_files(root: Path) -> List[str]:
+    """Every file of a bundle except the manifest, as sorted POSIX paths relative to `root`."""
+    out = []
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and path.name != MANIFEST_FILE:
+            out.append(path.relative_to(root).as_posix())
+    return out
+
+
+def file_digests(root: Path, names: Optional[Iterable[str]] = None) -> Dict[str, Dict[str, Any]]:
+    names = bundle_files(root) if names is None else names
+    return {n: {"sha256": sha256_file(root / n), "bytes": (root / n).stat().st_size} for n in names}
+
+
+def io_signature() -> Dict[str, Any]:
+    """The declared graph I/O as JSON (written into the manifest)."""
+    def block(spec):
+        return [{"name": n, "dtype": d, "axes": list(a)} for n, (d, a) in spec.items()]
+    return {"inputs": block(GRAPH_INPUTS), "outputs": block(GRAPH_OUTPUTS),
+            "min_marker_columns": MIN_MARKER_COLUMNS}
+
+
+def write_manifest(root: Path, **sections: Any) -> Dict[str, Any]:
+    """Hash every file under `root` and write manifest.json; `sections` are merged in as given."""
+    manifest: Dict[str, Any] = {"format": FORMAT, "format_version": FORMAT_VERSION}
+    manifest.update(sections)
+    manifest.setdefault("io", io_signature())
+    manifest["files"] = file_digests(root)
+    tmp = root / (MANIFEST_FILE + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, root / MANIFEST_FILE)
+    return manifest
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """A bundle directory, checked: graph, config and tokenizer present, manifest consistent."""
+
+    root: Path
+    manifest: Optional[Dict[str, Any]]
+    config: Dict[str, Any]
+
+    @property
+    def graph_path(self) -> Path:
+        return self.root / GRAPH_FILE
+
+    @property
+    def tokenizer_dir(self) -> Path:
+        return self.root / TOKENIZER_DIR
+
+    @classmethod
+    def open(cls, root: os.PathLike, verify: bool = True) -> "Bundle":
+        """Open a bundle. `verify=True` checks every sha256 the manifest lists before any file is
+        parsed, so a corrupted or swapped graph is refused instead of answering wrongly."""
+        root = Path(root)
+        if not root.is_dir():
+            raise BundleError(f"bundle {str(root)!r} is not a directory")
+        manifest = None
+        mpath = root / MANIFEST_FILE
+        if mpath.exists():
+            try:
+                manifest = json.loads(mpath.read_text(encoding="utf-8"))
+            except ValueError as exc:
+                raise BundleError(f"bundle {str(root)!r}: {MANIFEST_FILE} is not valid JSON ({exc})") from None
+            if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+                raise BundleError(f"bundle {str(root)!r}: {MANIFEST_FILE} is not a {FORMAT} manifest")
+            if manifest.get("format_version") != FORMAT_VERSION:
+                raise BundleError(
+                    f"bundle {str(root)!r}: manifest format_version {manifest.get('format_version')!r} "
+                    f"is not supported by this laya-onnx (expects {FORMAT_VERSION}); re-export it")
+            if verify:
+                verify_files(root, manifest.get("files") or {})
+        for need in (GRAPH_FILE, CONFIG_FILE, TOKENIZER_DIR + "/tokenizer.json"):
+            if not (root / need).exists():
+                raise BundleError(f"bundle {str(root)!r} has no {need}; is it a laya-onnx export?")
+        try:
+            config = json.loads((root / CONFIG_FILE).read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise BundleError(f"bundle {str(root)!r}: {CONFIG_FILE} is not valid JSON ({exc})") from None
+        if not isinstance(config, dict):
+            raise BundleError(f"bundle {str(root)!r}: {CONFIG_FILE} must be a JSON object")
+        return cls(root=root, manifest=manifest, config=config)
+
+
+def verify_files(root: Path, files: Dict[str, Any]) -> None:
+    """Check each listed file's sha256; names must stay inside `root`."""
+    base = root.resolve()
+    for name, entry in files.items():
+        path = (root / name).resolve()
+        if base not in path.parents:
+            raise BundleError(f"bundle manifest lists an unsafe path {name!r}")
+        if not path.is_file():
+            raise BundleError(f"bundle {str(root)!r} is missing {name!r}, which its manifest lists")
+        want = (entry.get("sha256") if isinstance(entry, dict) else entry) or ""
+        got = sha256_file(path)
+        if got.lower() != str(want).lower():
+            raise BundleError(
+                f"bundle {str(root)!r}: sha256 mismatch for {name!r} (manifest {want}, file {got}); "
+                "the bundle was modified or corrupted, re-export it")

@@ -1,0 +1,106 @@
+"""The opt-in confidence gate (`min_confidence`), laya 0.4.15 semantics (core.md §5).
+
+With a threshold set, every answer gets `abstention` (passed / abstained / unevaluated) and
+`abstention_threshold`, and `low_confidence: True` when it abstained; without one nothing is
+written, so an ungated payload is byte-identical to one from before the gate existed.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Optional, Union
+
+from laya_onnx.calibration import size_class
+
+QTYPE_NAMES = ("choice", "score", "noul")
+SIZE_CLASSES = ("2", "3-5", "6-10", "11+")
+DEFAULT_KEY = "default"
+PASSED, ABSTAINED, UNEVALUATED = "passed", "abstained", "unevaluated"
+
+Threshold = Union[float, Dict[str, float]]
+
+
+def bucket_keys() -> set:
+    return {"%s:%s" % (t, s) for t in QTYPE_NAMES for s in SIZE_CLASSES}
+
+
+def _threshold(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0.0 or v > 1.0:
+        raise ValueError("min_confidence must be a float in [0.0, 1.0], got %r" % (v,))
+    return float(v)
+
+
+def check_min_confidence(v: Any) -> Threshold:
+    """Validate a scalar threshold or a per-bucket map; returns the validated form."""
+    if not isinstance(v, dict):
+        return _threshold(v)
+    if not v:
+        raise ValueError("a min_confidence map must be a non-empty dict of bucket -> float, got %r" % (v,))
+    allowed = bucket_keys() | {DEFAULT_KEY}
+    out = {}
+    for key, val in v.items():
+        if not isinstance(key, str) or key not in allowed:
+            raise ValueError("min_confidence map keys must be a bucket like 'choice:3-5' or "
+                             "'default', got %r" % (key,))
+        out[key] = _threshold(val)
+    return out
+
+
+def _finite(v: Any) -> Optional[float]:
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+        return float(v)
+    return None
+
+
+def gate_number(answer: Dict[str, Any]) -> Optional[float]:
+    """answer_confidence if usable, else confidence if usable, else None."""
+    conf = _finite(answer.get("answer_confidence"))
+    return conf if conf is not None else _finite(answer.get("confidence"))
+
+
+def answer_bucket(answer: Dict[str, Any]) -> Optional[str]:
+    kind = answer.get("type")
+    if kind not in QTYPE_NAMES:
+        return None
+    probs = answer.get("probabilities")
+    if isinstance(probs, dict) and probs:
+        k = len(probs)
+    elif kind == "noul":
+        k = 2
+    else:
+        return None
+    return "%s:%s" % (kind, size_class(k))
+
+
+def threshold_for(answer: Dict[str, Any], mc: Threshold) -> float:
+    if not isinstance(mc, dict):
+        return mc
+    key = answer_bucket(answer)
+    if key is not None and key in mc:
+        return mc[key]
+    return mc.get(DEFAULT_KEY, 0.0)
+
+
+def _answers(results: List[Any]):
+    for res in results:
+        answers = res.get("answers") if isinstance(res, dict) else None
+        if isinstance(answers, dict):
+            yield from (a for a in answers.values() if isinstance(a, dict))
+
+
+def apply_confidence_gate(results: List[Any], mc: Optional[Threshold]) -> None:
+    """Mark every answer of `results` in place; does nothing when `mc` is None."""
+    if mc is None:
+        return
+    for a in _answers(results):
+        conf, thr = gate_number(a), threshold_for(a, mc)
+        if conf is not None and conf < thr:
+            a["low_confidence"] = True
+        else:
+            a.pop("low_confidence", None)
+        if a.get("low_confidence"):
+            a["abstention"] = ABSTAINED
+        elif conf is None:
+            a["abstention"] = UNEVALUATED
+        else:
+            a["abstention"] = PASSED
+        a["abstention_threshold"] = float(thr)

@@ -1,0 +1,207 @@
+"""Question validation and normalisation.
+
+Every rule and error text here is the reference's contract (laya 0.4.15 `Agent._check_question`,
+core.md §2): a caller moving between laya and laya-onnx must get the same `ValueError` for the
+same bad question, and the HTTP edge turns these into 422s verbatim.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+QTYPES: Dict[str, int] = {"choice": 0, "score": 1, "noul": 2}
+QTYPE_NAMES: Dict[int, str] = {v: k for k, v in QTYPES.items()}
+DEFAULT_NOUL_LABELS = {"false": "false", "true": "true"}
+NOUL_LABELS_ERROR = "noul labels must map exactly 'false' and 'true' to distinct non-empty strings"
+_ADD_TEXT = "add the text the model should answer"
+
+
+@dataclass(frozen=True)
+class Question:
+    """A validated question in the form sequence building and decoding read.
+
+    `criteria` is the normalised form: a choice is an ordered ``{label: description|None}``
+    (the caller's original labels, so an int or bool label comes back as itself), a score a list
+    of levels, a noul a ``{"true"/"false": description}`` dict or None.
+    """
+
+    qid: Any
+    type: str
+    instructions: str
+    criteria: Any
+    labels: Optional[Dict[str, str]] = None
+    option_order: Optional[Tuple[int, ...]] = None
+
+    @property
+    def qtype(self) -> int:
+        return QTYPES[self.type]
+
+    @property
+    def n_options(self) -> int:
+        return 2 if self.type == "noul" else len(self.criteria)
+
+
+def noul_labels(labels: Any) -> Tuple[str, str]:
+    """The stripped (false, true) labels a noul renders with; ValueError if they are unusable."""
+    if labels is None:
+        labels = DEFAULT_NOUL_LABELS
+    if not isinstance(labels, dict) or set(labels) != {"false", "true"}:
+        raise ValueError(NOUL_LABELS_ERROR)
+    f, t = labels["false"], labels["true"]
+    if not isinstance(f, str) or not isinstance(t, str):
+        raise ValueError(NOUL_LABELS_ERROR)
+    f, t = f.strip(), t.strip()
+    if not f or not t or f == t:
+        raise ValueError(NOUL_LABELS_ERROR)
+    return f, t
+
+
+def _declared_options(qdef: Mapping[str, Any]) -> int:
+    if qdef.get("type") == "noul":
+        return 2
+    crit = qdef.get("criteria")
+    return len(crit) if isinstance(crit, (dict, list, tuple)) else 0
+
+
+def _is_scalar_label(label: Any) -> bool:
+    return isinstance(label, (str, int, float, bool))
+
+
+def check_question(qid: Any, qdef: Any) -> None:
+    """Raise ValueError naming `qid` and the fix if the question cannot be answered."""
+    if qid is None:
+        raise ValueError("question id must not be None")
+    if not isinstance(qid, (str, int)) or (isinstance(qid, str) and not qid.strip()):
+        raise ValueError("question id must be a non-empty string, got %r" % (qid,))
+    if not isinstance(qdef, dict):
+        raise ValueError("question %r: definition must be a dict, got %s" % (qid, type(qdef).__name__))
+    t = qdef.get("type")
+    if not isinstance(t, str) or t not in QTYPES:
+        raise ValueError("question %r: unknown type %r; use one of %s" % (qid, t, sorted(QTYPES)))
+    _check_instructions(qid, qdef)
+    crit = qdef.get("criteria")
+    if t == "choice":
+        _check_choice(qid, crit)
+    elif t == "score":
+        _check_score(qid, crit)
+    else:
+        _check_noul(qid, crit)
+    if "option_order" in qdef:
+        order, n = qdef["option_order"], _declared_options(qdef)
+        slots = (sorted(int(i) for i in order if isinstance(i, int) and not isinstance(i, bool))
+                 if isinstance(order, (list, tuple)) else None)
+        if slots is None or len(order) != n or slots != list(range(n)):
+            raise ValueError(
+                "question %r: 'option_order' must be a permutation of range(%d) -- one slot per "
+                "option, each option once -- got %r" % (qid, n, order))
+    if "labels" in qdef:
+        if t != "noul":
+            raise ValueError("question %r: 'labels' is only supported for noul questions" % (qid,))
+        try:
+            noul_labels(qdef["labels"])
+        except ValueError as exc:
+            raise ValueError("question %r: %s" % (qid, exc)) from exc
+
+
+def _check_instructions(qid: Any, qdef: Mapping[str, Any]) -> None:
+    if "instructions" not in qdef:
+        raise ValueError("question %r: no 'instructions'; %s" % (qid, _ADD_TEXT))
+    ins = qdef["instructions"]
+    if ins is None:
+        raise ValueError("question %r: 'instructions' must not be None; %s" % (qid, _ADD_TEXT))
+    if (isinstance(ins, str) and not ins.strip()) or (isinstance(ins, (list, dict)) and not ins):
+        raise ValueError("question %r: 'instructions' must not be empty; %s" % (qid, _ADD_TEXT))
+    if not isinstance(ins, (str, dict, list, int, float)):
+        raise ValueError("question %r: 'instructions' must be a string, dict, or list, got %s"
+                         % (qid, type(ins).__name__))
+
+
+def _check_choice(qid: Any, crit: Any) -> None:
+    if not isinstance(crit, (dict, list)):
+        raise ValueError("question %r: a choice question takes 'criteria' as a dict of "
+                         "label -> description, or a list of labels" % (qid,))
+    if not crit:
+        raise ValueError("question %r: a choice question needs at least one criterion" % (qid,))
+    for i, label in enumerate(crit if isinstance(crit, list) else crit.keys()):
+        if label is not None and not _is_scalar_label(label):
+            raise ValueError(
+                "question %r: choice label %d is a %s; a label is rendered as option text "
+                "and used as the answer key, so it must be a scalar (a string, number or "
+                "bool), got %r" % (qid, i, type(label).__name__, label))
+        if label is None:
+            raise ValueError(
+                "question %r: choice label %d is null; a label is rendered as option text "
+                "and used as the answer key, so it must be a string, number or bool -- a "
+                "null label renders as the text \"None\" while its answer key is \"null\""
+                % (qid, i))
+    if isinstance(crit, list):
+        # Labels become dict keys, so values that compare equal (1, 1.0, True) are one key.
+        seen: Dict[Any, int] = {}
+        for i, label in enumerate(crit):
+            if label in seen:
+                raise ValueError(
+                    "question %r: choice label %d (%r) repeats label %d; the labels are the "
+                    "answer keys, so every option needs its own (1, 1.0 and True are one "
+                    "key)" % (qid, i, label, seen[label]))
+            seen[label] = i
+
+
+def _check_score(qid: Any, crit: Any) -> None:
+    if not isinstance(crit, list):
+        raise ValueError("question %r: a score question takes 'criteria' as a list of level "
+                         "descriptions, index 0 first" % (qid,))
+    if not crit:
+        raise ValueError("question %r: a score question needs at least one level" % (qid,))
+    if None in crit:
+        raise ValueError("question %r: score level %d is null; give every level a description, "
+                         "index 0 first" % (qid, crit.index(None)))
+
+
+def _check_noul(qid: Any, crit: Any) -> None:
+    if crit is None:
+        return
+    if not isinstance(crit, dict):
+        raise ValueError("question %r: a noul question takes 'criteria' as a dict with optional "
+                         "'true'/'false' descriptions, or omits it" % (qid,))
+    keys = {str(k).lower() for k in crit}
+    if not keys <= {"true", "false"}:
+        raise ValueError(
+            "question %r: a noul question takes 'criteria' keyed only 'true'/'false' (either "
+            "or both, and omitted is fine), got %s. Those keys are the option texts the model "
+            "reads; any other key was silently dropped and replaced with the defaults. If you "
+            "want the answer worded differently, keep 'criteria' keyed 'true'/'false' and set "
+            "'labels' instead." % (qid, sorted(keys)))
+
+
+def to_question(qid: Any, qdef: Mapping[str, Any]) -> Question:
+    """Normalise an already validated definition (no checks of its own)."""
+    t = qdef["type"]
+    crit = qdef.get("criteria")
+    if t == "choice" and isinstance(crit, list):
+        crit = {label: None for label in crit}
+    elif t == "noul" and isinstance(crit, dict):
+        crit = {str(k).lower(): v for k, v in crit.items()}   # last spelling wins, as in laya
+    ins = qdef["instructions"]
+    if not isinstance(ins, str):
+        ins = json.dumps(ins, ensure_ascii=False)
+    order = qdef.get("option_order")
+    return Question(
+        qid=qid, type=t, instructions=ins, criteria=crit,
+        labels=qdef.get("labels") if "labels" in qdef else None,
+        option_order=tuple(int(i) for i in order) if "option_order" in qdef else None,
+    )
+
+
+def normalize_questions(questions: Any) -> Dict[Any, Question]:
+    """Validate every question (in key order) and normalise them; TypeError for a non-dict."""
+    if not isinstance(questions, dict):
+        raise TypeError("questions must be a dict of question id -> definition, got %s"
+                        % type(questions).__name__)
+    for qid, qdef in questions.items():
+        check_question(qid, qdef)
+    return {qid: to_question(qid, qdef) for qid, qdef in questions.items()}
+
+
+def question_ids(questions: Mapping[Any, Question]) -> List[Any]:
+    return list(questions.keys())
