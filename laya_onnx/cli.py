@@ -72,6 +72,20 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_parity(args: argparse.Namespace) -> int:
+    from laya_onnx.parity import run_parity
+
+    def show(case):
+        mark = "ok  " if case.passed(args.tolerance) else "FAIL"
+        print(f"  {mark} {case.name:<28} rows={case.rows:<3} max|dp|={case.max_abs_dp:.2e}"
+              + ("" if case.passed(args.tolerance) else "  " + "; ".join(case.details)[:300]))
+
+    report = run_parity(args.checkpoint, args.bundle, suite=args.suite, tolerance=args.tolerance,
+                        report_path=args.report, progress=show)
+    print(json.dumps(report.summary(), indent=2))
+    return 0 if report.passed else 1
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from laya_onnx.demo import run_demo
 
@@ -120,6 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--port", type=int, default=None, help="port (default $LAYA_PORT or 8000)")
     sv.add_argument("--providers", type=_providers, default=None)
     sv.set_defaults(func=_cmd_serve)
+
+    pa = sub.add_parser("parity", help="compare a bundle with the reference laya.Agent (needs the dev extra)")
+    pa.add_argument("checkpoint", help="the checkpoint the bundle was exported from")
+    pa.add_argument("bundle")
+    pa.add_argument("--suite", default="core", help="suite name under parity/suites or a JSON path")
+    pa.add_argument("--tolerance", type=float, default=1e-5, help="max |Δp| allowed")
+    pa.add_argument("--report", default=None, help="write the JSON report here")
+    pa.set_defaults(func=_cmd_parity)
 
     dm = sub.add_parser("demo", help="make the tiny checkpoint, export it and answer a request")
     dm.add_argument("--workdir", default="work/demo")
