@@ -1,0 +1,99 @@
+"""Question validation must refuse exactly what laya 0.4.15 refuses, with the same text."""
+import pytest
+
+from laya_onnx.questions import check_question, normalize_questions, to_question
+
+Agent = pytest.importorskip("laya.agent").Agent
+
+BAD = [
+    (None, {"type": "noul", "instructions": "x"}),
+    ("", {"type": "noul", "instructions": "x"}),
+    ("  ", {"type": "noul", "instructions": "x"}),
+    (1.5, {"type": "noul", "instructions": "x"}),
+    ("q", "not a dict"),
+    ("q", {"type": "bool", "instructions": "x"}),
+    ("q", {"type": None, "instructions": "x"}),
+    ("q", {"type": "noul"}),
+    ("q", {"type": "noul", "instructions": None}),
+    ("q", {"type": "noul", "instructions": "   "}),
+    ("q", {"type": "noul", "instructions": []}),
+    ("q", {"type": "noul", "instructions": {}}),
+    ("q", {"type": "noul", "instructions": set()}),
+    ("q", {"type": "choice", "instructions": "x"}),
+    ("q", {"type": "choice", "instructions": "x", "criteria": "a,b"}),
+    ("q", {"type": "choice", "instructions": "x", "criteria": []}),
+    ("q", {"type": "choice", "instructions": "x", "criteria": [["nested"]]}),
+    ("q", {"type": "choice", "instructions": "x", "criteria": [None]}),
+    ("q", {"type": "choice", "instructions": "x", "criteria": {(1, 2): "tuple"}}),
+    ("q", {"type": "choice", "instructions": "x", "criteria": ["a", "a"]}),
+    ("q", {"type": "choice", "instructions": "x", "criteria": [1, 1.0]}),
+    ("q", {"type": "choice", "instructions": "x", "criteria": [True, 1]}),
+    ("q", {"type": "choice", "instructions": "x", "criteria": ["", 0, False]}),
+    ("q", {"type": "score", "instructions": "x", "criteria": {"a": 1}}),
+    ("q", {"type": "score", "instructions": "x", "criteria": []}),
+    ("q", {"type": "score", "instructions": "x", "criteria": ["a", None, None]}),
+    ("q", {"type": "noul", "instructions": "x", "criteria": ["true"]}),
+    ("q", {"type": "noul", "instructions": "x", "criteria": {"yes": "a", "TRUE": "b"}}),
+    ("q", {"type": "choice", "instructions": "x", "criteria": ["a", "b"], "option_order": [0]}),
+    ("q", {"type": "choice", "instructions": "x", "criteria": ["a", "b"], "option_order": [0, 0]}),
+    ("q", {"type": "choice", "instructions": "x", "criteria": ["a", "b"], "option_order": [True, 0]}),
+    ("q", {"type": "choice", "instructions": "x", "criteria": ["a", "b"], "option_order": "01"}),
+    ("q", {"type": "noul", "instructions": "x", "option_order": [0, 1, 2]}),
+    ("q", {"type": "choice", "instructions": "x", "criteria": ["a"], "labels": {"true": "y", "false": "n"}}),
+    ("q", {"type": "noul", "instructions": "x", "labels": {"true": "y"}}),
+    ("q", {"type": "noul", "instructions": "x", "labels": {"true": "same", "false": " same "}}),
+    ("q", {"type": "noul", "instructions": "x", "labels": {"true": 1, "false": "n"}}),
+    ("q", {"type": "noul", "instructions": "x", "labels": {"true": " ", "false": "n"}}),
+]
+
+
+def _reference_error(qid, qdef):
+    try:
+        Agent._check_question(qid, qdef)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+@pytest.mark.parametrize("qid,qdef", BAD, ids=[str(i) for i in range(len(BAD))])
+def test_refusals_match_reference_text(qid, qdef):
+    expected = _reference_error(qid, qdef)
+    assert expected is not None, "the reference accepts this case; the table is wrong"
+    with pytest.raises(ValueError) as info:
+        check_question(qid, qdef)
+    assert str(info.value) == expected
+
+
+GOOD = [
+    ("q", {"type": "noul", "instructions": 12}),
+    ("q", {"type": "noul", "instructions": 1.5, "criteria": None}),
+    ("q", {"type": "noul", "instructions": {"a": 1}, "criteria": {"TRUE": "x", False: "y"}}),
+    (7, {"type": "choice", "instructions": "x", "criteria": ["", 0, True, 2.5]}),
+    ("q", {"type": "choice", "instructions": ["a"], "criteria": {"a": None, "b": {"x": 1}}, "option_order": (1, 0)}),
+    ("q", {"type": "score", "instructions": "x", "criteria": [0, "a", {"b": 2}]}),
+    ("q", {"type": "noul", "instructions": "x", "labels": None}),
+    ("q", {"type": "noul", "instructions": "x", "labels": {"true": " yes", "false": "no "}}),
+]
+
+
+@pytest.mark.parametrize("qid,qdef", GOOD, ids=[str(i) for i in range(len(GOOD))])
+def test_acceptances_match_reference(qid, qdef):
+    assert _reference_error(qid, qdef) is None
+    check_question(qid, qdef)
+    ours = to_question(qid, qdef)
+    ref = Agent._to_internal(qdef)
+    assert ours.type == ref["t"] and ours.instructions == ref["ins"] and ours.criteria == ref["crit"]
+    assert ours.option_order == (tuple(ref["option_order"]) if "option_order" in ref else None)
+
+
+def test_normalize_rejects_non_dict_questions():
+    with pytest.raises(TypeError, match="questions must be a dict"):
+        normalize_questions([{"type": "noul"}])
+
+
+def test_normalize_keeps_question_order_and_original_labels():
+    qs = normalize_questions({"b": {"type": "choice", "instructions": "x", "criteria": [1, True == 0, "c"]},
+                              "a": {"type": "noul", "instructions": "y"}})
+    assert list(qs) == ["b", "a"]
+    assert list(qs["b"].criteria) == [1, False, "c"]
+    assert qs["a"].n_options == 2 and qs["b"].n_options == 3
