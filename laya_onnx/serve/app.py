@@ -1,0 +1,359 @@
+"""The aiohttp application: `create_app(agent)` -> `web.Application`.
+
+Layout:
+  * state lives under typed `web.AppKey`s; the inference runtime (one-thread executor, the
+    inference gate, the admission semaphore) is created and torn down by a `cleanup_ctx`, so
+    it binds to the loop that actually runs the app;
+  * middlewares, outermost first: errors (every refusal becomes `{"detail": ...}`), the
+    trailing-slash redirect, bearer auth, admission — auth and admission apply to the two
+    decision routes only, and run before a single body byte is read;
+  * handlers are thin: read the body, run the checks in contract order, hand the agent call
+    to the worker thread, shape and render the result.
+
+The model is ONNX Runtime and synchronous, so it never runs on the event loop: one worker
+thread runs one pass at a time, and `/health` answers from the loop meanwhile.
+"""
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Awaitable, Callable, Dict, List, Optional
+
+from aiohttp import web
+
+from laya_onnx.serve import validate as v
+from laya_onnx.serve.errors import (BODY_TIMEOUT, BODY_TOO_LARGE, BUSY, INFERENCE_FAILED,
+                                    LONE_SURROGATE, NON_FINITE, UNAUTHORIZED, ApiError)
+from laya_onnx.serve.settings import Settings
+from laya_onnx.serve.wire import (Checkpoint, cpu_fallbacks, preferred_device, provider_device,
+                                  render, shape)
+
+log = logging.getLogger("laya_onnx.serve")
+
+LIVENESS_ONLY = {"status": "ok"}
+DECISION_ROUTES = frozenset({"systemone", "systemone_batch"})
+WORKER_THREAD_PREFIX = "laya-infer"
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass
+class Runtime:
+    """Per-run inference machinery, built on the serving loop by `_runtime_ctx`."""
+
+    max_concurrent: int
+    executor: Optional[ThreadPoolExecutor] = None
+    gate: Optional[asyncio.Lock] = None
+    admission: Optional[asyncio.Semaphore] = None
+
+
+AGENT = web.AppKey("agent", Any)
+CHECKPOINT = web.AppKey("checkpoint", Checkpoint)
+SETTINGS = web.AppKey("settings", Settings)
+RUNTIME = web.AppKey("runtime", Runtime)
+
+
+# -- responses -----------------------------------------------------------------------------
+
+def json_response(payload: Any, status: int = 200, headers: Optional[Dict[str, str]] = None) -> web.Response:
+    return web.Response(body=render(payload), status=status, headers=headers,
+                        content_type="application/json")
+
+
+def error_response(status: int, detail: str, headers: Optional[Dict[str, str]] = None) -> web.Response:
+    return json_response({"detail": detail}, status=status, headers=headers)
+
+
+def _timing_headers(ms: float) -> Dict[str, str]:
+    return {"Server-Timing": "inference;dur=%.2f" % ms, "X-Inference-Time-Ms": "%.2f" % ms}
+
+
+# -- middlewares ---------------------------------------------------------------------------
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every failure leaves as `{"detail": "<string>"}`; nothing else ever reaches a client."""
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        return error_response(exc.status, exc.detail, exc.headers)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise  # redirects keep aiohttp's own response
+        headers = {k: val for k, val in exc.headers.items()
+                   if k.lower() not in ("content-type", "content-length")}
+        return error_response(exc.status, exc.reason, headers)
+    except asyncio.CancelledError:
+        raise
+    except Exception:  # noqa: BLE001 -- a bug must not leak a traceback to the caller
+        log.exception("unhandled error on %s %s", request.method, request.rel_url.path)
+        return error_response(500, "Internal Server Error")
+
+
+def _route_name(request: web.Request) -> Optional[str]:
+    route = getattr(request.match_info, "route", None)
+    return getattr(route, "name", None)
+
+
+def _authorized(request: web.Request) -> bool:
+    """Whether the request carries exactly `Bearer <key>`; always True without a key.
+
+    Compared as bytes in constant time: aiohttp decodes header bytes as UTF-8 with
+    surrogateescape, so re-encoding the same way gives back what was on the wire, and a
+    header no text encoding likes is a 401 rather than an exception.
+    """
+    key = request.app[SETTINGS].api_key
+    if key is None:
+        return True
+    supplied = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
+    expected = ("Bearer " + key).encode("utf-8", "surrogateescape")
+    return hmac.compare_digest(supplied, expected)
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    if _route_name(request) in DECISION_ROUTES and not _authorized(request):
+        raise ApiError(401, UNAUTHORIZED)
+    return await handler(request)
+
+
+@web.middleware
+async def admission_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """At most LAYA_MAX_CONCURRENT decision requests past auth; the excess is refused, not queued.
+
+    The slot is taken before the body is read and held through inference, which bounds how many
+    bodies are buffered at once; Retry-After: 1 because slots turn over at inference speed.
+    """
+    if _route_name(request) not in DECISION_ROUTES:
+        return await handler(request)
+    runtime = request.app[RUNTIME]
+    if runtime.admission is None or runtime.admission.locked():
+        raise ApiError(503, BUSY, {"Retry-After": "1"})
+    async with runtime.admission:
+        return await handler(request)
+
+
+# -- body ----------------------------------------------------------------------------------
+
+async def read_body(request: web.Request) -> bytes:
+    """The raw body, at most MAX_BODY_BYTES, delivered within the read timeout (413/408).
+
+    Content-Length is a hint a client chooses and chunked uploads do not send it, so the stream
+    itself is counted and abandoned as soon as it passes the cap.
+    """
+    declared = request.headers.get("Content-Length")
+    if declared:
+        try:
+            if int(declared) > v.MAX_BODY_BYTES:
+                raise ApiError(413, BODY_TOO_LARGE)
+        except ValueError:
+            pass
+
+    async def collect() -> bytes:
+        chunks: List[bytes] = []
+        total = 0
+        while True:
+            chunk = await request.content.readany()
+            if not chunk:
+                return b"".join(chunks)
+            total += len(chunk)
+            if total > v.MAX_BODY_BYTES:
+                raise ApiError(413, BODY_TOO_LARGE)
+            chunks.append(chunk)
+
+    try:
+        return await asyncio.wait_for(collect(), request.app[SETTINGS].body_read_timeout)
+    except asyncio.TimeoutError:
+        raise ApiError(408, BODY_TIMEOUT) from None
+
+
+# -- inference -----------------------------------------------------------------------------
+
+async def infer(request: web.Request, fn: Callable[[], Any], what: str) -> tuple:
+    """Run `fn` on the single worker once the gate is free; returns (result, milliseconds).
+
+    A ValueError is the caller's request (422, its text verbatim); anything else is ours and is
+    logged with its traceback but answered with a fixed 500 so nothing about the host leaks.
+    """
+    runtime = request.app[RUNTIME]
+    loop = asyncio.get_running_loop()
+    async with runtime.gate:
+        t0 = time.perf_counter()
+        try:
+            result = await loop.run_in_executor(runtime.executor, fn)
+        except ValueError as exc:
+            raise ApiError(422, str(exc)) from None
+        except Exception:  # noqa: BLE001
+            log.exception("%s failed for model=%s", what, request.app[CHECKPOINT].name)
+            raise ApiError(500, INFERENCE_FAILED) from None
+        return result, (time.perf_counter() - t0) * 1000.0
+
+
+def respond(request: web.Request, make_payload: Callable[[], Any], ms: float, what: str) -> web.Response:
+    """Shape and render after inference: a non-finite float is a 422, a broken result a 500."""
+    try:
+        return json_response(make_payload(), headers=_timing_headers(ms))
+    except ValueError:
+        raise ApiError(422, NON_FINITE) from None
+    except Exception:  # noqa: BLE001
+        log.exception("%s failed for model=%s", what, request.app[CHECKPOINT].name)
+        raise ApiError(500, INFERENCE_FAILED) from None
+
+
+def _agent_controls(body: Dict[str, Any], checkpoint: Checkpoint, settings: Settings) -> Dict[str, Any]:
+    """model → max_len → head_max_len → lang → lang_guess → min_confidence, in contract order.
+
+    Returns only the controls the caller sent (absent/null are never forwarded, so the bundle's
+    own budgets stay in charge). `lang_guess` is a routing hint and there is nothing to route.
+    """
+    checkpoint.check_model(body.get("model"))
+    cap = settings.token_budget()
+    controls: Dict[str, Any] = {}
+    for key in ("max_len", "head_max_len"):
+        value = v.budget(body, key, cap)
+        if value is not None:
+            controls[key] = value
+    lang = v.language(body, "lang")
+    v.language(body, "lang_guess")
+    if lang is not None:
+        controls["lang"] = lang
+    threshold = v.min_confidence(body)
+    if threshold is not None:
+        controls["min_confidence"] = threshold
+    return controls
+
+
+async def systemone(request: web.Request) -> web.Response:
+    agent, checkpoint, settings = request.app[AGENT], request.app[CHECKPOINT], request.app[SETTINGS]
+    body = v.parse_json(await read_body(request))
+    if not isinstance(body, dict) or "questions" not in body:
+        raise ApiError(400, "request body must be an object with a 'questions' field")
+    state, questions = body.get("state"), body["questions"]
+    v.check_request_limits(state, questions)
+    v.refuse_hooks(body)
+    if v.has_lone_surrogate(body):
+        raise ApiError(400, LONE_SURROGATE)
+    controls = _agent_controls(body, checkpoint, settings)
+    checkpoint.check_task(body.get("task"))
+
+    result, ms = await infer(request, partial(agent.predict, state, questions, **controls),
+                             "inference")
+    strict = settings.strict()
+    return respond(request, lambda: shape({**result, "routing": checkpoint.routing()}, strict),
+                   ms, "inference")
+
+
+async def systemone_batch(request: web.Request) -> web.Response:
+    agent, checkpoint, settings = request.app[AGENT], request.app[CHECKPOINT], request.app[SETTINGS]
+    body = v.parse_json(await read_body(request))
+    if not isinstance(body, dict) or "questions" not in body or "states" not in body:
+        raise ApiError(400, "request body must be an object with 'states' and 'questions' fields")
+    states, questions = body["states"], body["questions"]
+    v.check_batch_limits(states, questions)
+    v.refuse_hooks(body)
+    v.refuse_out_parameters(body)
+    if v.has_lone_surrogate(body):
+        raise ApiError(400, LONE_SURROGATE)
+    controls = _agent_controls(body, checkpoint, settings)
+    caller_size = v.batch_size(body)
+    planned = v.chunk_plan(len(states), len(questions), body.get("max_len"), settings.batch_tokens())
+    if caller_size is not None:
+        controls["batch_size"] = caller_size if planned is None else min(caller_size, planned)
+    elif planned is not None:
+        controls["batch_size"] = planned
+    if v.sort_by_length(body):
+        controls["sort_by_length"] = True  # False is the agent's own default: not forwarded
+    checkpoint.check_task(body.get("task"))
+
+    def run() -> List[Dict[str, Any]]:
+        if hasattr(agent, "predict_batch"):
+            return list(agent.predict_batch(states, questions, **controls))
+        per_state = {k: val for k, val in controls.items() if k not in ("batch_size", "sort_by_length")}
+        return [agent.predict(s, questions, **per_state) for s in states]
+
+    results, ms = await infer(request, run, "batch inference")
+    strict = settings.strict()
+
+    def payload() -> Dict[str, Any]:
+        routed = [{**r, "routing": checkpoint.routing()} for r in results]
+        total_in = sum((r.get("usage") or {}).get("input_tokens", 0) for r in routed)
+        total_out = sum((r.get("usage") or {}).get("output_tokens", 0) for r in routed)
+        return {"results": [shape(r, strict) for r in routed],
+                "total_usage": {"input_tokens": total_in, "output_tokens": total_out}}
+
+    return respond(request, payload, ms, "batch inference")
+
+
+async def health(request: web.Request) -> web.Response:
+    """Liveness for anyone; the full payload only without a key or with the right bearer.
+
+    Reads attributes only — no lock, no worker — so it answers while a pass is running.
+    """
+    if not _authorized(request):
+        return json_response(LIVENESS_ONLY)
+    agent, checkpoint = request.app[AGENT], request.app[CHECKPOINT]
+    name = checkpoint.name
+    providers = getattr(agent, "providers", None)
+    providers = list(providers) if isinstance(providers, (list, tuple)) else []
+    measured = provider_device(providers[0]) if providers else None
+    checkpoint_devices = {name: measured} if measured else {}
+    fallbacks = getattr(agent, "fallbacks", None)
+    return json_response({
+        "status": "ok",
+        "loaded": [name],
+        "revisions": {name: getattr(agent, "revision", None)},
+        "device": measured or preferred_device(agent),
+        "device_is_preference": measured is None,
+        "checkpoint_devices": checkpoint_devices,
+        "cpu_fallbacks": {name: cpu_fallbacks(agent)},
+        "providers": {name: providers},
+        "provider_fallbacks": {name: dict(fallbacks) if isinstance(fallbacks, dict) else {}},
+    })
+
+
+# -- lifecycle and factory -----------------------------------------------------------------
+
+async def _runtime_ctx(app: web.Application):
+    """Start the worker and the loop-bound primitives; drain the worker at shutdown."""
+    runtime = app[RUNTIME]
+    runtime.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=WORKER_THREAD_PREFIX)
+    runtime.gate = asyncio.Lock()
+    runtime.admission = asyncio.Semaphore(runtime.max_concurrent)
+    try:
+        yield
+    finally:
+        executor, runtime.executor = runtime.executor, None
+        runtime.admission = None
+        # A pass already on the worker finishes; queued ones are dropped. Off the loop so the
+        # loop keeps turning while it drains.
+        await asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True)
+
+
+def create_app(agent: Any, **settings: Any) -> web.Application:
+    """Build the server for one loaded agent.
+
+    `settings` override the environment: api_key, max_concurrent, body_read_timeout,
+    max_token_budget, max_batch_tokens, jev_strict (see `Settings`).
+    """
+    config = Settings.from_env(**settings)
+    app = web.Application(middlewares=[
+        error_middleware,
+        web.normalize_path_middleware(append_slash=False, remove_slash=True, merge_slashes=False,
+                                      redirect_class=web.HTTPTemporaryRedirect),
+        auth_middleware,
+        admission_middleware,
+    ])
+    app[AGENT] = agent
+    app[CHECKPOINT] = Checkpoint.of(agent)
+    app[SETTINGS] = config
+    app[RUNTIME] = Runtime(max_concurrent=config.max_concurrent)
+    app.cleanup_ctx.append(_runtime_ctx)
+    app.router.add_get("/health", health, name="health", allow_head=False)
+    app.router.add_post("/v1/systemone", systemone, name="systemone")
+    app.router.add_post("/v1/systemone/batch", systemone_batch, name="systemone_batch")
+    return app

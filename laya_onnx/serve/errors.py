@@ -1,0 +1,31 @@
+"""The one error shape the server answers with: `{"detail": "<string>"}`."""
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+
+class ApiError(Exception):
+    """A refusal with an HTTP status and a client-safe `detail` text.
+
+    Raised by validators and handlers; the error middleware renders it. Nothing else is ever
+    shown to a client, so a detail must never carry a path, a traceback or a library message
+    that was not written to be read by a caller.
+    """
+
+    def __init__(self, status: int, detail: str, headers: Optional[Mapping[str, str]] = None):
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.headers = dict(headers or {})
+
+
+#: Details shared by both decision routes, written once so the routes cannot drift apart.
+BODY_TOO_LARGE = "request body too large"
+BODY_TIMEOUT = "request body was not received in time"
+INVALID_JSON = "request body must be valid JSON"
+LONE_SURROGATE = ("request body contains an unpaired surrogate escape; "
+                  "those cannot be encoded as UTF-8")
+BUSY = "server busy, try again later"
+UNAUTHORIZED = "invalid or missing bearer token"
+INFERENCE_FAILED = "inference failed"
+NON_FINITE = "Out of range float values are not JSON compliant"

@@ -1,0 +1,41 @@
+"""`laya-onnx serve BUNDLE`: load the bundle once, then serve it until SIGINT/SIGTERM."""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Optional, Sequence
+
+from laya_onnx.serve.settings import resolve_host, resolve_log_level, resolve_port
+
+log = logging.getLogger("laya_onnx.serve")
+
+
+def run_server(bundle: "os.PathLike | str", host: Optional[str] = None, port: Optional[int] = None,
+               providers: Optional[Sequence[str]] = None) -> None:
+    """Serve `bundle` over the /v1/systemone wire protocol.
+
+    `host`/`port` win over LAYA_HOST/LAYA_PORT (default 0.0.0.0:8000). The configuration is
+    checked before the bundle is loaded, so a typo exits in milliseconds with a message rather
+    than after the model is up; a bundle that cannot be loaded exits with the loader's message.
+    """
+    host = resolve_host(host)
+    port = resolve_port(port)
+    level = resolve_log_level()
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("laya_onnx").setLevel(level)
+
+    from aiohttp import web
+
+    from laya_onnx import ONNXAgent
+    from laya_onnx.serve.app import create_app
+
+    try:
+        agent = ONNXAgent(bundle, providers=list(providers) if providers else None)
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"laya-onnx: cannot serve {str(bundle)!r}: {exc}") from None
+    app = create_app(agent)
+    log.info("serving checkpoint %r (revision %s) from %s on http://%s:%d with %s",
+             getattr(agent, "name", None), getattr(agent, "revision", None), bundle, host, port,
+             ", ".join(getattr(agent, "providers", None) or []) or "default providers")
+    web.run_app(app, host=host, port=port, print=None, access_log=logging.getLogger("laya_onnx.serve.access"),
+                handle_signals=True)

@@ -1,0 +1,244 @@
+"""Request checks for the decision routes, in the order laya-serve 0.4.15 runs them (http.md §7).
+
+Everything here is pure: a function takes parsed JSON and either returns the value to forward
+or raises `ApiError`. The handlers call them in contract order, so the first failing check is
+the one a caller hears about.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Dict, Optional
+
+from laya_onnx.serve.errors import INVALID_JSON, ApiError
+
+MAX_QUESTIONS = 64
+MAX_STATE_CHARS = 50000
+MAX_BATCH_STATES = 64
+MAX_BODY_BYTES = 2 * 1024 * 1024
+MAX_CHOICE_OPTIONS = 100
+MAX_SCORE_LEVELS = 32
+MAX_TOTAL_OPTIONS = 512
+#: Row width a batch is planned with when the request sets no `max_len` (the english default).
+BATCH_ROW_TOKENS_ASSUMED = 512
+
+#: Controls that name a callable or how the operator's callables run: never from a body.
+HOOK_KEYS = ("hooks", "on_predict_start", "on_predict_end", "hooks_raise", "hooks_timeout")
+#: Out-parameters a remote caller could never read back (batch route only).
+OUT_PARAMETERS = ("diagnostics",)
+
+#: How many values the state-size probe inspects before leaving the verdict to `json.dumps`.
+_PROBE_VALUES = 256
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def parse_json(raw: bytes) -> Any:
+    """`json.loads` on the raw bytes: BOM/UTF-16/UTF-32 detection, NaN literals, last key wins."""
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        # ValueError covers JSONDecodeError, UnicodeDecodeError and the >4300-digit int guard.
+        raise ApiError(400, INVALID_JSON) from None
+
+
+# -- size limits ---------------------------------------------------------------------------
+
+def _length_lower_bound(state: Any, cap: int) -> int:
+    """A lower bound on `len(json.dumps(state))`, returned only once it proves the state is over
+    `cap`; 0 means "not proven" and sends the state on to the exact measurement.
+
+    Each string serializes to at least its length plus two quotes, each container to at least
+    its two brackets, each other scalar to at least one character, and all those parts are
+    disjoint, so the sum never overstates. It spares a near-2 MiB body the full encode just to be
+    refused, and it lets the 413 quote a number that was measured rather than invented.
+    """
+    bound = 0
+    stack = [state]
+    for _ in range(_PROBE_VALUES):
+        if not stack:
+            return 0
+        item = stack.pop()
+        if isinstance(item, str):
+            bound += len(item) + 2
+        elif isinstance(item, dict):
+            bound += 2
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            bound += 2
+            stack.extend(item)
+        else:
+            bound += 1
+        if bound > cap:
+            return bound
+    return 0
+
+
+def state_length(state: Any) -> int:
+    """The state's size as the model reads it: a string as is, anything else as its JSON text."""
+    if isinstance(state, str):
+        return len(state)
+    over = _length_lower_bound(state, MAX_STATE_CHARS)
+    if over:
+        return over
+    try:
+        return len(json.dumps(state, ensure_ascii=False))
+    except (TypeError, ValueError, RecursionError):
+        raise ApiError(400, "'state' must be JSON-serializable") from None
+
+
+def check_request_limits(state: Any, questions: Any, max_choice_options: int = MAX_CHOICE_OPTIONS) -> None:
+    """The pre-tokenization guards for one state and its questions (400/413/422)."""
+    if state is None:
+        raise ApiError(400, "'state' is required")
+    if not isinstance(questions, dict):
+        raise ApiError(400, "'questions' must be an object")
+    if len(questions) > MAX_QUESTIONS:
+        raise ApiError(413, "too many questions (%d > %d)" % (len(questions), MAX_QUESTIONS))
+    total = 0
+    for qid, question in questions.items():
+        if not isinstance(question, dict):
+            continue
+        kind, criteria = question.get("type"), question.get("criteria")
+        if kind == "choice" and isinstance(criteria, (dict, list)):
+            total += len(criteria)
+            if len(criteria) > max_choice_options:
+                raise ApiError(413, "too many choice options for %r (%d > %d)"
+                               % (qid, len(criteria), max_choice_options))
+        elif kind == "score" and isinstance(criteria, list):
+            total += len(criteria)
+            if len(criteria) > MAX_SCORE_LEVELS:
+                raise ApiError(413, "too many score levels for %r (%d > %d)"
+                               % (qid, len(criteria), MAX_SCORE_LEVELS))
+            nulls = [i for i, level in enumerate(criteria) if level is None]
+            if nulls:
+                # A hole in the rubric would come back as `legend: {"i": null}`, which a Jev
+                # client cannot parse; it is the caller's document that is wrong.
+                raise ApiError(422, "score question %r has a null level at index %d; give every "
+                                    "level a description" % (qid, nulls[0]))
+    if total > MAX_TOTAL_OPTIONS:
+        raise ApiError(413, "too many answer options across questions (%d > %d)"
+                       % (total, MAX_TOTAL_OPTIONS))
+    n = state_length(state)
+    if n > MAX_STATE_CHARS:
+        raise ApiError(413, "state too large (%d > %d chars)" % (n, MAX_STATE_CHARS))
+
+
+def check_batch_limits(states: Any, questions: Any) -> None:
+    if not isinstance(states, list) or not states:
+        raise ApiError(400, "'states' must be a non-empty list")
+    if len(states) > MAX_BATCH_STATES:
+        raise ApiError(413, "too many states in batch (%d > %d)" % (len(states), MAX_BATCH_STATES))
+    for state in states:
+        check_request_limits(state, questions)
+
+
+# -- refusals ------------------------------------------------------------------------------
+
+def refuse_hooks(body: Dict[str, Any]) -> None:
+    given = sorted(k for k in HOOK_KEYS if body.get(k) is not None)
+    if given:
+        raise ApiError(422, "%s run inside the server process and cannot be sent to this endpoint; "
+                            "install them where laya-serve runs, or drop them" % ", ".join(given))
+
+
+def refuse_out_parameters(body: Dict[str, Any]) -> None:
+    given = sorted(k for k in OUT_PARAMETERS if body.get(k) is not None)
+    if given:
+        raise ApiError(422, "%s is filled in place for an in-process caller and cannot be returned "
+                            "over HTTP; read the per-group report from the CLI or a local Router"
+                       % ", ".join(given))
+
+
+def has_lone_surrogate(value: Any) -> bool:
+    """Whether any key or string anywhere in the parsed body holds an unpaired surrogate.
+
+    Iterative on purpose: `json.loads` accepts nesting far deeper than the recursion limit.
+    A *paired* escape has already become one astral character, so emoji pass.
+    """
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+# -- controls ------------------------------------------------------------------------------
+
+def budget(body: Dict[str, Any], key: str, cap: int) -> Optional[int]:
+    """`max_len` / `head_max_len`: a positive int no larger than the server's cap, or None."""
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ApiError(422, "%s must be an integer" % key)
+    if value <= 0:
+        raise ApiError(422, "%s must be a positive integer" % key)
+    if value > cap:
+        raise ApiError(422, "%s exceeds server limit (%d > %d)" % (key, value, cap))
+    return value
+
+
+def language(body: Dict[str, Any], key: str) -> Optional[str]:
+    value = body.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ApiError(422, '%s must be a language code string such as "de", or null' % key)
+    return value
+
+
+def min_confidence(body: Dict[str, Any]):
+    """The threshold in the core's validated form, refused with the core's own text."""
+    value = body.get("min_confidence")
+    if value is None:
+        return None
+    from laya_onnx.gate import check_min_confidence
+
+    try:
+        return check_min_confidence(value)
+    except ValueError as exc:
+        raise ApiError(422, str(exc)) from None
+
+
+def batch_size(body: Dict[str, Any]) -> Optional[int]:
+    value = body.get("batch_size")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ApiError(422, "batch_size must be an integer")
+    if value < 1:
+        raise ApiError(422, "batch_size must be a positive integer, got %r" % (value,))
+    return value
+
+
+def sort_by_length(body: Dict[str, Any]) -> Optional[bool]:
+    value = body.get("sort_by_length")
+    if value is None:
+        return None
+    if not isinstance(value, bool):
+        raise ApiError(422, "sort_by_length must be a boolean")
+    return value
+
+
+def chunk_plan(n_states: int, n_questions: int, max_len: Any, token_budget: int) -> Optional[int]:
+    """States per forward pass that keep one pass inside `token_budget` tokens, or None.
+
+    None means the whole batch fits one pass and no `batch_size` is sent at all, so a batch
+    that fits behaves exactly as it would without the plan (padding width moves float bits).
+    """
+    if n_states <= 0 or n_questions <= 0:
+        return None
+    width = (max_len if isinstance(max_len, int) and not isinstance(max_len, bool) and max_len > 0
+             else BATCH_ROW_TOKENS_ASSUMED)
+    if n_states * n_questions * width <= token_budget:
+        return None
+    rows = max(1, token_budget // width)
+    return max(1, min(n_states, rows // n_questions))
