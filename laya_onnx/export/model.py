@@ -1,0 +1,338 @@
+"""The Laya decision model in torch: a ModernBERT encoder and a typed decision head.
+
+This is our own module, written from the documented behaviour of laya 0.4.15's
+`DecisionModel` (sequential option layout only). Its state dict has the same keys and shapes
+as the reference's, so a released `model.safetensors` loads into it unchanged:
+
+    encoder.*                                   transformers' ModernBertModel
+    head.layers.N.self_attn.in_proj_weight      (3d, d)   packed q/k/v projection
+    head.layers.N.self_attn.in_proj_bias        (3d,)
+    head.layers.N.self_attn.out_proj.{weight,bias}
+    head.layers.N.linear1.{weight,bias}         (4d, d)   feed-forward, ReLU
+    head.layers.N.linear2.{weight,bias}         (d, 4d)
+    head.layers.N.norm1.{weight,bias}           pre-norm before attention (eps 1e-5)
+    head.layers.N.norm2.{weight,bias}           pre-norm before the feed-forward
+    type_emb.weight                             (3, d)    one row per question type
+    scorer.{0,1,3}.*                            LayerNorm -> Linear(d, d) -> GELU -> Linear(d, 1)
+    act_head.{0,2}.*                            Linear(d + 4, 256) -> GELU -> Linear(256, n_act)
+    temperature                                 buffer (3,), carried but unused by forward
+
+Everything in `forward` is written with traceable ops: no Python branch depends on a tensor
+value and no shape is captured from the example input, so one exported graph serves every
+batch size, sequence length and marker count (>= 2 marker columns, see `MIN_MARKER_COLUMNS`).
+"""
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+CONFIG_FILE = "rl_agent_config.json"
+WEIGHTS_FILE = "model.safetensors"
+ENCODER_DIR = "encoder"
+
+#: Question types, in the row order of `type_emb` (laya's QTYPES).
+QTYPES = {"choice": 0, "score": 1, "noul": 2}
+ACT_HIDDEN = 256
+HEAD_NORM_EPS = 1e-5
+#: The value masked marker columns get; the runtime never reads those columns.
+MASKED_LOGIT = -1e4
+
+
+# ----------------------------------------------------------------------------------- the head
+
+class HeadAttention(nn.Module):
+    """Multi-head self-attention with `nn.MultiheadAttention`'s parameter names.
+
+    q/k/v come from one packed projection (`in_proj_weight`, rows q then k then v) and the
+    heads are split with constant-argument reshapes, so the trace keeps batch and sequence
+    dynamic. Attention runs through `scaled_dot_product_attention` with a boolean keep-mask.
+    """
+
+    def __init__(self, d_model: int, nhead: int):
+        super().__init__()
+        if d_model % nhead:
+            raise ValueError(f"head width {d_model} is not divisible by {nhead} heads")
+        self.nhead = nhead
+        self.head_dim = d_model // nhead
+        self.in_proj_weight = nn.Parameter(torch.empty(3 * d_model, d_model))
+        self.in_proj_bias = nn.Parameter(torch.empty(3 * d_model))
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        # x: (B, T, d); keep: (B, 1, 1, T) bool, True where a key is a real token.
+        qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias)
+        q, k, v = (part.unflatten(-1, (self.nhead, self.head_dim)).transpose(1, 2)
+                   for part in qkv.chunk(3, dim=-1))
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+        return self.out_proj(out.transpose(1, 2).flatten(-2))
+
+
+class HeadLayer(nn.Module):
+    """One pre-norm transformer encoder layer: x + attn(norm1(x)), then x + ff(norm2(x))."""
+
+    def __init__(self, d_model: int, nhead: int):
+        super().__init__()
+        self.self_attn = HeadAttention(d_model, nhead)
+        self.linear1 = nn.Linear(d_model, 4 * d_model)
+        self.linear2 = nn.Linear(4 * d_model, d_model)
+        self.norm1 = nn.LayerNorm(d_model, eps=HEAD_NORM_EPS)
+        self.norm2 = nn.LayerNorm(d_model, eps=HEAD_NORM_EPS)
+
+    def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        x = x + self.self_attn(self.norm1(x), keep)
+        return x + self.linear2(F.relu(self.linear1(self.norm2(x))))
+
+
+class HeadStack(nn.Module):
+    """Holds the head layers under `layers`, the attribute name the checkpoint keys use."""
+
+    def __init__(self, d_model: int, nhead: int, num_layers: int):
+        super().__init__()
+        self.layers = nn.ModuleList(HeadLayer(d_model, nhead) for _ in range(num_layers))
+
+    def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x, keep)
+        return x
+
+
+def head_heads(d_model: int) -> int:
+    """Number of attention heads in the decision head: one per 64 channels, at least one."""
+    return max(1, d_model // 64)
+
+
+# ---------------------------------------------------------------------------------- the model
+
+class DecisionModel(nn.Module):
+    """Encoder + typed decision head; `forward` returns `(logits, act_logits)`.
+
+    `logits` are per marker column (float32, masked columns = -1e4); `act_logits` come from
+    the act head, which reads the CLS state and four confidence features of the option
+    distribution: top-1 probability, top-1 minus top-2, normalised entropy and k / 255.
+    """
+
+    def __init__(self, encoder: nn.Module, head_layers: int = 2, n_act: int = 2, *, empty: bool = False):
+        """`empty=True` leaves the head's parameters uninitialised (for a model about to be
+        loaded): they are created on the meta device and materialised empty on CPU, so building
+        the model neither spends time on initialisers nor draws from torch's global RNG."""
+        super().__init__()
+        d = int(encoder.config.hidden_size)
+        self.encoder = encoder
+        with torch.device("meta") if empty else nullcontext():
+            self.head = HeadStack(d, head_heads(d), head_layers) if head_layers > 0 else None
+            self.type_emb = nn.Embedding(len(QTYPES), d)
+            self.scorer = nn.Sequential(nn.LayerNorm(d), nn.Linear(d, d), nn.GELU(), nn.Linear(d, 1))
+            self.act_head = nn.Sequential(nn.Linear(d + 4, ACT_HIDDEN), nn.GELU(), nn.Linear(ACT_HIDDEN, n_act))
+        if empty:
+            for module in (self.head, self.type_emb, self.scorer, self.act_head):
+                if module is not None:
+                    module.to_empty(device="cpu")
+        self.register_buffer("temperature", torch.ones(len(QTYPES)))
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, marker_pos: torch.Tensor,
+                marker_mask: torch.Tensor, qtype: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        h = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        h = h + self.type_emb(qtype)[:, None, :]
+        if self.head is not None:
+            keep = (attention_mask != 0)[:, None, None, :]
+            h = self.head(h, keep)
+        # Gather each marker's hidden state; padded marker columns read position 0 and are
+        # masked below. Negative positions (never produced by the runtime) are clamped.
+        idx = marker_pos.clamp(min=0).unsqueeze(-1).expand(-1, -1, h.size(-1))
+        marked = torch.gather(h, 1, idx)
+        logits = self.scorer(marked).squeeze(-1).float()
+        logits = logits.masked_fill(~marker_mask, MASKED_LOGIT)
+
+        p = torch.softmax(logits, dim=-1)
+        k = marker_mask.sum(-1).clamp(min=2).float()
+        ent = -(p * torch.log(p.clamp_min(1e-9))).sum(-1) / torch.log(k)
+        # Always top-2: the graph needs >= 2 marker columns, which the runtime guarantees.
+        top = p.topk(2, dim=-1).values
+        feats = torch.stack([top[:, 0], top[:, 0] - top[:, 1], ent, k / 255.0], dim=-1)
+        act_input = torch.cat([h[:, 0].float(), feats], dim=-1).to(self.act_head[0].weight.dtype)
+        return logits, self.act_head(act_input)
+
+
+# ---------------------------------------------------------------------------- config helpers
+
+def apply_rope_parameters(encoder_config: Any) -> None:
+    """Mirror transformers-5 `rope_parameters` onto `global_rope_theta` / `local_rope_theta`.
+
+    A config written by transformers 5 keeps RoPE bases per layer type
+    (`{"full_attention": {"rope_theta": ..}, "sliding_attention": {..}}`); transformers 4.x reads
+    only the two flat attributes and would silently fall back to its defaults (160000 / 10000),
+    which is wrong for mmBERT-style encoders whose local base is 160000. Where the flat
+    attributes exist, set them from `rope_parameters`; otherwise this changes nothing.
+    """
+    rope = getattr(encoder_config, "rope_parameters", None)
+    if not isinstance(rope, dict):
+        return
+    flat = rope.get("rope_theta")
+    for layer_type, attr in (("full_attention", "global_rope_theta"), ("sliding_attention", "local_rope_theta")):
+        params = rope.get(layer_type)
+        theta = params.get("rope_theta") if isinstance(params, dict) else flat
+        if theta is not None and hasattr(encoder_config, attr):
+            setattr(encoder_config, attr, float(theta))
+
+
+def n_actions(cfg: Dict[str, Any]) -> int:
+    """The act head's width: one column per entry of `act_costs`, plus "answer now"."""
+    return len(cfg.get("act_costs") or {}) + 1
+
+
+@contextmanager
+def _skip_init():
+    """transformers' `no_init_weights`, which moved between 4.x and 5.x."""
+    try:
+        from transformers.initialization import no_init_weights
+    except ImportError:  # transformers 4.x
+        from transformers.modeling_utils import no_init_weights
+    with no_init_weights():
+        yield
+
+
+def load_encoder_config(encoder_dir: Path):
+    from transformers import AutoConfig
+
+    encoder_dir = Path(encoder_dir)
+    if not (encoder_dir / "config.json").is_file():
+        raise ValueError(f"checkpoint has no encoder config at {str(encoder_dir / 'config.json')!r}")
+    ecfg = AutoConfig.from_pretrained(str(encoder_dir))
+    apply_rope_parameters(ecfg)
+    return ecfg
+
+
+def build_decision_model(cfg: Dict[str, Any], encoder_config: Any, *, device: str = "cpu") -> DecisionModel:
+    """An uninitialised DecisionModel for `cfg` + `encoder_config` (every weight must be loaded).
+
+    `device="meta"` builds shapes only (no memory), which is how the checkpoint writer and the
+    shape checks enumerate the state dict of even the full-size model for free. Nothing here
+    draws from torch's global RNG.
+    """
+    from transformers import AutoModel
+
+    if device == "meta":
+        with torch.device("meta"):
+            encoder = AutoModel.from_config(encoder_config, attn_implementation="sdpa")
+            return DecisionModel(encoder, int(cfg.get("head_layers", 2)), n_actions(cfg))
+    if device != "cpu":
+        raise ValueError(f"device must be 'cpu' or 'meta', got {device!r}")
+    with _skip_init():
+        encoder = AutoModel.from_config(encoder_config, attn_implementation="sdpa")
+    return DecisionModel(encoder, int(cfg.get("head_layers", 2)), n_actions(cfg), empty=True)
+
+
+# ------------------------------------------------------------------------------------ loading
+
+def expected_shapes(model: nn.Module) -> Dict[str, Tuple[int, ...]]:
+    return {k: tuple(v.shape) for k, v in model.state_dict().items()}
+
+
+def _listing(items: List[str], limit: int = 8) -> str:
+    shown = ", ".join(items[:limit])
+    return shown + (f", ... and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def check_state_dict_shapes(expected: Dict[str, Tuple[int, ...]], found: Dict[str, Tuple[int, ...]],
+                            where: str) -> None:
+    """Raise ValueError naming `where` and every missing / unexpected / mismatched key."""
+    missing = sorted(k for k in expected if k not in found)
+    unexpected = sorted(k for k in found if k not in expected)
+    mismatched = sorted(f"{k} (checkpoint {list(found[k])}, model {list(expected[k])})"
+                        for k in expected if k in found and tuple(found[k]) != tuple(expected[k]))
+    if not (missing or unexpected or mismatched):
+        return
+    parts = []
+    if missing:
+        parts.append(f"{len(missing)} missing key(s): {_listing(missing)}")
+    if unexpected:
+        parts.append(f"{len(unexpected)} unexpected key(s): {_listing(unexpected)}")
+    if mismatched:
+        parts.append(f"{len(mismatched)} shape mismatch(es): {_listing(mismatched)}")
+    raise ValueError(
+        f"checkpoint {where!r} does not match the decision model its configs describe: "
+        + "; ".join(parts)
+        + ". Is this a Laya checkpoint, and do rl_agent_config.json / encoder/config.json belong to these weights?")
+
+
+def read_checkpoint_config(checkpoint_dir: Path) -> Dict[str, Any]:
+    path = Path(checkpoint_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise ValueError(f"checkpoint {str(checkpoint_dir)!r} has no {CONFIG_FILE}; is it a Laya checkpoint?")
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise ValueError(f"checkpoint {str(checkpoint_dir)!r}: {CONFIG_FILE} is not valid JSON ({exc})") from None
+    if not isinstance(cfg, dict):
+        raise ValueError(f"checkpoint {str(checkpoint_dir)!r}: {CONFIG_FILE} must be a JSON object")
+    layout = cfg.get("option_layout", "sequential")
+    if layout != "sequential":
+        raise ValueError(f"checkpoint {str(checkpoint_dir)!r}: option_layout={layout!r} is not supported; "
+                         "the exported graph implements the sequential layout only")
+    head_layers = cfg.get("head_layers", 2)
+    if isinstance(head_layers, bool) or not isinstance(head_layers, int) or head_layers < 0:
+        raise ValueError(f"checkpoint {str(checkpoint_dir)!r}: head_layers must be a non-negative integer, "
+                         f"got {head_layers!r}")
+    return cfg
+
+
+def load_decision_model(checkpoint_dir: Path) -> Tuple[DecisionModel, Dict[str, Any]]:
+    """Build the model a checkpoint's configs describe and load its weights, strictly.
+
+    Keys and shapes are compared before any tensor is copied: a wrong or partial checkpoint
+    raises a ValueError that names the checkpoint and the offending keys. Weights stored in
+    reduced precision (the release writes fp16) are widened to float32.
+    """
+    from safetensors import safe_open
+
+    checkpoint_dir = Path(checkpoint_dir)
+    if not checkpoint_dir.is_dir():
+        raise ValueError(f"checkpoint {str(checkpoint_dir)!r} is not a directory")
+    cfg = read_checkpoint_config(checkpoint_dir)
+    weights = checkpoint_dir / WEIGHTS_FILE
+    if not weights.is_file():
+        raise ValueError(f"checkpoint {str(checkpoint_dir)!r} has no {WEIGHTS_FILE}")
+    ecfg = load_encoder_config(checkpoint_dir / ENCODER_DIR)
+
+    shapes = expected_shapes(build_decision_model(cfg, ecfg, device="meta"))
+    try:
+        handle = safe_open(str(weights), framework="pt")
+    except Exception as exc:  # safetensors raises its own error types for a damaged header
+        raise ValueError(f"checkpoint {str(checkpoint_dir)!r}: {WEIGHTS_FILE} is not a readable "
+                         f"safetensors file ({exc})") from None
+    with handle as f:
+        found = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+        check_state_dict_shapes(shapes, found, str(checkpoint_dir))
+        model = build_decision_model(cfg, ecfg)
+        with torch.no_grad():
+            own = model.state_dict(keep_vars=True)
+            for key in shapes:
+                tensor = f.get_tensor(key)
+                if not (tensor.is_floating_point() or key == "temperature"):
+                    raise ValueError(f"checkpoint {str(checkpoint_dir)!r}: tensor {key!r} has dtype "
+                                     f"{tensor.dtype}, expected a floating-point tensor")
+                own[key].copy_(tensor.to(torch.float32))
+    model.float().eval()
+    try:  # ModernBERT may otherwise torch.compile its own forward ("auto")
+        model.encoder.config.reference_compile = False
+    except Exception:
+        pass
+    return model, cfg
+
+
+def state_dict_keys_and_shapes(cfg: Dict[str, Any], encoder_config: Any) -> Dict[str, Tuple[int, ...]]:
+    """The full state dict layout for a config pair, computed on the meta device."""
+    return expected_shapes(build_decision_model(cfg, encoder_config, device="meta"))
+
+
+__all__ = [
+    "DecisionModel", "HeadAttention", "HeadLayer", "HeadStack", "QTYPES", "apply_rope_parameters",
+    "build_decision_model", "check_state_dict_shapes", "load_decision_model", "load_encoder_config",
+    "n_actions", "read_checkpoint_config", "state_dict_keys_and_shapes", "head_heads",
+]

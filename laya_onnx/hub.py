@@ -1,0 +1,140 @@
+"""Checkpoint sources: a local directory or a Hugging Face Hub repo, with revision pinning.
+
+Torch-free (stdlib + huggingface_hub, imported lazily), so the exporter and the runtime share
+one set of rules, which follow laya 0.4.15 (`revisions.py`, `Agent.__init__`):
+
+* An argument that exists on disk is a local checkpoint. One that looks like a path
+  (`/`, `./`, `../`, `~`, absolute) but does not exist is a `FileNotFoundError`, never a Hub
+  lookup. Anything else is a repo id: `org/name`, or `org/name/subfolder` for a checkpoint
+  that lives in a subfolder of a bundle repo (`convaiinnovations/laya/multilingual`).
+* The revision is `revision`, else `$LAYA_REVISION`, stripped; empty means the Hub default.
+  `"reviewed"` (any case) maps to the reviewed commit pinned for that repo, matched
+  case-insensitively; a repo without a pin refuses, naming whichever of the two asked.
+  A truthy but blank `revision` suppresses the environment variable.
+* Only the checkpoint's files are fetched (`allow_patterns`), and the commit the snapshot
+  resolved to is recorded (the `snapshots/<sha>` directory name).
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence, Tuple
+
+#: Reviewed commit SHAs of the published checkpoints (laya 0.4.15 revisions.py). Opt-in only.
+PINNED_REVISIONS = {
+    "convaiinnovations/laya": "55cf4c4ebb4ebe31b2550e8bdf3bd21b99753851",
+    "convaiinnovations/laya-multilingual": "e4e9ddf21a7b1903b7acffd8814ad4307bf63a67",
+    "convaiinnovations/laya-typed-decisions": "1a793eb568e6718f15941d08f85432581df534e3",
+}
+REVIEWED = "reviewed"
+REVISION_ENV = "LAYA_REVISION"
+
+#: What a checkpoint consists of; the runtime needs everything but the weights.
+CHECKPOINT_FILES: Tuple[str, ...] = ("rl_agent_config.json", "model.safetensors", "tokenizer/*", "encoder/*")
+RUNTIME_FILES: Tuple[str, ...] = ("rl_agent_config.json", "tokenizer/*", "encoder/*")
+
+_REPO_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
+_REPO_RE = re.compile(rf"^(?P<repo>{_REPO_PART}/{_REPO_PART})(?:/(?P<sub>[^\s\\]+?))?/?$")
+
+
+def pinned_revision(repo_id: str) -> Optional[str]:
+    """The reviewed SHA for `repo_id` (case-insensitive), or None."""
+    wanted = repo_id.lower()
+    for repo, sha in PINNED_REVISIONS.items():
+        if repo.lower() == wanted:
+            return sha
+    return None
+
+
+def resolve_revision(repo_id: str, revision: Optional[str] = None) -> Optional[str]:
+    """The revision to request from the Hub for `repo_id` (None: the Hub default)."""
+    value = (revision or os.environ.get(REVISION_ENV, "")).strip()
+    if not value:
+        return None
+    if value.lower() != REVIEWED:
+        return value
+    sha = pinned_revision(repo_id)
+    if sha is not None:
+        return sha
+    if revision:
+        raise ValueError(f"revision={revision!r} asks for the reviewed commit, but {repo_id!r} has no "
+                         "reviewed SHA pinned; pass a commit, branch or tag in revision= instead")
+    raise ValueError(f"{REVISION_ENV}={REVIEWED}, but {repo_id!r} has no reviewed SHA pinned; "
+                     f"set {REVISION_ENV} to a commit or unset it")
+
+
+def snapshot_revision(path: "str | os.PathLike") -> Optional[str]:
+    """The commit a Hub snapshot directory points at (`.../snapshots/<sha>`), else None."""
+    real = os.path.realpath(os.fspath(path)).rstrip(os.sep)
+    parent, base = os.path.split(real)
+    return base if base and os.path.basename(parent) == "snapshots" else None
+
+
+def looks_like_path(arg: str) -> bool:
+    return arg.startswith(("/", "./", "../", "~", ".\\", "..\\")) or os.path.isabs(arg)
+
+
+def split_repo_id(arg: str) -> Tuple[str, Optional[str]]:
+    """`org/name[/subfolder...]` -> (`org/name`, subfolder or None); ValueError otherwise."""
+    m = _REPO_RE.match(arg.strip())
+    if not m or any(part in ("", ".", "..") for part in (m.group("sub") or "x").split("/")):
+        raise ValueError(f"{arg!r} is neither an existing directory nor a Hub repo id "
+                         "('org/name' or 'org/name/subfolder')")
+    return m.group("repo"), m.group("sub")
+
+
+@dataclass(frozen=True)
+class CheckpointSource:
+    """Where a checkpoint came from and where its files are now."""
+
+    path: Path                                 # the checkpoint directory (subfolder applied)
+    repo: Optional[str] = None                 # Hub repo id; None for a local directory
+    subfolder: Optional[str] = None
+    requested_revision: Optional[str] = None   # after `reviewed` / $LAYA_REVISION resolution
+    revision: Optional[str] = None             # the commit the snapshot resolved to (or the request)
+
+    def as_dict(self) -> dict:
+        return {"path": str(self.path), "repo": self.repo, "subfolder": self.subfolder,
+                "revision": self.revision}
+
+
+def fetch_checkpoint(arg: "str | os.PathLike", *, revision: Optional[str] = None, token: Optional[str] = None,
+                     cache_dir: "str | os.PathLike | None" = None,
+                     files: Sequence[str] = CHECKPOINT_FILES) -> CheckpointSource:
+    """Resolve `arg` to a checkpoint directory, downloading its `files` from the Hub if needed.
+
+    Offline (`HF_HUB_OFFLINE=1`) a Hub id resolves from the local cache (`cache_dir`, else
+    `$HF_HUB_CACHE`), or raises huggingface_hub's `LocalEntryNotFoundError` when the snapshot
+    is not there.
+    """
+    text = os.fspath(arg)
+    if os.path.exists(text):
+        path = Path(text)
+        if not path.is_dir():
+            raise NotADirectoryError(f"checkpoint {text!r} is a file; expected a checkpoint directory")
+        return CheckpointSource(path=path)
+    if looks_like_path(text):
+        raise FileNotFoundError(f"Local model path not found: {text!r}.")
+    repo, sub = split_repo_id(text)
+    requested = resolve_revision(repo, revision)
+    from huggingface_hub import snapshot_download
+
+    prefix = f"{sub}/" if sub else ""
+    kwargs = {"allow_patterns": [prefix + f for f in files], "token": token or os.environ.get("HF_TOKEN") or None}
+    if requested:
+        kwargs["revision"] = requested
+    if cache_dir is not None:
+        kwargs["cache_dir"] = os.fspath(cache_dir)
+    root = Path(snapshot_download(repo, **kwargs))
+    commit = snapshot_revision(root) or requested
+    path = root / sub if sub else root
+    if sub and not path.is_dir():
+        raise FileNotFoundError(f"Subfolder {sub!r} not found in {repo!r}.")
+    return CheckpointSource(path=path, repo=repo, subfolder=sub, requested_revision=requested, revision=commit)
+
+
+__all__ = ["CHECKPOINT_FILES", "CheckpointSource", "PINNED_REVISIONS", "REVIEWED", "RUNTIME_FILES",
+           "fetch_checkpoint", "looks_like_path", "pinned_revision", "resolve_revision", "snapshot_revision",
+           "split_repo_id"]
