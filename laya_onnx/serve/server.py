@@ -5,7 +5,7 @@ import logging
 import os
 from typing import Optional, Sequence
 
-from laya_onnx.serve.settings import resolve_host, resolve_log_level, resolve_port
+from laya_onnx.serve.settings import resolve_host, resolve_log_level, resolve_port, threads_from_env
 
 log = logging.getLogger("laya_onnx.serve")
 
@@ -29,8 +29,12 @@ def run_server(bundle: "os.PathLike | str", host: Optional[str] = None, port: Op
     from laya_onnx import ONNXAgent
     from laya_onnx.serve.app import create_app
 
+    options = {}
+    threads = threads_from_env()
+    if threads is not None:
+        options["threads"] = threads
     try:
-        agent = ONNXAgent(bundle, providers=list(providers) if providers else None)
+        agent = ONNXAgent(bundle, providers=list(providers) if providers else None, **options)
     except (OSError, ValueError) as exc:
         raise SystemExit(f"laya-onnx: cannot serve {str(bundle)!r}: {exc}") from None
     app = create_app(agent)

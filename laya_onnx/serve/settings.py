@@ -85,6 +85,19 @@ def body_read_timeout_from_env() -> float:
     return seconds if 0.0 < seconds < math.inf else DEFAULT_BODY_READ_TIMEOUT
 
 
+def threads_from_env() -> Optional[int]:
+    """LAYA_THREADS: ONNX Runtime intra-op threads; anything but a positive int leaves ORT's default."""
+    value = _raw("LAYA_THREADS")
+    if value is None:
+        return None
+    try:
+        n = int(value.strip())
+    except ValueError:
+        log.warning("invalid LAYA_THREADS %r; using onnxruntime's default", value)
+        return None
+    return n if n > 0 else None
+
+
 def api_key_from_env() -> Optional[str]:
     # Not stripped: the key is compared byte for byte, and an empty value means "no auth".
     return os.environ.get("LAYA_API_KEY") or None
