@@ -1,0 +1,160 @@
+"""End to end: a real `laya-onnx serve` process on a loopback port, a real HTTP client.
+
+Uses the session's `bundle_factory` fixture (tests/conftest.py) for the tiny english bundle and
+compares what the server answers with what `ONNXAgent.predict` answers in-process on the same
+bundle. Skipped when the fixture is not available. Every wait is bounded.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+pytest.importorskip("aiohttp")
+
+REQUEST = {
+    "state": "I was charged twice this month, I want my money back",
+    "questions": {
+        "queue": {"type": "choice", "instructions": "Which team?",
+                  "criteria": {"billing": "billing and refunds", "tech": "login and app issues",
+                               "other": "everything else"}},
+        "urgency": {"type": "score", "instructions": "How urgent?",
+                    "criteria": ["calm", "firm", "angry", "furious"]},
+        "refund": {"type": "noul", "instructions": "Does the user ask for a refund?"},
+    },
+}
+STARTUP_SECONDS = 90
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _call(url, body=None, headers=None, timeout=30):
+    data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+    req = urllib.request.Request(url, data=data, headers=headers or {},
+                                 method="GET" if body is None else "POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, dict(resp.headers), json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, dict(err.headers), json.loads(err.read())
+
+
+@pytest.fixture
+def tiny_bundle(request):
+    try:
+        factory = request.getfixturevalue("bundle_factory")
+    except pytest.FixtureLookupError:
+        pytest.skip("no bundle_factory fixture in tests/conftest.py")
+    return factory("tiny-english")
+
+
+@pytest.fixture
+def server(tiny_bundle, tmp_path):
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAYA_")}
+    env.update({"LAYA_API_KEY": "s3cret", "LAYA_LOG_LEVEL": "warning", "LAYA_PORT": "not-used"})
+    log = open(tmp_path / "server.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "laya_onnx", "serve", str(tiny_bundle), "--host", "127.0.0.1",
+         "--port", str(port), "--providers", "CPUExecutionProvider"],
+        stdout=log, stderr=subprocess.STDOUT, env=env)
+    base = "http://127.0.0.1:%d" % port
+    try:
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while True:
+            if proc.poll() is not None:
+                log.flush()
+                pytest.fail("server exited with %s:\n%s" % (proc.returncode,
+                                                            (tmp_path / "server.log").read_text()[-4000:]))
+            try:
+                if _call(base + "/health", timeout=2)[0] == 200:
+                    break
+            except (OSError, ValueError):
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail("server did not answer /health within %ds" % STARTUP_SECONDS)
+            time.sleep(0.2)
+        yield base, proc, tiny_bundle
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        log.close()
+
+
+def test_real_server_answers_like_the_agent(server):
+    from laya_onnx import ONNXAgent
+
+    base, proc, bundle = server
+    auth = {"Authorization": "Bearer s3cret", "Content-Type": "application/json"}
+
+    # health: liveness only without the bearer, full payload with it
+    assert _call(base + "/health")[2] == {"status": "ok"}
+    status, _, health = _call(base + "/health", headers=auth)
+    assert status == 200 and health["status"] == "ok"
+    assert list(health)[:7] == ["status", "loaded", "revisions", "device", "device_is_preference",
+                                "checkpoint_devices", "cpu_fallbacks"]
+    name = health["loaded"][0]
+    assert health["device"] == "cpu" and health["providers"] == {name: ["CPUExecutionProvider"]}
+
+    status, _, body = _call(base + "/v1/systemone", REQUEST)
+    assert (status, body) == (401, {"detail": "invalid or missing bearer token"})
+
+    status, headers, body = _call(base + "/v1/systemone", REQUEST, auth)
+    assert status == 200, body
+    assert float(headers["X-Inference-Time-Ms"]) >= 0
+    assert headers["Server-Timing"].startswith("inference;dur=")
+
+    agent = ONNXAgent(bundle, providers=["CPUExecutionProvider"])
+    local = agent.predict(REQUEST["state"], REQUEST["questions"])
+    assert body["model"] == local["model"] and body["usage"] == local["usage"]
+    assert body["routing"]["model"] == name == agent.name
+    assert body["routing"]["reason"] == "served bundle"
+    for qid, answer in local["answers"].items():
+        served = dict(body["answers"][qid])
+        jev = served.pop("x_jev_confidence", None)
+        assert served == answer
+        assert (jev is None) == (answer["type"] == "noul")
+
+    # batch over two states equals the agent's own batch
+    status, _, batch = _call(base + "/v1/systemone/batch",
+                             {"states": [REQUEST["state"], {"ticket": "login fails"}],
+                              "questions": REQUEST["questions"]}, auth)
+    assert status == 200, batch
+    local_batch = agent.predict_batch([REQUEST["state"], {"ticket": "login fails"}], REQUEST["questions"])
+    assert [r["usage"] for r in batch["results"]] == [r["usage"] for r in local_batch]
+    assert batch["total_usage"]["input_tokens"] == sum(r["usage"]["input_tokens"] for r in local_batch)
+
+    # the model's own question validation comes back as a 422 with its text
+    bad = {"state": "x", "questions": {"refund": {"type": "X", "instructions": "x"}}}
+    status, _, body = _call(base + "/v1/systemone", bad, auth)
+    assert status == 422 and body["detail"].startswith("question 'refund': unknown type 'X'")
+
+    # and a graceful stop on SIGTERM
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 0
+
+
+def test_serve_refuses_a_missing_bundle_with_a_message(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAYA_")}
+    done = subprocess.run([sys.executable, "-m", "laya_onnx", "serve", str(tmp_path / "nope"),
+                           "--host", "127.0.0.1", "--port", str(_free_port())],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode != 0
+    assert "laya-onnx: cannot serve" in done.stderr and "Traceback" not in done.stderr
