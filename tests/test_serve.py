@@ -730,18 +730,33 @@ async def test_health_liveness_only_without_the_right_bearer():
 @aio
 async def test_health_full_payload():
     agent = FakeAgent()
-    agent.fallbacks = {"CUDAExecutionProvider": {"count": 2, "last_reason": "CUDA failure 2: out of memory"}}
+    # a provider that never attached at startup is reported by `device`, not as a fallback
+    agent.fallbacks = {"CUDAExecutionProvider": {"count": 1, "last_reason": "CUDA is not available"}}
     async with served(agent) as c:
-        r = await c.get("/health")
-        body = await r.json()
-    assert list(body) == HEALTH_KEYS
-    assert body == {
-        "status": "ok", "loaded": ["english"], "revisions": {"english": "0123456789abcdef"},
-        "device": "cpu", "device_is_preference": False, "checkpoint_devices": {"english": "cpu"},
-        "cpu_fallbacks": {"english": {"count": 2, "last_reason": "CUDA failure 2: out of memory"}},
-        "providers": {"english": ["CPUExecutionProvider"]},
-        "provider_fallbacks": {"english": agent.fallbacks},
-    }
+        body = await (await c.get("/health")).json()
+        assert list(body) == HEALTH_KEYS
+        assert body == {
+            "status": "ok", "loaded": ["english"], "revisions": {"english": "0123456789abcdef"},
+            "device": "cpu", "device_is_preference": False, "checkpoint_devices": {"english": "cpu"},
+            "cpu_fallbacks": {"english": {"count": 0, "last_reason": None}},
+            "providers": {"english": ["CPUExecutionProvider"]},
+            "provider_fallbacks": {"english": {"CUDAExecutionProvider": {
+                "count": 1, "last_reason": "CUDA is not available"}}},
+        }
+        # passes retried on CPU after startup are counted, with the latest reason
+        agent.fallbacks = {"CUDAExecutionProvider": {"count": 3, "last_reason": "run failed on CUDA: OOM"}}
+        body = await (await c.get("/health")).json()
+        assert body["cpu_fallbacks"] == {"english": {"count": 2, "last_reason": "run failed on CUDA: OOM"}}
+        assert body["provider_fallbacks"]["english"]["CUDAExecutionProvider"]["count"] == 3
+
+
+@aio
+async def test_health_reads_laya_style_counters():
+    agent = FakeAgent()
+    agent.cpu_fallback_count, agent.last_fallback_reason = 4, "out of memory"
+    async with served(agent) as c:
+        body = await (await c.get("/health")).json()
+    assert body["cpu_fallbacks"] == {"english": {"count": 4, "last_reason": "out of memory"}}
 
 
 @aio

@@ -30,8 +30,8 @@ from laya_onnx.serve import validate as v
 from laya_onnx.serve.errors import (BODY_TIMEOUT, BODY_TOO_LARGE, BUSY, INFERENCE_FAILED,
                                     LONE_SURROGATE, NON_FINITE, UNAUTHORIZED, ApiError)
 from laya_onnx.serve.settings import Settings
-from laya_onnx.serve.wire import (Checkpoint, cpu_fallbacks, preferred_device, provider_device,
-                                  render, shape)
+from laya_onnx.serve.wire import (Checkpoint, cpu_fallbacks, fallback_baseline, preferred_device,
+                                  provider_device, read_fallbacks, render, shape)
 
 log = logging.getLogger("laya_onnx.serve")
 
@@ -56,6 +56,8 @@ AGENT = web.AppKey("agent", Any)
 CHECKPOINT = web.AppKey("checkpoint", Checkpoint)
 SETTINGS = web.AppKey("settings", Settings)
 RUNTIME = web.AppKey("runtime", Runtime)
+#: Provider fallback counts when the app was built (providers that never attached).
+FALLBACK_BASELINE = web.AppKey("fallback_baseline", Dict[str, int])
 
 
 # -- responses -----------------------------------------------------------------------------
@@ -302,7 +304,6 @@ async def health(request: web.Request) -> web.Response:
     providers = list(providers) if isinstance(providers, (list, tuple)) else []
     measured = provider_device(providers[0]) if providers else None
     checkpoint_devices = {name: measured} if measured else {}
-    fallbacks = getattr(agent, "fallbacks", None)
     return json_response({
         "status": "ok",
         "loaded": [name],
@@ -310,9 +311,9 @@ async def health(request: web.Request) -> web.Response:
         "device": measured or preferred_device(agent),
         "device_is_preference": measured is None,
         "checkpoint_devices": checkpoint_devices,
-        "cpu_fallbacks": {name: cpu_fallbacks(agent)},
+        "cpu_fallbacks": {name: cpu_fallbacks(agent, request.app[FALLBACK_BASELINE])},
         "providers": {name: providers},
-        "provider_fallbacks": {name: dict(fallbacks) if isinstance(fallbacks, dict) else {}},
+        "provider_fallbacks": {name: read_fallbacks(agent)},
     })
 
 
@@ -352,6 +353,7 @@ def create_app(agent: Any, **settings: Any) -> web.Application:
     app[CHECKPOINT] = Checkpoint.of(agent)
     app[SETTINGS] = config
     app[RUNTIME] = Runtime(max_concurrent=config.max_concurrent)
+    app[FALLBACK_BASELINE] = fallback_baseline(agent)
     app.cleanup_ctx.append(_runtime_ctx)
     app.router.add_get("/health", health, name="health", allow_head=False)
     app.router.add_post("/v1/systemone", systemone, name="systemone")

@@ -151,27 +151,50 @@ def preferred_device(agent: Any) -> str:
     return "cpu"
 
 
-def cpu_fallbacks(agent: Any) -> Dict[str, Any]:
-    """`{count, last_reason}` for the checkpoint: provider fallbacks to CPU, summed.
+def read_fallbacks(agent: Any) -> Dict[str, Dict[str, Any]]:
+    """The agent's `{provider: {count, last_reason}}` table, copied; {} when it has none.
 
-    An agent that keeps laya's own counters (`cpu_fallback_count`, `last_fallback_reason`) is
-    read as laya-serve reads it; otherwise the per-provider `fallbacks` table is folded.
+    The worker thread may add a provider to the table while the event loop reads it, so a
+    read that races a first fallback is simply retried.
+    """
+    for _ in range(3):
+        try:
+            table = getattr(agent, "fallbacks", None)
+            if not isinstance(table, dict):
+                return {}
+            return {str(p): dict(entry) for p, entry in table.items() if isinstance(entry, dict)}
+        except RuntimeError:  # dictionary changed size during iteration
+            continue
+    return {}
+
+
+def _count(entry: Dict[str, Any]) -> int:
+    n = entry.get("count") or 0
+    return n if isinstance(n, int) and not isinstance(n, bool) else 0
+
+
+def cpu_fallbacks(agent: Any, baseline: Dict[str, int]) -> Dict[str, Any]:
+    """laya-serve's `{count, last_reason}`: passes that failed on an accelerator and were retried
+    on CPU since the server started.
+
+    `baseline` is the per-provider count when the app was built: those are the providers that
+    never attached (a CPU-only build, no GPU), which laya-serve does not count as fallbacks —
+    that case is what `device` reports. An agent with laya's own counters is read as is.
     """
     if hasattr(agent, "cpu_fallback_count"):
         return {"count": getattr(agent, "cpu_fallback_count", 0),
                 "last_reason": getattr(agent, "last_fallback_reason", None)}
-    table = getattr(agent, "fallbacks", None)
     count, reason = 0, None
-    if isinstance(table, dict):
-        for entry in table.values():
-            if not isinstance(entry, dict):
-                continue
-            n = entry.get("count") or 0
-            if isinstance(n, int) and not isinstance(n, bool):
-                count += n
-            if entry.get("last_reason") is not None:
-                reason = entry.get("last_reason")
+    for provider, entry in read_fallbacks(agent).items():
+        delta = _count(entry) - baseline.get(provider, 0)
+        if delta > 0:
+            count += delta
+            reason = entry.get("last_reason")
     return {"count": count, "last_reason": reason}
+
+
+def fallback_baseline(agent: Any) -> Dict[str, int]:
+    return {p: _count(entry) for p, entry in read_fallbacks(agent).items()}
 
 
 # -- response shaping ----------------------------------------------------------------------
