@@ -5,8 +5,8 @@ Layout:
     inference gate, the admission semaphore) is created and torn down by a `cleanup_ctx`, so
     it binds to the loop that actually runs the app;
   * middlewares, outermost first: errors (every refusal becomes `{"detail": ...}`), the
-    trailing-slash redirect, bearer auth, admission — auth and admission apply to the two
-    decision routes only, and run before a single body byte is read;
+    trailing-slash redirect, bearer auth, admission, inference timing headers — auth and
+    admission apply to the two decision routes only, and run before a body byte is read;
   * handlers are thin: read the body, run the checks in contract order, hand the agent call
     to the worker thread, shape and render the result.
 
@@ -71,8 +71,9 @@ def error_response(status: int, detail: str, headers: Optional[Dict[str, str]] =
     return json_response({"detail": detail}, status=status, headers=headers)
 
 
-def _timing_headers(ms: float) -> Dict[str, str]:
-    return {"Server-Timing": "inference;dur=%.2f" % ms, "X-Inference-Time-Ms": "%.2f" % ms}
+#: Where a handler leaves the measured inference time for `timing_middleware`.
+INFERENCE_MS: Any = (web.RequestKey("inference_ms", float) if hasattr(web, "RequestKey")
+                     else "laya_onnx.inference_ms")  # aiohttp < 3.12 has no RequestKey
 
 
 # -- middlewares ---------------------------------------------------------------------------
@@ -140,6 +141,22 @@ async def admission_middleware(request: web.Request, handler: Handler) -> web.St
         return await handler(request)
 
 
+@web.middleware
+async def timing_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """`Server-Timing` / `X-Inference-Time-Ms` on successful decisions only.
+
+    The number is the worker's pass, measured by `infer` after the gate was acquired: queue
+    wait, parsing and shaping are not in it. A refusal is raised, never returned, so no error
+    response carries the headers.
+    """
+    response = await handler(request)
+    ms = request.get(INFERENCE_MS)
+    if ms is not None and response.status == 200:
+        response.headers["Server-Timing"] = "inference;dur=%.2f" % ms
+        response.headers["X-Inference-Time-Ms"] = "%.2f" % ms
+    return response
+
+
 # -- body ----------------------------------------------------------------------------------
 
 async def read_body(request: web.Request) -> bytes:
@@ -176,8 +193,8 @@ async def read_body(request: web.Request) -> bytes:
 
 # -- inference -----------------------------------------------------------------------------
 
-async def infer(request: web.Request, fn: Callable[[], Any], what: str) -> tuple:
-    """Run `fn` on the single worker once the gate is free; returns (result, milliseconds).
+async def infer(request: web.Request, fn: Callable[[], Any], what: str) -> Any:
+    """Run `fn` on the single worker once the gate is free, and time the pass.
 
     A ValueError is the caller's request (422, its text verbatim); anything else is ours and is
     logged with its traceback but answered with a fixed 500 so nothing about the host leaks.
@@ -193,13 +210,14 @@ async def infer(request: web.Request, fn: Callable[[], Any], what: str) -> tuple
         except Exception:  # noqa: BLE001
             log.exception("%s failed for model=%s", what, request.app[CHECKPOINT].name)
             raise ApiError(500, INFERENCE_FAILED) from None
-        return result, (time.perf_counter() - t0) * 1000.0
+        request[INFERENCE_MS] = (time.perf_counter() - t0) * 1000.0
+        return result
 
 
-def respond(request: web.Request, make_payload: Callable[[], Any], ms: float, what: str) -> web.Response:
+def respond(request: web.Request, make_payload: Callable[[], Any], what: str) -> web.Response:
     """Shape and render after inference: a non-finite float is a 422, a broken result a 500."""
     try:
-        return json_response(make_payload(), headers=_timing_headers(ms))
+        return json_response(make_payload())
     except ValueError:
         raise ApiError(422, NON_FINITE) from None
     except Exception:  # noqa: BLE001
@@ -243,11 +261,10 @@ async def systemone(request: web.Request) -> web.Response:
     controls = _agent_controls(body, checkpoint, settings)
     checkpoint.check_task(body.get("task"))
 
-    result, ms = await infer(request, partial(agent.predict, state, questions, **controls),
-                             "inference")
+    result = await infer(request, partial(agent.predict, state, questions, **controls), "inference")
     strict = settings.strict()
     return respond(request, lambda: shape({**result, "routing": checkpoint.routing()}, strict),
-                   ms, "inference")
+                   "inference")
 
 
 async def systemone_batch(request: web.Request) -> web.Response:
@@ -278,7 +295,7 @@ async def systemone_batch(request: web.Request) -> web.Response:
         per_state = {k: val for k, val in controls.items() if k not in ("batch_size", "sort_by_length")}
         return [agent.predict(s, questions, **per_state) for s in states]
 
-    results, ms = await infer(request, run, "batch inference")
+    results = await infer(request, run, "batch inference")
     strict = settings.strict()
 
     def payload() -> Dict[str, Any]:
@@ -288,7 +305,7 @@ async def systemone_batch(request: web.Request) -> web.Response:
         return {"results": [shape(r, strict) for r in routed],
                 "total_usage": {"input_tokens": total_in, "output_tokens": total_out}}
 
-    return respond(request, payload, ms, "batch inference")
+    return respond(request, payload, "batch inference")
 
 
 async def health(request: web.Request) -> web.Response:
@@ -348,6 +365,7 @@ def create_app(agent: Any, **settings: Any) -> web.Application:
                                       redirect_class=web.HTTPTemporaryRedirect),
         auth_middleware,
         admission_middleware,
+        timing_middleware,
     ])
     app[AGENT] = agent
     app[CHECKPOINT] = Checkpoint.of(agent)
