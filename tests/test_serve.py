@@ -13,9 +13,8 @@ import contextlib
 import functools
 import json
 import logging
-import math
-import socket
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -26,6 +25,7 @@ from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
 
 from laya_onnx.gate import apply_confidence_gate  # noqa: E402
 from laya_onnx.serve import create_app  # noqa: E402
+from laya_onnx.serve.app import RUNTIME  # noqa: E402
 from laya_onnx.serve import settings as serve_settings  # noqa: E402
 from laya_onnx.serve.wire import jev_confidence  # noqa: E402
 
@@ -79,6 +79,8 @@ class FakeAgent:
             self.release.set()
         self.error = error
         self.result_hook = result_hook
+        self._lock = threading.Lock()
+        self.active = self.max_active = 0
         self.providers = ["CPUExecutionProvider"]
         self.requested_providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
         self.fallbacks = {}
@@ -95,12 +97,20 @@ class FakeAgent:
         return self.result_hook(result) if self.result_hook else result
 
     def _enter(self, call):
-        self.calls.append(call)
-        self.threads.append(threading.current_thread().name)
-        self.entered.set()
-        assert self.release.wait(10), "test never released the fake agent"
-        if self.error is not None:
-            raise self.error
+        with self._lock:
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+        try:
+            self.calls.append(call)
+            self.threads.append(threading.current_thread().name)
+            self.entered.set()
+            assert self.release.wait(10), "test never released the fake agent"
+            time.sleep(0.01)  # long enough for an overlapping pass to show up in max_active
+            if self.error is not None:
+                raise self.error
+        finally:
+            with self._lock:
+                self.active -= 1
 
     def predict(self, state, questions, **kw):
         self._enter(("predict", state, questions, kw))
@@ -635,9 +645,10 @@ async def test_inference_runs_off_the_loop_and_health_answers_meanwhile():
 @aio
 async def test_one_pass_at_a_time_on_one_worker():
     async with served() as c:
-        results = await asyncio.gather(*(post(c, URL, BODY) for _ in range(6)))
-        assert [r.status for r, _ in results] == [200] * 6
-        assert len(set(c.agent.threads)) == 1
+        results = await asyncio.gather(*(post(c, path, body) for _ in range(4) for path, body in
+                                         ((URL, BODY), (BATCH, {"states": ["a", "b"], "questions": Q}))))
+        assert [r.status for r, _ in results] == [200] * 8
+        assert len(set(c.agent.threads)) == 1 and c.agent.max_active == 1
 
 
 @aio
@@ -989,10 +1000,29 @@ def test_cli_serve_bad_port_exits_before_loading(tmp_path):
         main(["serve", str(tmp_path / "missing"), "--port", "70000"])
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+@aio
+async def test_strict_projection_of_a_broken_answer_is_500(monkeypatch, caplog):
+    def broken(result):
+        del result["answers"]["queue"]["choice"]
+        return result
+    monkeypatch.setenv("LAYA_JEV_STRICT", "1")
+    async with served(FakeAgent(result_hook=broken)) as c:
+        with caplog.at_level(logging.ERROR):
+            r, out = await post(c, URL, BODY)
+    assert (r.status, out) == (500, {"detail": "inference failed"})
+    assert "Server-Timing" not in r.headers and caplog.records
 
 
-assert math  # used by helpers in parametrized cases above
+@aio
+async def test_health_answers_during_a_batch_and_shutdown_waits_for_the_pass():
+    agent = FakeAgent(block=True)
+    async with served(agent) as c:
+        pending = asyncio.ensure_future(post(c, BATCH, {"states": ["a"] * 3, "questions": Q}))
+        assert await asyncio.to_thread(agent.entered.wait, 5)
+        assert (await c.get("/health")).status == 200
+        agent.release.set()
+        r, body = await pending
+        assert r.status == 200 and len(body["results"]) == 3
+        runtime = c.server.app[RUNTIME]
+        assert runtime.executor is not None
+    assert agent.active == 0 and runtime.executor is None  # cleanup_ctx drained the worker
