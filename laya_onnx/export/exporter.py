@@ -1,0 +1,280 @@
+"""`export_bundle`: checkpoint -> one validated ONNX graph + tokenizer + config + manifest.
+
+Steps (each printed with its timing):
+
+1. resolve the checkpoint (local directory, or Hub repo id via `laya_onnx.hub`);
+2. build the torch DecisionModel and load the weights with strict key and shape checks;
+3. encode the built-in requests with the runtime core (`laya_onnx.sequences`);
+4. trace ONE graph with dynamic batch / sequence / marker axes (names and axes from
+   `laya_onnx.bundle.GRAPH_INPUTS` / `GRAPH_OUTPUTS`);
+5. run it on ONNX Runtime (CPU) next to torch on every built-in request and compare;
+   beyond `tolerance` nothing is written;
+6. assemble the bundle in a temporary sibling directory and rename it into place.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from laya_onnx import __version__ as LAYA_ONNX_VERSION
+from laya_onnx.bundle import (CONFIG_FILE, GRAPH_FILE, GRAPH_INPUTS, GRAPH_OUTPUTS, MANIFEST_FILE, TOKENIZER_DIR,
+                              sha256_file, write_manifest)
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
+#: Profiles shipped in the repository's top-level `export/profiles/` (documentation of defaults).
+DEFAULT_OPSET = 17
+DEFAULT_TOLERANCE = 1e-4
+DYNAMO_MIN_OPSET = 18
+
+
+class ExportError(RuntimeError):
+    """The export could not produce a bundle (nothing was written)."""
+
+
+class ValidationError(ExportError):
+    """ONNX Runtime disagrees with torch beyond the tolerance; nothing was written."""
+
+
+class _Steps:
+    """Step-by-step progress lines with timings (plain prints; no extra dependency)."""
+
+    def __init__(self, verbose: bool = True):
+        self.verbose = verbose
+        self.t0 = time.perf_counter()
+        self.n = 0
+
+    def run(self, title: str):
+        steps = self
+
+        class _Step:
+            def __enter__(self_inner):
+                steps.n += 1
+                self_inner.start = time.perf_counter()
+                steps.say(f"[{steps.n}] {title} ...")
+                return self_inner
+
+            def __exit__(self_inner, exc_type, exc, tb):
+                took = time.perf_counter() - self_inner.start
+                steps.say(f"    {'done' if exc_type is None else 'FAILED'} in {took:.2f}s")
+                return False
+        return _Step()
+
+    def say(self, text: str) -> None:
+        if self.verbose:
+            print(text, flush=True)
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process so far, in MiB (Linux reports KiB, macOS bytes)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(peak / (1024 * 1024 if platform.system() == "Darwin" else 1024), 1)
+
+
+def tool_versions() -> Dict[str, Optional[str]]:
+    versions: Dict[str, Optional[str]] = {"laya_onnx": LAYA_ONNX_VERSION}
+    for name in ("torch", "transformers", "onnx", "onnxruntime"):
+        try:
+            versions[name] = __import__(name).__version__
+        except Exception:  # pragma: no cover - a missing optional tool is recorded as None
+            versions[name] = None
+    return versions
+
+
+def dynamic_axes() -> Dict[str, Dict[int, str]]:
+    spec = dict(GRAPH_INPUTS)
+    spec.update(GRAPH_OUTPUTS)
+    return {name: {i: axis for i, axis in enumerate(axes)} for name, (_dtype, axes) in spec.items()}
+
+
+def _to_torch(feeds: Dict[str, np.ndarray]):
+    import torch
+
+    return tuple(torch.from_numpy(np.ascontiguousarray(feeds[name])) for name in GRAPH_INPUTS)
+
+
+def _export_graph(model, feeds: Dict[str, np.ndarray], path: Path, *, opset: int, dynamo: bool) -> str:
+    """Trace `model` to `path`; returns a description of the exporter used."""
+    import torch
+
+    args = _to_torch(feeds)
+    input_names, output_names = list(GRAPH_INPUTS), list(GRAPH_OUTPUTS)
+    if not dynamo:
+        import warnings
+
+        with warnings.catch_warnings():
+            # The TorchScript exporter is deprecated upstream and warns about Python branches
+            # transformers evaluates at trace time; neither affects the graph we validate.
+            warnings.simplefilter("ignore")
+            with torch.no_grad():
+                torch.onnx.export(model, args, str(path), dynamo=False, opset_version=opset,
+                                  input_names=input_names, output_names=output_names,
+                                  dynamic_axes=dynamic_axes(), do_constant_folding=True)
+        return "torch.onnx.export (TorchScript)"
+    from torch.export import Dim
+
+    batch, seq = Dim("batch", min=1), Dim("sequence", min=2)
+    markers = Dim("markers", min=2)
+    shapes = {"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq},
+              "marker_pos": {0: batch, 1: markers}, "marker_mask": {0: batch, 1: markers}, "qtype": {0: batch}}
+    with torch.no_grad():
+        program = torch.onnx.export(model, args, dynamo=True, opset_version=opset, input_names=input_names,
+                                    output_names=output_names, dynamic_shapes=shapes, optimize=True,
+                                    external_data=False)
+    program.save(str(path), external_data=False)
+    return "torch.onnx.export (dynamo)"
+
+
+def _session(path: Path):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
+
+
+def validate_graph(model, graph: Path, cases: List[Dict[str, Any]], tolerance: float,
+                   steps: Optional[_Steps] = None) -> Dict[str, Any]:
+    """Compare ONNX Runtime with torch on every encoded case; returns the validation record."""
+    import torch
+
+    session = _session(graph)
+    worst_logit = worst_act = 0.0
+    rows = 0
+    for case in cases:
+        feeds = case["feeds"]
+        with torch.no_grad():
+            t_logits, t_act = (t.numpy() for t in model(*_to_torch(feeds)))
+        o_logits, o_act = session.run(list(GRAPH_OUTPUTS), {k: feeds[k] for k in GRAPH_INPUTS})
+        if o_logits.shape != t_logits.shape or o_act.shape != t_act.shape:
+            raise ValidationError(f"case {case['name']!r}: ONNX output shapes {o_logits.shape}/{o_act.shape} "
+                                  f"differ from torch's {t_logits.shape}/{t_act.shape}")
+        d_logit = float(np.max(np.abs(o_logits.astype(np.float64) - t_logits)))
+        d_act = float(np.max(np.abs(o_act.astype(np.float64) - t_act)))
+        if not (np.isfinite(d_logit) and np.isfinite(d_act)):
+            d_logit = d_act = float("inf")
+        worst_logit, worst_act = max(worst_logit, d_logit), max(worst_act, d_act)
+        rows += case["rows"]
+        if steps is not None:
+            shape = "x".join(str(s) for s in feeds["input_ids"].shape)
+            steps.say(f"    {case['name']:<42} rows x len {shape:<8} markers {feeds['marker_pos'].shape[1]:>2}"
+                      f"  |dlogit| {d_logit:.2e}  |dact| {d_act:.2e}")
+    passed = worst_logit <= tolerance and worst_act <= tolerance
+    return {"cases": len(cases), "rows": rows, "max_abs_logit_diff": worst_logit,
+            "max_abs_act_diff": worst_act, "tolerance": tolerance, "passed": passed}
+
+
+def _check_out_dir(out_dir: Path, force: bool) -> None:
+    if out_dir.exists():
+        if not out_dir.is_dir():
+            raise ExportError(f"output {str(out_dir)!r} exists and is not a directory")
+        if any(out_dir.iterdir()) and not force:
+            raise ExportError(f"output {str(out_dir)!r} is not empty; pass force=True (--force) to replace it")
+
+
+def _copy_tokenizer(src: Path, dst: Path) -> None:
+    dst.mkdir(parents=True)
+    if not (src / "tokenizer.json").is_file():
+        raise ExportError(f"checkpoint tokenizer {str(src)!r} has no tokenizer.json")
+    for name in TOKENIZER_FILES:
+        if (src / name).is_file():
+            shutil.copyfile(src / name, dst / name)
+
+
+def export_bundle(checkpoint, out_dir, *, revision: Optional[str] = None, opset: int = DEFAULT_OPSET,
+                  tolerance: float = DEFAULT_TOLERANCE, dynamo: bool = False, force: bool = False,
+                  verbose: bool = True, cache_dir: Optional[os.PathLike] = None) -> Dict[str, Any]:
+    """Export `checkpoint` (directory or Hub id) to the bundle directory `out_dir`; returns the manifest."""
+    from laya_onnx.export.cases import encode_calls, trace_feeds
+    from laya_onnx.export.model import load_decision_model
+    from laya_onnx.hub import fetch_checkpoint
+
+    if isinstance(opset, bool) or not isinstance(opset, int) or opset < 14:
+        raise ValueError(f"opset must be an integer >= 14 (scaled_dot_product_attention), got {opset!r}")
+    if not (isinstance(tolerance, (int, float)) and np.isfinite(tolerance) and tolerance > 0):
+        raise ValueError(f"tolerance must be a positive number, got {tolerance!r}")
+    out_dir = Path(out_dir)
+    _check_out_dir(out_dir, force)
+    steps = _Steps(verbose)
+    started = time.perf_counter()
+
+    with steps.run(f"resolving checkpoint {os.fspath(checkpoint)!r}"):
+        source = fetch_checkpoint(checkpoint, revision=revision, cache_dir=cache_dir)
+        ckpt = source.path
+        steps.say(f"    {ckpt}" + (f" (repo {source.repo}, revision {source.revision})" if source.repo else ""))
+    with steps.run("loading the decision model (strict key and shape checks)"):
+        model, cfg = load_decision_model(ckpt)
+        ecfg = model.encoder.config
+        n_params = sum(p.numel() for p in model.parameters())
+        steps.say(f"    {n_params / 1e6:.1f}M parameters; encoder {ecfg.num_hidden_layers} x {ecfg.hidden_size}, "
+                  f"window {ecfg.local_attention}, head layers {cfg.get('head_layers', 2)}")
+    max_len, head_max_len = int(cfg.get("max_len", 512)), int(cfg.get("head_max_len", 192))
+    with steps.run(f"encoding built-in requests (max_len {max_len}, head_max_len {head_max_len})"):
+        cases = encode_calls(ckpt / TOKENIZER_DIR, max_len, head_max_len)
+        trace = trace_feeds(ckpt / TOKENIZER_DIR, max_len, head_max_len, int(ecfg.local_attention))
+        steps.say(f"    {len(cases)} requests, {sum(c['rows'] for c in cases)} rows; trace batch "
+                  f"{'x'.join(map(str, trace['input_ids'].shape))}")
+
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".partial", dir=out_dir.parent))
+    try:
+        graph = tmp / GRAPH_FILE
+        export_started = time.perf_counter()
+        if dynamo and opset < DYNAMO_MIN_OPSET:
+            # The dynamo exporter translates at opset 18+; converting its graph down to 17 leaves
+            # opset-18 attributes behind (e.g. Split's num_outputs) and produces an invalid model.
+            steps.say(f"note: the dynamo exporter needs opset >= {DYNAMO_MIN_OPSET}; using {DYNAMO_MIN_OPSET} instead of {opset}")
+            opset = DYNAMO_MIN_OPSET
+        with steps.run(f"exporting the graph (opset {opset}, {'dynamo' if dynamo else 'TorchScript'} exporter)"):
+            exporter = _export_graph(model, trace, graph, opset=opset, dynamo=dynamo)
+            import onnx
+
+            onnx.checker.check_model(str(graph))
+            steps.say(f"    {graph.stat().st_size / 2**20:.1f} MiB")
+        export_seconds = time.perf_counter() - export_started
+        with steps.run(f"validating ONNX Runtime against torch (tolerance {tolerance:g})"):
+            validation = validate_graph(model, graph, cases, float(tolerance), steps)
+            steps.say(f"    max |dlogit| {validation['max_abs_logit_diff']:.3e}, "
+                      f"max |dact_logit| {validation['max_abs_act_diff']:.3e}")
+        if not validation["passed"]:
+            raise ValidationError(
+                f"ONNX Runtime disagrees with torch beyond tolerance {tolerance:g}: max |dlogit| "
+                f"{validation['max_abs_logit_diff']:.3e}, max |dact_logit| {validation['max_abs_act_diff']:.3e}; "
+                f"no bundle was written to {str(out_dir)!r}")
+        with steps.run(f"writing the bundle to {str(out_dir)!r}"):
+            _copy_tokenizer(ckpt / TOKENIZER_DIR, tmp / TOKENIZER_DIR)
+            shutil.copyfile(ckpt / CONFIG_FILE, tmp / CONFIG_FILE)
+            manifest = write_manifest(
+                tmp,
+                source={**source.as_dict(), "weights_sha256": sha256_file(ckpt / "model.safetensors")},
+                tools=tool_versions(),
+                export={"opset": opset, "exporter": exporter, "seconds": round(export_seconds, 2),
+                        "total_seconds": round(time.perf_counter() - started, 2), "peak_rss_mb": peak_rss_mb()},
+                validation=validation,
+            )
+            os.chmod(tmp, 0o755)
+            if out_dir.exists():
+                old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+                os.replace(out_dir, old)
+                os.replace(tmp, out_dir)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    steps.say(f"bundle ready: {out_dir} ({sum(f['bytes'] for f in manifest['files'].values()) / 2**20:.1f} MiB, "
+              f"{time.perf_counter() - started:.1f}s total, peak RSS {manifest['export']['peak_rss_mb']} MiB)")
+    return manifest
+
+
+def read_manifest(bundle: os.PathLike) -> Dict[str, Any]:
+    return json.loads((Path(bundle) / MANIFEST_FILE).read_text(encoding="utf-8"))
