@@ -16,9 +16,11 @@ def test_core_suite_parity(preset, checkpoint_factory, bundle_factory, tmp_path)
                         tolerance=1e-5, report_path=tmp_path / f"{preset}.json")
     summary = report.summary()
     print(preset, json.dumps(summary))
-    assert summary["requests"] >= 40 and summary["rows"] >= 100
+    assert summary["requests"] >= 40 and summary["rows"] >= 70
     assert report.passed, "\n".join(report.failures())
     assert summary["tokens_identical"] and summary["decisions_identical"] and summary["json_equal"]
+    # a rounding flip is a 4-decimal boundary straddled by |dp| <= 1e-5; they must stay rare
+    assert summary["rounding_flips"] <= max(2, summary["rows"] // 20)
     assert summary["max_abs_dp"] <= 1e-5
 
 

@@ -32,6 +32,8 @@ class CaseResult:
     tokens_equal: bool = True
     decisions_equal: bool = True
     json_equal: bool = True
+    json_strict_equal: bool = True
+    rounding_flips: int = 0
     errors_equal: bool = True
     max_abs_dp: float = 0.0
     max_abs_dact: float = 0.0
@@ -62,6 +64,8 @@ class ParityReport:
             "tokens_identical": all(c.tokens_equal for c in self.cases),
             "decisions_identical": all(c.decisions_equal for c in self.cases),
             "json_equal": all(c.json_equal for c in self.cases),
+            "json_strict_equal": all(c.json_strict_equal for c in self.cases),
+            "rounding_flips": sum(c.rounding_flips for c in self.cases),
             "errors_identical": all(c.errors_equal for c in self.cases),
             "max_abs_dp": max((c.max_abs_dp for c in self.cases), default=0.0),
             "max_abs_dact": max((c.max_abs_dact for c in self.cases), default=0.0),
@@ -124,11 +128,46 @@ def _decision(q, p: np.ndarray):
     return bool(p[1] >= 0.5)
 
 
-def _strip_model(results: Any) -> str:
+#: Results are rounded to 4 decimals, so two runtimes whose unrounded values differ by ~1e-6 can
+#: straddle a rounding boundary and print numbers one unit (1e-4) apart. Such a pair is reported
+#: as a rounding flip, not a JSON difference; everything else (keys, order, types, labels, any
+#: larger difference) must be identical.
+ROUNDING_UNIT = 1e-4
+
+
+def _strip_model(results: Any) -> Any:
     def one(r):
         return {k: v for k, v in r.items() if k != "model"} if isinstance(r, dict) else r
-    payload = [one(r) for r in results] if isinstance(results, list) else one(results)
-    return json.dumps(payload, ensure_ascii=False, default=repr)
+    return [one(r) for r in results] if isinstance(results, list) else one(results)
+
+
+def compare_json(ref: Any, ours: Any, path: str = "") -> tuple:
+    """(differences, rounding flips) between two result payloads, key order included."""
+    if isinstance(ref, dict) and isinstance(ours, dict):
+        if list(ref) != [k for k in ours]:
+            return [f"{path}: keys {list(ref)} vs {list(ours)}"], 0
+        diffs, flips = [], 0
+        for k in ref:
+            d, f = compare_json(ref[k], ours[k], f"{path}.{k}")
+            diffs += d
+            flips += f
+        return diffs, flips
+    if isinstance(ref, list) and isinstance(ours, list):
+        if len(ref) != len(ours):
+            return [f"{path}: {len(ref)} items vs {len(ours)}"], 0
+        diffs, flips = [], 0
+        for i, (a, b) in enumerate(zip(ref, ours)):
+            d, f = compare_json(a, b, f"{path}[{i}]")
+            diffs += d
+            flips += f
+        return diffs, flips
+    if type(ref) is not type(ours):
+        return [f"{path}: {ref!r} vs {ours!r} (types differ)"], 0
+    if ref == ours:
+        return [], 0
+    if isinstance(ref, float) and abs(ref - ours) <= ROUNDING_UNIT * 1.0001:
+        return [], 1
+    return [f"{path}: {ref!r} vs {ours!r}"], 0
 
 
 def _call(agent, req: Dict[str, Any]):
@@ -156,9 +195,13 @@ def _compare_case(req, ref, ours, calib: Calibration, ref_cap: _Capture, our_cap
             case.details.append("the suite expects the reference to refuse this request")
         return case
     ref_out, our_out = outcome["ref"][1], outcome["ours"][1]
-    case.json_equal = _strip_model(ref_out) == _strip_model(our_out)
-    if not case.json_equal:
-        case.details.append("result JSON differs: ref %s | ours %s" % (_strip_model(ref_out)[:300], _strip_model(our_out)[:300]))
+    ref_json, our_json = _strip_model(ref_out), _strip_model(our_out)
+    case.json_strict_equal = (json.dumps(ref_json, ensure_ascii=False, default=repr)
+                              == json.dumps(our_json, ensure_ascii=False, default=repr))
+    diffs, case.rounding_flips = compare_json(ref_json, our_json)
+    case.json_equal = not diffs
+    if diffs:
+        case.details.append("result JSON differs: " + "; ".join(diffs[:5]))
     questions = req["questions"]
     if not questions:
         return case
