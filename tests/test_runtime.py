@@ -1,0 +1,101 @@
+"""ONNXAgent loading, bundle integrity, provider selection and fallback, call-level errors."""
+import json
+import shutil
+import warnings
+
+import numpy as np
+import pytest
+
+from laya_onnx import ONNXAgent
+from laya_onnx.bundle import Bundle, BundleError
+from laya_onnx.session import CPU, CUDA, ProviderError, resolve_providers
+
+QUESTIONS = {"q": {"type": "choice", "instructions": "Which team?", "criteria": ["billing", "tech", "other"]},
+             "n": {"type": "noul", "instructions": "Refund?"}}
+
+
+@pytest.fixture(scope="module")
+def agent(bundle_factory):
+    return ONNXAgent(bundle_factory("tiny-english"))
+
+
+def test_resolve_providers_auto_and_explicit():
+    assert resolve_providers(None, [CPU]) == [CPU]
+    assert resolve_providers(None, [CUDA, CPU]) == [CUDA, CPU]
+    assert resolve_providers(["cuda"], [CPU]) == [CUDA, CPU]
+    assert resolve_providers("cpu", [CPU]) == [CPU]
+    with pytest.raises(ProviderError, match="unknown execution provider 'tpu'"):
+        resolve_providers(["tpu"], [CPU])
+    with pytest.raises(ProviderError):
+        resolve_providers([""], [CPU])
+
+
+def test_unavailable_cuda_falls_back_to_cpu_observably(bundle_factory):
+    with pytest.warns(RuntimeWarning, match="CUDAExecutionProvider is not available"):
+        a = ONNXAgent(bundle_factory("tiny-english"), providers=["cuda"])
+    assert a.providers == [CPU]
+    assert a.requested_providers == [CUDA, CPU]
+    assert a.fallbacks[CUDA]["count"] == 1 and "not available" in a.fallbacks[CUDA]["last_reason"]
+    assert a.predict("x", QUESTIONS)["answers"]["q"]["choice"] in ("billing", "tech", "other")
+
+
+def test_cpu_agent_reports_no_fallbacks(agent):
+    assert agent.providers == [CPU] and agent.fallbacks == {}
+
+
+def test_tampered_bundle_is_refused(bundle_factory, tmp_path):
+    copy = tmp_path / "bundle"
+    shutil.copytree(bundle_factory("tiny-english"), copy)
+    cfg = json.loads((copy / "rl_agent_config.json").read_text())
+    cfg["temperature"] = [5.0, 5.0, 5.0]
+    (copy / "rl_agent_config.json").write_text(json.dumps(cfg))
+    with pytest.raises(BundleError, match="sha256 mismatch for 'rl_agent_config.json'"):
+        ONNXAgent(copy)
+    (copy / "laya.onnx").unlink()
+    with pytest.raises(BundleError, match="laya.onnx"):
+        Bundle.open(copy, verify=False)
+
+
+def test_missing_bundle_is_a_clear_error(tmp_path):
+    with pytest.raises(BundleError, match="is not a directory"):
+        ONNXAgent(tmp_path / "nope")
+
+
+def test_call_level_type_errors_match_reference_text(agent):
+    with pytest.raises(TypeError, match="predict_batch expects a list of states"):
+        agent.predict_batch("a string", QUESTIONS)
+    with pytest.raises(TypeError, match="questions must be a dict of question id -> definition, got list"):
+        agent.predict("x", [QUESTIONS])
+    with pytest.raises(TypeError, match="state must not be None"):
+        agent.predict(None, QUESTIONS)
+    assert agent.predict_batch([], QUESTIONS) == []
+
+
+def test_batch_equals_single_calls_and_keeps_order(agent):
+    states = ["short", "a much longer state " * 30, {"k": "v"}, [{"role": "user", "content": "hi"}]]
+    batch = agent.predict_batch(states, QUESTIONS, batch_size=2, sort_by_length=True)
+    singles = [agent.predict(s, QUESTIONS) for s in states]
+    for b, s in zip(batch, singles):
+        assert b["usage"] == s["usage"]
+        for qid in QUESTIONS:
+            pb = b["answers"][qid].get("probabilities") or {"t": b["answers"][qid]["noul"]}
+            ps = s["answers"][qid].get("probabilities") or {"t": s["answers"][qid]["noul"]}
+            assert np.allclose(list(pb.values()), list(ps.values()), atol=2e-4)
+
+
+def test_empty_questions_skip_inference(agent):
+    assert agent.predict("x", {}) == {"model": "laya-rl-agent-onnx", "answers": {},
+                                      "usage": {"input_tokens": 0, "output_tokens": 0}}
+
+
+def test_min_confidence_validated_before_anything(agent):
+    with pytest.raises(ValueError, match=r"min_confidence must be a float in \[0.0, 1.0\], got 2"):
+        agent.predict("x", {"bad": {"type": "nope"}}, min_confidence=2)
+
+
+def test_out_of_range_temperature_is_clamped_with_warning(bundle_factory):
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        a = ONNXAgent(bundle_factory("tiny-typed-decisions"))
+    assert any("outside [0.5, 5]" in str(w.message) for w in seen)
+    assert min(a.calibration.temperature_by_options.values()) >= 0.5
