@@ -78,7 +78,7 @@ CALLS: List[Call] = [
     Call("conversation and dict states",
          [[{"role": "user", "content": _long_text(900)}, {"role": "assistant", "content": "Let me check."}],
           {"ticket": 1042, "channel": "email", "text": _SHORT[0], "priority": "high"}],
-         ["team", "refund", "pair"]),
+         ["team", "pair"]),
 ]
 
 
