@@ -94,6 +94,11 @@ class ONNXAgent:
         if not isinstance(questions, dict):
             raise TypeError("questions must be a dict of question id -> definition, got %s"
                             % type(questions).__name__)
+        for name, value in (("max_len", max_len), ("head_max_len", head_max_len), ("batch_size", batch_size)):
+            # Any int goes through as laya takes it (a budget too small is refused with the marker
+            # diagnosis); a non-integer would otherwise fail deep inside slicing.
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise TypeError("%s must be an integer or None, got %r" % (name, value))
         states = list(states)
         if any(s is None for s in states):
             raise TypeError("state must not be None; pass a string, dict, or list")

@@ -99,3 +99,17 @@ def test_out_of_range_temperature_is_clamped_with_warning(bundle_factory):
         a = ONNXAgent(bundle_factory("tiny-typed-decisions"))
     assert any("outside [0.5, 5]" in str(w.message) for w in seen)
     assert min(a.calibration.temperature_by_options.values()) >= 0.5
+
+
+@pytest.mark.parametrize("kw", [{"max_len": "512"}, {"head_max_len": 1.5}, {"max_len": True}])
+def test_non_integer_budgets_are_named(agent, kw):
+    name = next(iter(kw))
+    with pytest.raises(TypeError, match=f"{name} must be an integer or None"):
+        agent.predict("x", QUESTIONS, **kw)
+    with pytest.raises(TypeError, match="batch_size must be an integer or None"):
+        agent.predict_batch(["x"], QUESTIONS, batch_size="2")
+
+
+def test_budget_too_small_gets_the_marker_diagnosis(agent):
+    with pytest.raises(ValueError, match=r"question 'q': only 0 of its 3 option markers fit in max_len=0"):
+        agent.predict("x", QUESTIONS, max_len=0)
