@@ -86,6 +86,14 @@ def _cmd_parity(args: argparse.Namespace) -> int:
     return 0 if report.passed else 1
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from laya_onnx.parity.bench import run_bench
+
+    print(json.dumps(run_bench(args.checkpoint, args.bundle, repeats=args.repeats, threads=args.threads),
+                     indent=2))
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from laya_onnx.demo import run_demo
 
@@ -142,6 +150,13 @@ def build_parser() -> argparse.ArgumentParser:
     pa.add_argument("--tolerance", type=float, default=1e-5, help="max |Δp| allowed")
     pa.add_argument("--report", default=None, help="write the JSON report here")
     pa.set_defaults(func=_cmd_parity)
+
+    be = sub.add_parser("bench", help="speed vs the reference laya.Agent, interleaved (needs the dev extra)")
+    be.add_argument("checkpoint")
+    be.add_argument("bundle")
+    be.add_argument("--repeats", type=int, default=10)
+    be.add_argument("--threads", type=int, default=None)
+    be.set_defaults(func=_cmd_bench)
 
     dm = sub.add_parser("demo", help="make the tiny checkpoint, export it and answer a request")
     dm.add_argument("--workdir", default="work/demo")
