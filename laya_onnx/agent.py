@@ -7,12 +7,16 @@ Nothing here imports torch, transformers or aiohttp.
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from laya_onnx.bundle import Bundle
 from laya_onnx.calibration import Calibration, act_probabilities, decode_state, empty_result
 from laya_onnx.gate import apply_confidence_gate, check_min_confidence
+from laya_onnx.hooks import (HookRegistry, PredictContext, aggregate_usage, compose_hooks, dispatch,
+                             normalise_hooks, validate_timeout)
 from laya_onnx.questions import normalize_questions
 from laya_onnx.sequences import build_heads, collate, encode_state
 from laya_onnx.session import GraphSession
@@ -25,7 +29,7 @@ DEFAULT_HEAD_MAX_LEN = 192
 SORT_WINDOW_BATCHES = 8
 
 
-class ONNXAgent:
+class ONNXAgent(HookRegistry):
     """Answer typed questions about a state with an exported Laya bundle.
 
     >>> agent = ONNXAgent("bundle/")                       # doctest: +SKIP
@@ -35,7 +39,15 @@ class ONNXAgent:
 
     def __init__(self, bundle: Union[str, os.PathLike], providers: Optional[Sequence[str]] = None, *,
                  verify: bool = True, threads: Optional[int] = None,
-                 lang_temperatures: Optional[Dict[str, Any]] = None, name: Optional[str] = None):
+                 lang_temperatures: Optional[Dict[str, Any]] = None, name: Optional[str] = None,
+                 hooks: Any = None, on_predict_start: Any = None, on_predict_end: Any = None,
+                 hooks_raise: bool = True, hooks_concurrent: bool = True, hooks_timeout: Optional[float] = None):
+        self.hooks = normalise_hooks(hooks, on_predict_start, on_predict_end)
+        self.hooks_raise = bool(hooks_raise)
+        self.hooks_concurrent = bool(hooks_concurrent)
+        self.hooks_timeout = validate_timeout(hooks_timeout)
+        self._hooks_lock = None if hooks_concurrent else threading.RLock()
+        self._hooks_mutex = threading.Lock()
         self.bundle = Bundle.open(Path(bundle), verify=verify)
         self.cfg: Dict[str, Any] = self.bundle.config
         layout = self.cfg.get("option_layout", "sequential")
@@ -74,21 +86,69 @@ class ONNXAgent:
         return self.cfg.get("head_max_len", DEFAULT_HEAD_MAX_LEN)
 
     # -- prediction ---------------------------------------------------------------------------
-    def predict(self, state: State, questions: Dict[Any, Dict[str, Any]], *, lang: Optional[str] = None,
+    def predict(self, state: State, questions: Dict[Any, Dict[str, Any]], lang: Optional[str] = None,
+                hooks: Any = None, on_predict_start: Any = None, on_predict_end: Any = None,
+                hooks_raise: Optional[bool] = None, hooks_timeout: Optional[float] = None,
                 max_len: Optional[int] = None, head_max_len: Optional[int] = None,
                 min_confidence: Any = None) -> Dict[str, Any]:
         """Answer `questions` about one state (text, JSON value, or a conversation list)."""
-        return self.predict_batch([state], questions, lang=lang, max_len=max_len,
+        return self.predict_batch([state], questions, lang=lang, hooks=hooks, on_predict_start=on_predict_start,
+                                  on_predict_end=on_predict_end, hooks_raise=hooks_raise,
+                                  hooks_timeout=hooks_timeout, max_len=max_len,
                                   head_max_len=head_max_len, min_confidence=min_confidence)[0]
 
     system_one = predict
 
-    def predict_batch(self, states: Sequence[State], questions: Dict[Any, Dict[str, Any]], *,
+    def predict_batch(self, states: Sequence[State], questions: Dict[Any, Dict[str, Any]],
                       batch_size: Optional[int] = None, lang: Optional[str] = None,
+                      hooks: Any = None, on_predict_start: Any = None, on_predict_end: Any = None,
+                      hooks_raise: Optional[bool] = None, hooks_timeout: Optional[float] = None,
                       max_len: Optional[int] = None, head_max_len: Optional[int] = None,
                       sort_by_length: bool = False, min_confidence: Any = None) -> List[Dict[str, Any]]:
-        """The same questions over many states; one session run per `batch_size` states."""
+        """The same questions over many states; one session run per `batch_size` states.
+
+        Hooks see one `PredictContext` for the call: start hooks may rewrite `ctx.states`,
+        `ctx.questions`, `ctx.max_len`/`ctx.head_max_len` or answer with `ctx.skip(results)`;
+        end hooks run after the gate, also when the call failed (after `on_error`).
+        """
         mc = check_min_confidence(min_confidence) if min_confidence is not None else None
+        active = compose_hooks(self.hooks, hooks, on_predict_start, on_predict_end)
+        raise_errors = self.hooks_raise if hooks_raise is None else bool(hooks_raise)
+        timeout = self.hooks_timeout if hooks_timeout is None else validate_timeout(hooks_timeout)
+        ctx = PredictContext(states=states, questions=questions, model=self.model_id, agent=self,
+                             max_len=max_len, head_max_len=head_max_len)
+        run = dict(raise_errors=raise_errors, lock=self._hooks_lock, timeout=timeout)
+        try:
+            dispatch(active, "on_predict_start", ctx, **run)
+            if ctx.results is None:
+                ctx.results = self._checked_infer(ctx, lang=lang, batch_size=batch_size,
+                                                  sort_by_length=sort_by_length)
+        except BaseException as exc:
+            ctx.error = exc
+            try:
+                dispatch(active, "on_error", ctx, **run)
+            except BaseException as hook_exc:
+                exc.__context__ = hook_exc
+            raise
+        finally:
+            ctx.elapsed_ms = (time.perf_counter() - ctx.started_at) * 1000.0
+            if ctx.results is not None:
+                ctx.usage = aggregate_usage(ctx.results)
+                apply_confidence_gate(ctx.results, mc)
+            try:
+                dispatch(active, "on_predict_end", ctx, **run)
+            except BaseException as hook_exc:
+                if ctx.error is None:
+                    raise
+                ctx.error.__context__ = hook_exc   # the original failure wins
+        return ctx.results
+
+    predict_many = predict_batch
+
+    def _checked_infer(self, ctx: PredictContext, *, lang, batch_size, sort_by_length) -> List[Dict[str, Any]]:
+        """Type checks on what survived the start hooks, then inference."""
+        states, questions = ctx.states, ctx.questions
+        max_len, head_max_len = ctx.max_len, ctx.head_max_len
         if isinstance(states, (str, bytes, dict)):
             raise TypeError("predict_batch expects a list of states; pass a single state to predict()/system_one().")
         if not isinstance(questions, dict):
@@ -102,14 +162,10 @@ class ONNXAgent:
         states = list(states)
         if any(s is None for s in states):
             raise TypeError("state must not be None; pass a string, dict, or list")
-        results = self._infer(states, questions, lang=lang, batch_size=batch_size,
-                              sort_by_length=sort_by_length,
-                              max_len=self.max_len if max_len is None else max_len,
-                              head_max_len=self.head_max_len if head_max_len is None else head_max_len)
-        apply_confidence_gate(results, mc)
-        return results
-
-    predict_many = predict_batch
+        return self._infer(states, questions, lang=lang, batch_size=batch_size,
+                           sort_by_length=sort_by_length,
+                           max_len=self.max_len if max_len is None else max_len,
+                           head_max_len=self.head_max_len if head_max_len is None else head_max_len)
 
     def _infer(self, states: List[State], questions: Dict[Any, Dict[str, Any]], *, lang, batch_size,
                sort_by_length: bool, max_len: int, head_max_len: int) -> List[Dict[str, Any]]:

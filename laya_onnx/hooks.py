@@ -1,0 +1,296 @@
+"""Prediction hooks: observe or reshape every call without forking the runtime.
+
+The semantics are laya 0.4.15's (core.md §7), so a hook written for `laya` works on `ONNXAgent`
+unchanged: a `PredictContext` per public call, `on_predict_start` (may rewrite states/questions
+or `ctx.skip(results)`), `on_error`, `on_predict_end` (may rewrite results); process defaults,
+then installed hooks, then per-call hooks; sync or async methods; an optional per-hook timeout.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import math
+import threading
+import time
+import uuid
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+HOOK_EVENTS = ("on_predict_start", "on_predict_end", "on_route", "on_load", "on_evict", "on_error")
+
+
+@dataclass(eq=False)
+class PredictContext:
+    """Mutable state shared by every hook of one call (identity equality, so it is hashable)."""
+
+    states: List[Any]
+    questions: Dict[Any, Any]
+    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    results: Optional[List[Dict[str, Any]]] = None
+    decision: Optional[Dict[str, Any]] = None
+    model: Optional[str] = None
+    agent: Any = None
+    router: Any = None
+    max_len: Optional[int] = None
+    head_max_len: Optional[int] = None
+    usage: Optional[Dict[str, int]] = None
+    started_at: float = field(default_factory=time.perf_counter)
+    elapsed_ms: Optional[float] = None
+    error: Optional[BaseException] = None
+
+    def skip(self, results: List[Dict[str, Any]]) -> None:
+        """Answer the call from a start hook: inference is skipped, end hooks still run."""
+        if (isinstance(self.states, (list, tuple)) and isinstance(results, (list, tuple))
+                and len(results) not in (1, len(self.states))):
+            raise ValueError(
+                "ctx.skip() takes one result for the whole call or one per state in "
+                "ctx.states (%d); got %d" % (len(self.states), len(results)))
+        self.results = results
+
+
+class BaseHook:
+    """Subclass and override only the events you need; every method is a no-op."""
+
+    def on_predict_start(self, ctx: PredictContext) -> None: pass
+    def on_predict_end(self, ctx: PredictContext) -> None: pass
+    def on_route(self, ctx: PredictContext) -> None: pass
+    def on_load(self, ctx: PredictContext) -> None: pass
+    def on_evict(self, ctx: PredictContext) -> None: pass
+    def on_error(self, ctx: PredictContext) -> None: pass
+
+
+class _Callable:
+    """A plain function given as on_predict_start= / on_predict_end=, seen as a one-event hook."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[PredictContext], Any], event: str):
+        if not callable(fn):
+            raise TypeError("%s must be callable, got %s" % (event, type(fn).__name__))
+        self.fn = fn
+
+
+class _StartAdapter(_Callable):
+    def on_predict_start(self, ctx):
+        return self.fn(ctx)
+
+
+class _EndAdapter(_Callable):
+    def on_predict_end(self, ctx):
+        return self.fn(ctx)
+
+
+def _many(value: Any) -> tuple:
+    if value is None:
+        return ()
+    return tuple(value) if isinstance(value, (list, tuple)) else (value,)
+
+
+def normalise_hooks(hooks: Any = None, on_predict_start: Any = None, on_predict_end: Any = None) -> List[Any]:
+    """One ordered list: `hooks` entries, then start callables, then end callables."""
+    out: List[Any] = []
+    for hook in _many(hooks):
+        if isinstance(hook, type):
+            raise TypeError("hooks entries must be instances, not classes; got %s. Instantiate it first."
+                            % hook.__name__)
+        if not any(hasattr(hook, e) for e in HOOK_EVENTS):
+            raise TypeError(
+                "hooks entries must implement at least one of %s; got %s. Pass a plain "
+                "callable as on_predict_start=/on_predict_end= instead."
+                % (", ".join(HOOK_EVENTS), type(hook).__name__))
+        for event in HOOK_EVENTS:
+            method = getattr(hook, event, None)
+            if method is not None and not callable(method):
+                raise TypeError("hooks entry %s.%s must be callable, got %s"
+                                % (type(hook).__name__, event, type(method).__name__))
+        out.append(hook)
+    out += [_StartAdapter(fn, "on_predict_start") for fn in _many(on_predict_start)]
+    out += [_EndAdapter(fn, "on_predict_end") for fn in _many(on_predict_end)]
+    return out
+
+
+# -- process-wide defaults ---------------------------------------------------------------------
+_DEFAULTS: List[Any] = []
+_DEFAULTS_LOCK = threading.Lock()
+#: Set by a caller that already ran the defaults at its own level (a router around agents).
+SKIP_DEFAULTS = contextvars.ContextVar("laya_onnx_skip_default_hooks", default=False)
+
+
+def default_hooks() -> List[Any]:
+    with _DEFAULTS_LOCK:
+        return list(_DEFAULTS)
+
+
+def set_default_hooks(hooks: Any = None, on_predict_start: Any = None, on_predict_end: Any = None) -> None:
+    hooks = normalise_hooks(hooks, on_predict_start, on_predict_end)
+    with _DEFAULTS_LOCK:
+        _DEFAULTS[:] = hooks
+
+
+def add_default_hook(hook: Any) -> None:
+    hooks = normalise_hooks(hook)
+    with _DEFAULTS_LOCK:
+        _DEFAULTS.extend(hooks)
+
+
+def clear_default_hooks() -> None:
+    with _DEFAULTS_LOCK:
+        _DEFAULTS.clear()
+
+
+def compose_hooks(installed: Sequence[Any], hooks: Any = None, on_predict_start: Any = None,
+                  on_predict_end: Any = None) -> List[Any]:
+    """The hooks of one call: defaults (read now), installed, then per-call."""
+    defaults = [] if SKIP_DEFAULTS.get() else default_hooks()
+    return defaults + list(installed) + normalise_hooks(hooks, on_predict_start, on_predict_end)
+
+
+def validate_timeout(value: Any) -> Optional[float]:
+    """A positive finite number of seconds, or None for no limit."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ValueError("hooks_timeout must be a positive finite number or None, not a bool; got %r" % (value,))
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ValueError("hooks_timeout must be a positive finite number or None; got %r" % (value,)) from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError("hooks_timeout must be a positive finite number or None; got %r" % (value,))
+    return seconds
+
+
+# -- running hooks -----------------------------------------------------------------------------
+_LOOP: Optional[asyncio.AbstractEventLoop] = None
+_LOOP_LOCK = threading.Lock()
+
+
+def _background_loop() -> asyncio.AbstractEventLoop:
+    global _LOOP
+    with _LOOP_LOCK:
+        if _LOOP is None or not _LOOP.is_running():
+            _LOOP = asyncio.new_event_loop()
+            threading.Thread(target=_LOOP.run_forever, daemon=True, name="laya-onnx-async-hooks").start()
+        return _LOOP
+
+
+def run_coroutine_sync(awaitable: Any) -> Any:
+    """Finish an awaitable from sync code; on a thread that runs a loop, use a background loop
+    (blocking the caller's own loop on it would deadlock)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        async def wrap():
+            return await awaitable
+        return asyncio.run(wrap())
+    if not asyncio.iscoroutine(awaitable):
+        async def wrap():
+            return await awaitable
+        awaitable = wrap()
+    return asyncio.run_coroutine_threadsafe(awaitable, _background_loop()).result()
+
+
+def _name(method: Any) -> str:
+    return getattr(method, "__qualname__", None) or getattr(method, "__name__", None) or repr(method)
+
+
+def _invoke(method: Any, ctx: PredictContext, timeout: Optional[float]) -> None:
+    def call():
+        result = method(ctx)
+        if inspect.isawaitable(result):
+            run_coroutine_sync(result)
+
+    if timeout is None:
+        call()
+        return
+    failure: List[BaseException] = []
+    context = contextvars.copy_context()
+
+    def runner():
+        try:
+            context.run(call)
+        except BaseException as exc:  # re-raised on the calling thread
+            failure.append(exc)
+
+    worker = threading.Thread(target=runner, daemon=True, name="laya-onnx-hook-timeout")
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        # Threads cannot be interrupted: the hook runs on; the call is what the timeout protects.
+        raise TimeoutError("laya: hook %s exceeded %gs" % (_name(method), timeout))
+    if failure:
+        raise failure[0]
+
+
+def dispatch(hooks: Sequence[Any], event: str, ctx: PredictContext, *, raise_errors: bool = True,
+             lock: Any = None, timeout: Optional[float] = None) -> None:
+    """Call `event` on every hook that has it, in order; failures raise or warn per `raise_errors`."""
+    timeout = validate_timeout(timeout)
+    for hook in hooks:
+        method = getattr(hook, event, None)
+        if method is None:
+            continue
+        try:
+            if lock is not None:
+                with lock:
+                    _invoke(method, ctx, timeout)
+            else:
+                _invoke(method, ctx, timeout)
+        except Exception as exc:
+            if raise_errors:
+                raise
+            warnings.warn("laya: hook %s.%s failed: %s" % (type(hook).__name__, event, exc),
+                          RuntimeWarning, stacklevel=2)
+
+
+class HookRegistry:
+    """A runtime-mutable hook list; a call in flight keeps the snapshot it started with."""
+
+    hooks: List[Any] = []
+    _hooks_mutex: Optional[threading.Lock] = None
+
+    def _mutex(self) -> threading.Lock:
+        if self._hooks_mutex is None:
+            self._hooks_mutex = threading.Lock()
+        return self._hooks_mutex
+
+    def add_hook(self, hook: Any) -> "HookRegistry":
+        added = normalise_hooks(hook)
+        with self._mutex():
+            self.hooks = list(self.hooks) + added
+        return self
+
+    def remove_hook(self, hook: Any) -> bool:
+        with self._mutex():
+            before = list(self.hooks)
+            self.hooks = [h for h in before if h is not hook]
+            return len(self.hooks) < len(before)
+
+    @contextmanager
+    def hooks_installed(self, *hooks: Any):
+        """Install hooks for a `with` block; on exit remove the latest occurrence of each."""
+        added = normalise_hooks([h for arg in hooks for h in _many(arg)])
+        with self._mutex():
+            self.hooks = list(self.hooks) + added
+        try:
+            yield self
+        finally:
+            with self._mutex():
+                current = list(self.hooks)
+                for hook in added:
+                    for i in range(len(current) - 1, -1, -1):
+                        if current[i] is hook:
+                            del current[i]
+                            break
+                self.hooks = current
+
+
+def aggregate_usage(results: Sequence[Any]) -> Dict[str, int]:
+    """The call's token totals, as hooks see them in ctx.usage."""
+    def total(key: str) -> int:
+        return sum(int(((r.get("usage") if isinstance(r, dict) else None) or {}).get(key, 0) or 0)
+                   for r in results)
+    return {"input_tokens": total("input_tokens"), "output_tokens": total("output_tokens")}
