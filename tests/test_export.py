@@ -269,3 +269,16 @@ def test_dynamo_exporter(checkpoint_factory, tmp_path):
     assert manifest["export"]["exporter"] == "torch.onnx.export (dynamo)"
     assert manifest["export"]["opset"] == 18  # the dynamo exporter cannot target 17
     assert manifest["validation"]["passed"]
+
+
+def test_default_profile_documents_the_code():
+    from laya_onnx.bundle import MIN_MARKER_COLUMNS
+    from laya_onnx.export import exporter
+
+    profile = json.loads((Path(__file__).parent.parent / "export" / "profiles" / "default.json").read_text())
+    assert profile["opset"] == exporter.DEFAULT_OPSET
+    assert profile["dynamo_min_opset"] == exporter.DYNAMO_MIN_OPSET
+    assert profile["tolerance"] == exporter.DEFAULT_TOLERANCE
+    assert profile["inputs"] == {k: [d, list(a)] for k, (d, a) in GRAPH_INPUTS.items()}
+    assert profile["outputs"] == {k: [d, list(a)] for k, (d, a) in GRAPH_OUTPUTS.items()}
+    assert profile["min_marker_columns"] == MIN_MARKER_COLUMNS

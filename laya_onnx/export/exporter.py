@@ -20,6 +20,7 @@ import resource
 import shutil
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
@@ -49,24 +50,19 @@ class _Steps:
 
     def __init__(self, verbose: bool = True):
         self.verbose = verbose
-        self.t0 = time.perf_counter()
         self.n = 0
 
+    @contextmanager
     def run(self, title: str):
-        steps = self
-
-        class _Step:
-            def __enter__(self_inner):
-                steps.n += 1
-                self_inner.start = time.perf_counter()
-                steps.say(f"[{steps.n}] {title} ...")
-                return self_inner
-
-            def __exit__(self_inner, exc_type, exc, tb):
-                took = time.perf_counter() - self_inner.start
-                steps.say(f"    {'done' if exc_type is None else 'FAILED'} in {took:.2f}s")
-                return False
-        return _Step()
+        self.n += 1
+        self.say(f"[{self.n}] {title} ...")
+        start = time.perf_counter()
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            self.say(f"    {'done' if ok else 'FAILED'} in {time.perf_counter() - start:.2f}s")
 
     def say(self, text: str) -> None:
         if self.verbose:

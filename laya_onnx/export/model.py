@@ -314,7 +314,7 @@ def load_decision_model(checkpoint_dir: Path) -> Tuple[DecisionModel, Dict[str, 
             own = model.state_dict(keep_vars=True)
             for key in shapes:
                 tensor = f.get_tensor(key)
-                if not (tensor.is_floating_point() or key == "temperature"):
+                if not tensor.is_floating_point():
                     raise ValueError(f"checkpoint {str(checkpoint_dir)!r}: tensor {key!r} has dtype "
                                      f"{tensor.dtype}, expected a floating-point tensor")
                 own[key].copy_(tensor.to(torch.float32))
