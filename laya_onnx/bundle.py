@@ -16,9 +16,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, Iterator, List, Optional
 
 GRAPH_FILE = "laya.onnx"
 CONFIG_FILE = "rl_agent_config.json"
@@ -77,6 +80,31 @@ def io_signature() -> Dict[str, Any]:
         return [{"name": n, "dtype": d, "axes": list(a)} for n, (d, a) in spec.items()]
     return {"inputs": block(GRAPH_INPUTS), "outputs": block(GRAPH_OUTPUTS),
             "min_marker_columns": MIN_MARKER_COLUMNS}
+
+
+@contextmanager
+def staged_directory(out_dir: Path) -> Iterator[Path]:
+    """Write a directory atomically: yield a sibling temp dir, then swap it in on success.
+
+    A failure (or an interrupt) removes the temp dir and leaves `out_dir` as it was, so a reader
+    never sees half an artefact and a refused export never leaves one behind.
+    """
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".partial", dir=out_dir.parent))
+    try:
+        yield tmp
+        os.chmod(tmp, 0o755)   # mkdtemp makes it 0700
+        if out_dir.exists():
+            old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+            os.replace(out_dir, old)
+            os.replace(tmp, out_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def write_manifest(root: Path, **sections: Any) -> Dict[str, Any]:

@@ -30,6 +30,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         tolerance=args.tolerance,
         dynamo=args.dynamo,
         force=args.force,
+        name=args.name,
     )
     return 0
 
@@ -125,6 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--tolerance", type=float, default=1e-4, help="max |Δlogit| allowed vs torch")
     ex.add_argument("--dynamo", action="store_true", help="use the torch.export-based exporter")
     ex.add_argument("--force", action="store_true", help="overwrite a non-empty output directory")
+    ex.add_argument("--name", default=None,
+                    help="checkpoint name the bundle answers to (default: the published name, else the directory name)")
     ex.set_defaults(func=_cmd_export)
 
     pr = sub.add_parser("predict", help="answer one request with a bundle")
@@ -167,7 +170,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print("laya-onnx: interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, TypeError, OSError, ImportError) as exc:
+        # Bad input (a wrong checkpoint, a tampered bundle, a missing extra) is reported as one
+        # line naming what is at fault, never as a traceback. ValueError covers BundleError,
+        # TokenizerError, ProviderError and the exporter's refusals.
+        hint = ""
+        if isinstance(exc, ImportError) and exc.name:
+            hint = f" (is the extra that provides {exc.name!r} installed? see README 'Install')"
+        print(f"laya-onnx {args.command}: error: {exc}{hint}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -32,7 +32,7 @@ def run_demo(workdir: Path, preset: str = "tiny-english") -> int:
     if not (checkpoint / "model.safetensors").exists():
         make_checkpoint(preset, checkpoint, seed=0)
     if not (bundle / "manifest.json").exists():
-        export_bundle(checkpoint, bundle, force=True)
+        export_bundle(checkpoint, bundle, force=True, name=preset)
     agent = ONNXAgent(bundle)
     started = time.perf_counter()
     result = agent.predict(README_REQUEST["state"], README_REQUEST["questions"])

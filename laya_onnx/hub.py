@@ -85,6 +85,16 @@ def split_repo_id(arg: str) -> Tuple[str, Optional[str]]:
     return m.group("repo"), m.group("sub")
 
 
+#: Registry names of the published checkpoints: (repo, subfolder) -> name.
+PUBLISHED_NAMES = {
+    ("convaiinnovations/laya", None): "english",
+    ("convaiinnovations/laya", "multilingual"): "multilingual",
+    ("convaiinnovations/laya", "typed-decisions"): "typed-decisions",
+    ("convaiinnovations/laya-multilingual", None): "multilingual",
+    ("convaiinnovations/laya-typed-decisions", None): "typed-decisions",
+}
+
+
 @dataclass(frozen=True)
 class CheckpointSource:
     """Where a checkpoint came from and where its files are now."""
@@ -95,8 +105,19 @@ class CheckpointSource:
     requested_revision: Optional[str] = None   # after `reviewed` / $LAYA_REVISION resolution
     revision: Optional[str] = None             # the commit the snapshot resolved to (or the request)
 
+    @property
+    def name(self) -> str:
+        """The checkpoint's name as servers report it: a published checkpoint's registry name
+        (english, multilingual, typed-decisions), else the subfolder, repo or directory name."""
+        if self.repo:
+            known = PUBLISHED_NAMES.get((self.repo.lower(), (self.subfolder or "").strip("/").lower() or None))
+            if known:
+                return known
+            return (self.subfolder or self.repo).rstrip("/").rsplit("/", 1)[-1]
+        return self.path.resolve().name
+
     def as_dict(self) -> dict:
-        return {"path": str(self.path), "repo": self.repo, "subfolder": self.subfolder,
+        return {"name": self.name, "path": str(self.path), "repo": self.repo, "subfolder": self.subfolder,
                 "revision": self.revision}
 
 

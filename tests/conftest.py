@@ -54,7 +54,7 @@ def bundle_factory(checkpoint_factory, tmp_path_factory):
         with lock:
             if preset not in cache:
                 out = root / preset
-                export_bundle(checkpoint_factory(preset), out, verbose=False)
+                export_bundle(checkpoint_factory(preset), out, verbose=False, name=preset)
                 cache[preset] = out
             return cache[preset]
 

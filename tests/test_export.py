@@ -282,3 +282,18 @@ def test_default_profile_documents_the_code():
     assert profile["inputs"] == {k: [d, list(a)] for k, (d, a) in GRAPH_INPUTS.items()}
     assert profile["outputs"] == {k: [d, list(a)] for k, (d, a) in GRAPH_OUTPUTS.items()}
     assert profile["min_marker_columns"] == MIN_MARKER_COLUMNS
+
+
+def test_cli_reports_bad_checkpoints_without_traceback(tmp_path):
+    import subprocess
+    import sys
+
+    bad = tmp_path / "ckpt"
+    bad.mkdir()
+    (bad / "rl_agent_config.json").write_text("{}")
+    proc = subprocess.run([sys.executable, "-m", "laya_onnx", "export", str(bad), "-o", str(tmp_path / "b")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2
+    assert "laya-onnx export: error:" in proc.stderr and "model.safetensors" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "b").exists()

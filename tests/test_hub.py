@@ -204,3 +204,13 @@ def test_export_from_a_hub_id_records_repo_and_commit(checkpoint_factory, tmp_pa
     assert (source["repo"], source["subfolder"], source["revision"]) == ("acme/laya-tiny", "english", SHA_B)
     assert source["path"].endswith(f"snapshots/{SHA_B}/english")
     assert Bundle.open(tmp_path / "bundle").manifest["source"] == source
+
+
+def test_checkpoint_names_for_servers(tmp_path):
+    from laya_onnx.hub import CheckpointSource
+
+    assert CheckpointSource(path=tmp_path, repo="convaiinnovations/laya").name == "english"
+    assert CheckpointSource(path=tmp_path, repo="ConvaiInnovations/laya", subfolder="multilingual").name == "multilingual"
+    assert CheckpointSource(path=tmp_path, repo="convaiinnovations/laya-typed-decisions").name == "typed-decisions"
+    assert CheckpointSource(path=tmp_path, repo="org/custom", subfolder="v2/fr").name == "fr"
+    assert CheckpointSource(path=tmp_path / "my-ckpt").name == "my-ckpt"

@@ -113,3 +113,9 @@ def test_non_integer_budgets_are_named(agent, kw):
 def test_budget_too_small_gets_the_marker_diagnosis(agent):
     with pytest.raises(ValueError, match=r"question 'q': only 0 of its 3 option markers fit in max_len=0"):
         agent.predict("x", QUESTIONS, max_len=0)
+
+
+def test_agent_reports_checkpoint_name_and_source(agent, bundle_factory):
+    assert agent.name == "tiny-english"          # exported with name=preset (tests/conftest.py)
+    source = agent.bundle.manifest["source"]
+    assert source["name"] == "tiny-english" and len(source["weights_sha256"]) == 64

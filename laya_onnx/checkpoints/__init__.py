@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Dict, Tuple
 
+from laya_onnx.bundle import CONFIG_FILE, staged_directory
 from laya_onnx.checkpoints.presets import PRESETS, Preset, get_preset
 
-CONFIG_FILE = "rl_agent_config.json"
 WEIGHTS_FILE = "model.safetensors"
 
 
@@ -148,21 +146,8 @@ def make_checkpoint(preset: str, out_dir: Path, seed: int = 0) -> Path:
             raise ValueError(f"{str(out_dir)!r} exists and is not a directory")
         if any(out_dir.iterdir()) and not (out_dir / CONFIG_FILE).exists():
             raise ValueError(f"{str(out_dir)!r} is not empty and does not hold a checkpoint; refusing to overwrite it")
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
-    try:
+    with staged_directory(out_dir) as tmp:
         _populate(spec, tmp, seed)
-        os.chmod(tmp, 0o755)
-        if out_dir.exists():
-            old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
-            os.replace(out_dir, old)
-            os.replace(tmp, out_dir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out_dir
 
 

@@ -18,7 +18,6 @@ import os
 import platform
 import resource
 import shutil
-import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,7 +27,7 @@ import numpy as np
 
 from laya_onnx import __version__ as LAYA_ONNX_VERSION
 from laya_onnx.bundle import (CONFIG_FILE, GRAPH_FILE, GRAPH_INPUTS, GRAPH_OUTPUTS, MANIFEST_FILE, TOKENIZER_DIR,
-                              sha256_file, write_manifest)
+                              sha256_file, staged_directory, write_manifest)
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 #: Profiles shipped in the repository's top-level `export/profiles/` (documentation of defaults).
@@ -37,7 +36,7 @@ DEFAULT_TOLERANCE = 1e-4
 DYNAMO_MIN_OPSET = 18
 
 
-class ExportError(RuntimeError):
+class ExportError(ValueError):
     """The export could not produce a bundle (nothing was written)."""
 
 
@@ -187,8 +186,13 @@ def _copy_tokenizer(src: Path, dst: Path) -> None:
 
 def export_bundle(checkpoint, out_dir, *, revision: Optional[str] = None, opset: int = DEFAULT_OPSET,
                   tolerance: float = DEFAULT_TOLERANCE, dynamo: bool = False, force: bool = False,
-                  verbose: bool = True, cache_dir: Optional[os.PathLike] = None) -> Dict[str, Any]:
-    """Export `checkpoint` (directory or Hub id) to the bundle directory `out_dir`; returns the manifest."""
+                  verbose: bool = True, cache_dir: Optional[os.PathLike] = None,
+                  name: Optional[str] = None) -> Dict[str, Any]:
+    """Export `checkpoint` (directory or Hub id) to the bundle directory `out_dir`; returns the manifest.
+
+    `name` is the checkpoint name the bundle answers to (a server's `model`/`routing` name);
+    by default a published checkpoint's registry name, else its directory or repo name.
+    """
     from laya_onnx.export.cases import encode_calls, trace_feeds
     from laya_onnx.export.model import load_decision_model
     from laya_onnx.hub import fetch_checkpoint
@@ -219,9 +223,7 @@ def export_bundle(checkpoint, out_dir, *, revision: Optional[str] = None, opset:
         steps.say(f"    {len(cases)} requests, {sum(c['rows'] for c in cases)} rows; trace batch "
                   f"{'x'.join(map(str, trace['input_ids'].shape))}")
 
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".partial", dir=out_dir.parent))
-    try:
+    with staged_directory(out_dir) as tmp:
         graph = tmp / GRAPH_FILE
         export_started = time.perf_counter()
         if dynamo and opset < DYNAMO_MIN_OPSET:
@@ -250,23 +252,13 @@ def export_bundle(checkpoint, out_dir, *, revision: Optional[str] = None, opset:
             shutil.copyfile(ckpt / CONFIG_FILE, tmp / CONFIG_FILE)
             manifest = write_manifest(
                 tmp,
-                source={**source.as_dict(), "weights_sha256": sha256_file(ckpt / "model.safetensors")},
+                source={**source.as_dict(), **({"name": name} if name else {}),
+                        "weights_sha256": sha256_file(ckpt / "model.safetensors")},
                 tools=tool_versions(),
                 export={"opset": opset, "exporter": exporter, "seconds": round(export_seconds, 2),
                         "total_seconds": round(time.perf_counter() - started, 2), "peak_rss_mb": peak_rss_mb()},
                 validation=validation,
             )
-            os.chmod(tmp, 0o755)
-            if out_dir.exists():
-                old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
-                os.replace(out_dir, old)
-                os.replace(tmp, out_dir)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     steps.say(f"bundle ready: {out_dir} ({sum(f['bytes'] for f in manifest['files'].values()) / 2**20:.1f} MiB, "
               f"{time.perf_counter() - started:.1f}s total, peak RSS {manifest['export']['peak_rss_mb']} MiB)")
     return manifest
