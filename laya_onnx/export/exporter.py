@@ -13,6 +13,7 @@ Steps (each printed with its timing):
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import platform
@@ -136,18 +137,26 @@ def _session(path: Path):
     return ort.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
 
 
-def validate_graph(model, graph: Path, cases: List[Dict[str, Any]], tolerance: float,
-                   steps: Optional[_Steps] = None) -> Dict[str, Any]:
-    """Compare ONNX Runtime with torch on every encoded case; returns the validation record."""
+def reference_outputs(model, cases: List[Dict[str, Any]]) -> List[tuple]:
+    """Torch's (logits, act_logits) for every case, so the model can be freed before ONNX Runtime
+    loads its own copy of the weights (two full copies at once is what sets peak RSS)."""
     import torch
 
+    out = []
+    with torch.no_grad():
+        for case in cases:
+            out.append(tuple(t.numpy().copy() for t in model(*_to_torch(case["feeds"]))))
+    return out
+
+
+def validate_graph(graph: Path, cases: List[Dict[str, Any]], expected: List[tuple], tolerance: float,
+                   steps: Optional[_Steps] = None) -> Dict[str, Any]:
+    """Compare ONNX Runtime with torch's outputs on every encoded case; returns the validation record."""
     session = _session(graph)
     worst_logit = worst_act = 0.0
     rows = 0
-    for case in cases:
+    for case, (t_logits, t_act) in zip(cases, expected):
         feeds = case["feeds"]
-        with torch.no_grad():
-            t_logits, t_act = (t.numpy() for t in model(*_to_torch(feeds)))
         o_logits, o_act = session.run(list(GRAPH_OUTPUTS), {k: feeds[k] for k in GRAPH_INPUTS})
         if o_logits.shape != t_logits.shape or o_act.shape != t_act.shape:
             raise ValidationError(f"case {case['name']!r}: ONNX output shapes {o_logits.shape}/{o_act.shape} "
@@ -239,7 +248,10 @@ def export_bundle(checkpoint, out_dir, *, revision: Optional[str] = None, opset:
             steps.say(f"    {graph.stat().st_size / 2**20:.1f} MiB")
         export_seconds = time.perf_counter() - export_started
         with steps.run(f"validating ONNX Runtime against torch (tolerance {tolerance:g})"):
-            validation = validate_graph(model, graph, cases, float(tolerance), steps)
+            expected = reference_outputs(model, cases)
+            del model
+            gc.collect()
+            validation = validate_graph(graph, cases, expected, float(tolerance), steps)
             steps.say(f"    max |dlogit| {validation['max_abs_logit_diff']:.3e}, "
                       f"max |dact_logit| {validation['max_abs_act_diff']:.3e}")
         if not validation["passed"]:
