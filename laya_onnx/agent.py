@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 from laya_onnx.bundle import Bundle
 from laya_onnx.calibration import Calibration, act_probabilities, decode_state, empty_result
 from laya_onnx.gate import apply_confidence_gate, check_min_confidence
+from laya_onnx.hub import BUNDLE_FILES, fetch_checkpoint
 from laya_onnx.hooks import (HookRegistry, PredictContext, aggregate_usage, compose_hooks, dispatch,
                              normalise_hooks, validate_timeout)
 from laya_onnx.questions import normalize_questions
@@ -41,14 +42,18 @@ class ONNXAgent(HookRegistry):
                  verify: bool = True, threads: Optional[int] = None,
                  lang_temperatures: Optional[Dict[str, Any]] = None, name: Optional[str] = None,
                  hooks: Any = None, on_predict_start: Any = None, on_predict_end: Any = None,
-                 hooks_raise: bool = True, hooks_concurrent: bool = True, hooks_timeout: Optional[float] = None):
+                 hooks_raise: bool = True, hooks_concurrent: bool = True, hooks_timeout: Optional[float] = None,
+                 revision: Optional[str] = None, token: Optional[str] = None):
         self.hooks = normalise_hooks(hooks, on_predict_start, on_predict_end)
         self.hooks_raise = bool(hooks_raise)
         self.hooks_concurrent = bool(hooks_concurrent)
         self.hooks_timeout = validate_timeout(hooks_timeout)
         self._hooks_lock = None if hooks_concurrent else threading.RLock()
         self._hooks_mutex = threading.Lock()
-        self.bundle = Bundle.open(Path(bundle), verify=verify)
+        # A local directory, or a bundle published on the Hub (`org/name[/subfolder]`, pinned with
+        # `revision` or $LAYA_REVISION; HF_HUB_OFFLINE=1 reads the local cache only).
+        located = fetch_checkpoint(bundle, revision=revision, token=token, files=BUNDLE_FILES)
+        self.bundle = Bundle.open(located.path, verify=verify)
         self.cfg: Dict[str, Any] = self.bundle.config
         layout = self.cfg.get("option_layout", "sequential")
         if layout != "sequential":
@@ -58,7 +63,7 @@ class ONNXAgent(HookRegistry):
         self.calibration = Calibration.from_config(self.cfg, lang_temperatures=lang_temperatures)
         self.session = GraphSession(str(self.bundle.graph_path), providers=providers, threads=threads)
         source = (self.bundle.manifest or {}).get("source") or {}
-        self.revision: Optional[str] = source.get("revision")
+        self.revision: Optional[str] = located.revision or source.get("revision")
         self.name = name or source.get("name") or self.bundle.root.resolve().name
         self.model_id = str(bundle)
 

@@ -34,6 +34,8 @@ REVISION_ENV = "LAYA_REVISION"
 #: What a checkpoint consists of; the runtime needs everything but the weights.
 CHECKPOINT_FILES: Tuple[str, ...] = ("rl_agent_config.json", "model.safetensors", "tokenizer/*", "encoder/*")
 RUNTIME_FILES: Tuple[str, ...] = ("rl_agent_config.json", "tokenizer/*", "encoder/*")
+#: What a laya-onnx bundle published on the Hub is made of (no torch weights).
+BUNDLE_FILES: Tuple[str, ...] = ("laya.onnx", "rl_agent_config.json", "tokenizer/*", "manifest.json")
 
 _REPO_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
 _REPO_RE = re.compile(rf"^(?P<repo>{_REPO_PART}/{_REPO_PART})(?:/(?P<sub>[^\s\\]+?))?/?$")
@@ -156,6 +158,6 @@ def fetch_checkpoint(arg: "str | os.PathLike", *, revision: Optional[str] = None
     return CheckpointSource(path=path, repo=repo, subfolder=sub, requested_revision=requested, revision=commit)
 
 
-__all__ = ["CHECKPOINT_FILES", "CheckpointSource", "PINNED_REVISIONS", "REVIEWED", "RUNTIME_FILES",
+__all__ = ["BUNDLE_FILES", "CHECKPOINT_FILES", "CheckpointSource", "PINNED_REVISIONS", "REVIEWED", "RUNTIME_FILES",
            "fetch_checkpoint", "looks_like_path", "pinned_revision", "resolve_revision", "snapshot_revision",
            "split_repo_id"]

@@ -214,3 +214,22 @@ def test_checkpoint_names_for_servers(tmp_path):
     assert CheckpointSource(path=tmp_path, repo="convaiinnovations/laya-typed-decisions").name == "typed-decisions"
     assert CheckpointSource(path=tmp_path, repo="org/custom", subfolder="v2/fr").name == "fr"
     assert CheckpointSource(path=tmp_path / "my-ckpt").name == "my-ckpt"
+
+
+def test_onnx_agent_loads_a_bundle_from_the_hub_cache(bundle_factory, tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
+    from laya_onnx import ONNXAgent
+
+    bundle = bundle_factory("tiny-english")
+    cache = tmp_path / "cache"
+    _snapshot(cache, "acme/laya-onnx-tiny", SHA_B, _checkpoint_files(bundle))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    agent = ONNXAgent("acme/laya-onnx-tiny")
+    assert agent.revision == SHA_B
+    assert str(agent.bundle.root).endswith(f"snapshots/{SHA_B}")
+    local = ONNXAgent(bundle)
+    q = {"n": {"type": "noul", "instructions": "Refund?"}}
+    assert agent.predict("charged twice", q) == local.predict("charged twice", q)
+    with pytest.raises(FileNotFoundError, match="Local model path not found"):
+        ONNXAgent("./no/such/bundle")

@@ -57,8 +57,11 @@ def test_tampered_bundle_is_refused(bundle_factory, tmp_path):
 
 
 def test_missing_bundle_is_a_clear_error(tmp_path):
-    with pytest.raises(BundleError, match="is not a directory"):
+    with pytest.raises(FileNotFoundError, match="Local model path not found"):
         ONNXAgent(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(BundleError, match="has no laya.onnx"):
+        ONNXAgent(tmp_path / "empty")
 
 
 def test_call_level_type_errors_match_reference_text(agent):
