@@ -158,3 +158,49 @@ def test_serve_refuses_a_missing_bundle_with_a_message(tmp_path):
                           capture_output=True, text=True, env=env, timeout=60)
     assert done.returncode != 0
     assert "laya-onnx: cannot serve" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_parity_suite_through_the_server_equals_the_agent(server):
+    """The parity suite's requests over HTTP: the served answers equal ONNXAgent's (which
+    tests/test_parity.py holds equal to laya.Agent's), refusals come back as 422 with the same text."""
+    from laya_onnx import ONNXAgent
+    from laya_onnx.parity import load_suite
+
+    base, _, bundle = server
+    auth = {"Authorization": "Bearer s3cret", "Content-Type": "application/json"}
+    agent = ONNXAgent(bundle, providers=["CPUExecutionProvider"])
+    controls = ("max_len", "head_max_len", "min_confidence")
+    checked = 0
+    for req in load_suite("core", agent.tok.mask_token):
+        kw = {k: req[k] for k in controls if k in req}
+        body = dict(kw, questions=req["questions"])
+        if "states" in req:
+            body.update(states=req["states"], **{k: req[k] for k in ("batch_size", "sort_by_length") if k in req})
+        else:
+            body["state"] = req["state"]
+        try:
+            if "states" in req:
+                local = agent.predict_batch(req["states"], req["questions"], batch_size=req.get("batch_size"),
+                                            sort_by_length=req.get("sort_by_length", False), **kw)
+            else:
+                local = agent.predict(req["state"], req["questions"], **kw)
+        except ValueError as exc:
+            local = exc
+        route = "/v1/systemone/batch" if "states" in req else "/v1/systemone"
+        status, _, served = _call(base + route, body, auth, timeout=120)
+        if isinstance(local, ValueError):
+            # laya-serve words one refusal itself, before the model sees it (http.md §7)
+            expected = ("score question 'q' has a null level at index 1; give every level a description"
+                        if req["name"] == "error-null-level" else str(local))
+            assert (status, served) == (422, {"detail": expected}), req["name"]
+            continue
+        assert status == 200, (req["name"], served)
+        local = json.loads(json.dumps(local))          # the wire's types: label keys become strings
+        results = served["results"] if "states" in req else [served]
+        for got, want in zip(results, local if isinstance(local, list) else [local]):
+            got.pop("routing")
+            for answer in got["answers"].values():
+                answer.pop("x_jev_confidence", None)
+            assert got == want, req["name"]
+            checked += 1
+    assert checked >= 35
