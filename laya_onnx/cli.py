@@ -46,7 +46,7 @@ def _read_json_arg(value: str, what: str):
             text = value
         return json.loads(text)
     except (OSError, ValueError) as exc:
-        raise SystemExit(f"laya-onnx: {what} is not valid JSON ({exc})") from None
+        raise ValueError(f"{what} is not valid JSON ({exc})") from None
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
@@ -54,14 +54,11 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 
     request = _read_json_arg(args.request, "--request")
     if not isinstance(request, dict) or "state" not in request or "questions" not in request:
-        raise SystemExit("laya-onnx: --request must be an object with 'state' and 'questions'")
+        raise ValueError("--request must be an object with 'state' and 'questions'")
     agent = ONNXAgent(args.bundle, providers=args.providers)
     controls = {k: request[k] for k in ("max_len", "head_max_len", "min_confidence", "lang")
                 if request.get(k) is not None}
-    try:
-        result = agent.predict(request["state"], request["questions"], **controls)
-    except (TypeError, ValueError) as exc:
-        raise SystemExit(f"laya-onnx: {exc}") from None
+    result = agent.predict(request["state"], request["questions"], **controls)
     print(json.dumps(result, ensure_ascii=False, indent=None if args.compact else 2))
     return 0
 

@@ -122,3 +122,20 @@ def test_agent_reports_checkpoint_name_and_source(agent, bundle_factory):
     assert agent.name == "tiny-english"          # exported with name=preset (tests/conftest.py)
     source = agent.bundle.manifest["source"]
     assert source["name"] == "tiny-english" and len(source["weights_sha256"]) == 64
+
+
+def test_predict_cli_answers_and_names_bad_requests(bundle_factory):
+    import subprocess
+    import sys
+
+    bundle = str(bundle_factory("tiny-english"))
+    ok = subprocess.run([sys.executable, "-m", "laya_onnx", "predict", bundle, "--compact", "--request",
+                         json.dumps({"state": "x", "questions": QUESTIONS, "min_confidence": 0.5})],
+                        capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert set(json.loads(ok.stdout)["answers"]) == {"q", "n"}
+    bad = subprocess.run([sys.executable, "-m", "laya_onnx", "predict", bundle, "--request",
+                          json.dumps({"state": "x", "questions": {"r": {"type": "noul"}}})],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "laya-onnx predict: error: question 'r': no 'instructions'" in bad.stderr
