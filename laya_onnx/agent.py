@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from laya_onnx.bundle import Bundle

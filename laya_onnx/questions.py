@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 QTYPES: Dict[str, int] = {"choice": 0, "score": 1, "noul": 2}
 QTYPE_NAMES: Dict[int, str] = {v: k for k, v in QTYPES.items()}
@@ -201,7 +201,3 @@ def normalize_questions(questions: Any) -> Dict[Any, Question]:
     for qid, qdef in questions.items():
         check_question(qid, qdef)
     return {qid: to_question(qid, qdef) for qid, qdef in questions.items()}
-
-
-def question_ids(questions: Mapping[Any, Question]) -> List[Any]:
-    return list(questions.keys())

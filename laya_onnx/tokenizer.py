@@ -93,9 +93,6 @@ class LayaTokenizer:
         """Token ids of `text` without special tokens, untruncated."""
         return self._tok.encode(text, add_special_tokens=False).ids
 
-    def encode_many(self, texts: Sequence[str]) -> List[List[int]]:
-        return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
-
     def truncate(self, ids: List[int], max_tokens: int) -> List[int]:
         """HF-style truncation of one sequence to `max_tokens`, honouring truncation_side."""
         if len(ids) <= max_tokens:
@@ -108,10 +105,6 @@ class LayaTokenizer:
         if self.clean_up_tokenization_spaces:
             text = _clean_up_tokenization(text)
         return text
-
-    @property
-    def vocab_size(self) -> int:
-        return self._tok.get_vocab_size(with_added_tokens=True)
 
 
 _CLEANUPS = [(" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"),

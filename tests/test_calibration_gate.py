@@ -1,6 +1,4 @@
 """Calibration maths and the confidence gate against the reference's own functions."""
-import copy
-import math
 import warnings
 
 import numpy as np

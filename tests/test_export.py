@@ -16,7 +16,7 @@ import torch
 
 from laya_onnx.bundle import GRAPH_INPUTS, GRAPH_OUTPUTS, Bundle, sha256_file
 from laya_onnx.export import ExportError, ValidationError, export_bundle
-from laya_onnx.export.cases import CALLS, encode_calls
+from laya_onnx.export.cases import CALLS
 from laya_onnx.export.model import load_decision_model
 
 TINY = ("tiny-english", "tiny-multilingual", "tiny-typed-decisions")

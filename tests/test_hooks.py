@@ -1,7 +1,6 @@
 """Hooks on ONNXAgent behave as laya 0.4.15's do (core.md §7)."""
 import asyncio
 import time
-import warnings
 
 import pytest
 
