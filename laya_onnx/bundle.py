@@ -25,6 +25,8 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional
 
 GRAPH_FILE = "laya.onnx"
 CONFIG_FILE = "rl_agent_config.json"
+#: The checkpoint's weights: read by the exporter, never part of a bundle.
+WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_DIR = "tokenizer"
 MANIFEST_FILE = "manifest.json"
 FORMAT = "laya-onnx-bundle"

@@ -27,9 +27,10 @@ def run_demo(workdir: Path, preset: str = "tiny-english") -> int:
     from laya_onnx.export import export_bundle
 
     from laya_onnx import ONNXAgent
+    from laya_onnx.bundle import WEIGHTS_FILE
 
     checkpoint, bundle = workdir / preset / "checkpoint", workdir / preset / "bundle"
-    if not (checkpoint / "model.safetensors").exists():
+    if not (checkpoint / WEIGHTS_FILE).exists():
         make_checkpoint(preset, checkpoint, seed=0)
     if not (bundle / "manifest.json").exists():
         export_bundle(checkpoint, bundle, force=True, name=preset)

@@ -20,10 +20,8 @@ import os
 from pathlib import Path
 from typing import Any, Dict, Tuple
 
-from laya_onnx.bundle import CONFIG_FILE, staged_directory
+from laya_onnx.bundle import CONFIG_FILE, WEIGHTS_FILE, staged_directory
 from laya_onnx.checkpoints.presets import PRESETS, Preset, get_preset
-
-WEIGHTS_FILE = "model.safetensors"
 
 
 def preset_names() -> list:

@@ -28,7 +28,7 @@ import numpy as np
 
 from laya_onnx import __version__ as LAYA_ONNX_VERSION
 from laya_onnx.bundle import (CONFIG_FILE, GRAPH_FILE, GRAPH_INPUTS, GRAPH_OUTPUTS, MANIFEST_FILE, TOKENIZER_DIR,
-                              sha256_file, staged_directory, write_manifest)
+                              WEIGHTS_FILE, sha256_file, staged_directory, write_manifest)
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 #: Profiles shipped in the repository's top-level `export/profiles/` (documentation of defaults).
@@ -265,7 +265,7 @@ def export_bundle(checkpoint, out_dir, *, revision: Optional[str] = None, opset:
             manifest = write_manifest(
                 tmp,
                 source={**source.as_dict(), **({"name": name} if name else {}),
-                        "weights_sha256": sha256_file(ckpt / "model.safetensors")},
+                        "weights_sha256": sha256_file(ckpt / WEIGHTS_FILE)},
                 tools=tool_versions(),
                 export={"opset": opset, "exporter": exporter, "seconds": round(export_seconds, 2),
                         "total_seconds": round(time.perf_counter() - started, 2), "peak_rss_mb": peak_rss_mb()},

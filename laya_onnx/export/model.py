@@ -32,12 +32,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-CONFIG_FILE = "rl_agent_config.json"
-WEIGHTS_FILE = "model.safetensors"
+from laya_onnx.bundle import CONFIG_FILE, WEIGHTS_FILE
+from laya_onnx.questions import QTYPES  # row order of `type_emb`
+
 ENCODER_DIR = "encoder"
 
-#: Question types, in the row order of `type_emb` (laya's QTYPES).
-QTYPES = {"choice": 0, "score": 1, "noul": 2}
 ACT_HIDDEN = 256
 HEAD_NORM_EPS = 1e-5
 #: The value masked marker columns get; the runtime never reads those columns.

@@ -96,27 +96,18 @@ class Checkpoint:
 
 
 def bundle_source(agent: Any) -> Optional[str]:
-    """Where the served bundle came from, as a repo id (`org/repo[/subfolder]`), else its folder
-    name. Never the absolute bundle path: that would publish the host's filesystem layout."""
+    """Where the served bundle came from: its Hub repo (`org/repo[/subfolder]`, from the
+    manifest's `source`), else the bundle folder's name. Never the absolute bundle path: that
+    would publish the host's filesystem layout."""
     bundle = getattr(agent, "bundle", None)
     manifest = getattr(bundle, "manifest", None)
     source = manifest.get("source") if isinstance(manifest, dict) else None
-    if isinstance(source, dict):
-        repo = next((source[k] for k in ("repo", "repo_id", "checkpoint")
-                     if isinstance(source.get(k), str) and source[k]), None)
-        if repo is not None and not names_a_local_path(repo):
-            sub = source.get("subfolder")
-            return "%s/%s" % (repo, sub) if isinstance(sub, str) and sub else repo
-    elif isinstance(source, str) and source and not names_a_local_path(source):
-        return source
+    repo = source.get("repo") if isinstance(source, dict) else None
+    if isinstance(repo, str) and repo:
+        sub = source.get("subfolder")
+        return "%s/%s" % (repo, sub) if isinstance(sub, str) and sub else repo
     root = getattr(bundle, "root", None)
-    if root is not None:
-        return str(getattr(root, "name", "") or "") or None
-    return None
-
-
-def names_a_local_path(text: str) -> bool:
-    return text.startswith(("/", ".", "~")) or "\\" in text or (len(text) > 1 and text[1] == ":")
+    return (getattr(root, "name", "") or None) if root is not None else None
 
 
 # -- device facts for /health --------------------------------------------------------------
