@@ -5,10 +5,8 @@ reference call by call and reporting the ratio of medians cancels most of that d
 """
 from __future__ import annotations
 
-import os
 import statistics
 import time
-import warnings
 from typing import Any, Dict, List, Optional
 
 from laya_onnx.demo import README_REQUEST
@@ -29,18 +27,13 @@ def _time(fn) -> float:
 
 def run_bench(checkpoint, bundle, repeats: int = 10, threads: Optional[int] = None,
               workloads: Optional[List[str]] = None) -> Dict[str, Any]:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
-    from laya.agent import Agent
 
-    from laya_onnx.agent import ONNXAgent
+    from laya_onnx.parity.runner import load_runtimes
 
     threads = threads or torch.get_num_threads()
     torch.set_num_threads(threads)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        ref = Agent(str(checkpoint), device="cpu")
-        ours = ONNXAgent(bundle, threads=threads)
+    ref, ours = load_runtimes(checkpoint, bundle, threads=threads)
     out: Dict[str, Any] = {"threads": threads, "repeats": repeats, "providers": ours.providers, "workloads": {}}
     for name in workloads or list(WORKLOADS):
         states, questions = WORKLOADS[name]

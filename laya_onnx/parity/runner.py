@@ -236,10 +236,11 @@ def _compare_case(req, ref, ours, calib: Calibration, ref_cap: _Capture, our_cap
     return case
 
 
-def run_parity(checkpoint: "str | Path", bundle: "str | Path", suite: "str | Path" = "core",
-               tolerance: float = 1e-5, providers=None, report_path: Optional["str | Path"] = None,
-               progress=None) -> ParityReport:
-    """Run `suite` through both runtimes; write the JSON report to `report_path` if given."""
+def load_runtimes(checkpoint: "str | Path", bundle: "str | Path", **ours_kwargs):
+    """(laya.Agent on CPU, ONNXAgent) for one checkpoint and its bundle, offline.
+
+    Both warn about clamped temperatures at load; the comparison tools silence that here.
+    """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import warnings
 
@@ -247,11 +248,17 @@ def run_parity(checkpoint: "str | Path", bundle: "str | Path", suite: "str | Pat
 
     from laya_onnx.agent import ONNXAgent
 
-    started = time.perf_counter()
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)   # both warn about clamped temperatures
-        ref = Agent(str(checkpoint), device="cpu")
-        ours = ONNXAgent(bundle, providers=providers)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return Agent(str(checkpoint), device="cpu"), ONNXAgent(bundle, **ours_kwargs)
+
+
+def run_parity(checkpoint: "str | Path", bundle: "str | Path", suite: "str | Path" = "core",
+               tolerance: float = 1e-5, providers=None, report_path: Optional["str | Path"] = None,
+               progress=None) -> ParityReport:
+    """Run `suite` through both runtimes; write the JSON report to `report_path` if given."""
+    started = time.perf_counter()
+    ref, ours = load_runtimes(checkpoint, bundle, providers=providers)
     ref_cap, our_cap = _Capture(), _Capture()
     _instrument_reference(ref, ref_cap)
     _instrument_ours(ours, our_cap)
