@@ -4,6 +4,7 @@
 export (torch), serve (aiohttp) and parity layers live in subpackages and are imported only
 by the commands that need them.
 """
+
 __version__ = "0.1.0"
 
 
@@ -11,6 +12,7 @@ def __getattr__(name):
     # Lazy so `import laya_onnx` stays cheap and never pulls onnxruntime for the CLI's help.
     if name == "ONNXAgent":
         from laya_onnx.agent import ONNXAgent
+
         return ONNXAgent
     raise AttributeError(f"module 'laya_onnx' has no attribute {name!r}")
 

@@ -4,25 +4,34 @@ The pipeline per call: validate and normalise the questions once, build each que
 once, tokenize each state once, run one session per chunk of states, decode each state's rows.
 Nothing here imports torch, transformers or aiohttp.
 """
+
 from __future__ import annotations
 
 import os
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence, Union
+from collections.abc import Sequence
+from typing import Any
 
 from laya_onnx.bundle import Bundle
 from laya_onnx.calibration import Calibration, act_probabilities, decode_state, empty_result
 from laya_onnx.gate import apply_confidence_gate, check_min_confidence
+from laya_onnx.hooks import (
+    HookRegistry,
+    PredictContext,
+    aggregate_usage,
+    compose_hooks,
+    dispatch,
+    normalise_hooks,
+    validate_timeout,
+)
 from laya_onnx.hub import BUNDLE_FILES, fetch_checkpoint
-from laya_onnx.hooks import (HookRegistry, PredictContext, aggregate_usage, compose_hooks, dispatch,
-                             normalise_hooks, validate_timeout)
 from laya_onnx.questions import normalize_questions
 from laya_onnx.sequences import build_heads, collate, encode_state
 from laya_onnx.session import GraphSession
 from laya_onnx.tokenizer import LayaTokenizer
 
-State = Union[str, dict, list, Any]
+State = str | dict | list | Any
 DEFAULT_MAX_LEN = 512
 DEFAULT_HEAD_MAX_LEN = 192
 #: When sorting by length, states are sorted within windows of this many batches.
@@ -37,12 +46,24 @@ class ONNXAgent(HookRegistry):
     ...               "instructions": "Does the user want a refund?"}})   # doctest: +SKIP
     """
 
-    def __init__(self, bundle: Union[str, os.PathLike], providers: Optional[Sequence[str]] = None, *,
-                 verify: bool = True, threads: Optional[int] = None,
-                 lang_temperatures: Optional[Dict[str, Any]] = None, name: Optional[str] = None,
-                 hooks: Any = None, on_predict_start: Any = None, on_predict_end: Any = None,
-                 hooks_raise: bool = True, hooks_concurrent: bool = True, hooks_timeout: Optional[float] = None,
-                 revision: Optional[str] = None, token: Optional[str] = None):
+    def __init__(
+        self,
+        bundle: str | os.PathLike,
+        providers: Sequence[str] | None = None,
+        *,
+        verify: bool = True,
+        threads: int | None = None,
+        lang_temperatures: dict[str, Any] | None = None,
+        name: str | None = None,
+        hooks: Any = None,
+        on_predict_start: Any = None,
+        on_predict_end: Any = None,
+        hooks_raise: bool = True,
+        hooks_concurrent: bool = True,
+        hooks_timeout: float | None = None,
+        revision: str | None = None,
+        token: str | None = None,
+    ):
         self.hooks = normalise_hooks(hooks, on_predict_start, on_predict_end)
         self.hooks_raise = bool(hooks_raise)
         self.hooks_concurrent = bool(hooks_concurrent)
@@ -53,31 +74,33 @@ class ONNXAgent(HookRegistry):
         # `revision` or $LAYA_REVISION; HF_HUB_OFFLINE=1 reads the local cache only).
         located = fetch_checkpoint(bundle, revision=revision, token=token, files=BUNDLE_FILES)
         self.bundle = Bundle.open(located.path, verify=verify)
-        self.cfg: Dict[str, Any] = self.bundle.config
+        self.cfg: dict[str, Any] = self.bundle.config
         layout = self.cfg.get("option_layout", "sequential")
         if layout != "sequential":
-            raise ValueError("option_layout=%r is not supported by the ONNX runtime; the exported graph "
-                             "takes the sequential layout only" % (layout,))
+            raise ValueError(
+                "option_layout=%r is not supported by the ONNX runtime; the exported graph "
+                "takes the sequential layout only" % (layout,)
+            )
         self.tok = LayaTokenizer.from_dir(self.bundle.tokenizer_dir)
         self.calibration = Calibration.from_config(self.cfg, lang_temperatures=lang_temperatures)
         self.session = GraphSession(str(self.bundle.graph_path), providers=providers, threads=threads)
         source = (self.bundle.manifest or {}).get("source") or {}
-        self.revision: Optional[str] = located.revision or source.get("revision")
+        self.revision: str | None = located.revision or source.get("revision")
         self.name = name or source.get("name") or self.bundle.root.resolve().name
         self.model_id = str(bundle)
 
     # -- introspection ------------------------------------------------------------------------
     @property
-    def providers(self) -> List[str]:
+    def providers(self) -> list[str]:
         """The execution providers the session actually runs on."""
         return self.session.providers
 
     @property
-    def requested_providers(self) -> List[str]:
+    def requested_providers(self) -> list[str]:
         return list(self.session.info.requested)
 
     @property
-    def fallbacks(self) -> Dict[str, Dict[str, Any]]:
+    def fallbacks(self) -> dict[str, dict[str, Any]]:
         """{provider: {"count", "last_reason"}} for every provider that fell back."""
         return {p: c.as_dict() for p, c in self.session.info.fallbacks.items()}
 
@@ -90,25 +113,53 @@ class ONNXAgent(HookRegistry):
         return self.cfg.get("head_max_len", DEFAULT_HEAD_MAX_LEN)
 
     # -- prediction ---------------------------------------------------------------------------
-    def predict(self, state: State, questions: Dict[Any, Dict[str, Any]], lang: Optional[str] = None,
-                hooks: Any = None, on_predict_start: Any = None, on_predict_end: Any = None,
-                hooks_raise: Optional[bool] = None, hooks_timeout: Optional[float] = None,
-                max_len: Optional[int] = None, head_max_len: Optional[int] = None,
-                min_confidence: Any = None) -> Dict[str, Any]:
+    def predict(
+        self,
+        state: State,
+        questions: dict[Any, dict[str, Any]],
+        lang: str | None = None,
+        hooks: Any = None,
+        on_predict_start: Any = None,
+        on_predict_end: Any = None,
+        hooks_raise: bool | None = None,
+        hooks_timeout: float | None = None,
+        max_len: int | None = None,
+        head_max_len: int | None = None,
+        min_confidence: Any = None,
+    ) -> dict[str, Any]:
         """Answer `questions` about one state (text, JSON value, or a conversation list)."""
-        return self.predict_batch([state], questions, lang=lang, hooks=hooks, on_predict_start=on_predict_start,
-                                  on_predict_end=on_predict_end, hooks_raise=hooks_raise,
-                                  hooks_timeout=hooks_timeout, max_len=max_len,
-                                  head_max_len=head_max_len, min_confidence=min_confidence)[0]
+        return self.predict_batch(
+            [state],
+            questions,
+            lang=lang,
+            hooks=hooks,
+            on_predict_start=on_predict_start,
+            on_predict_end=on_predict_end,
+            hooks_raise=hooks_raise,
+            hooks_timeout=hooks_timeout,
+            max_len=max_len,
+            head_max_len=head_max_len,
+            min_confidence=min_confidence,
+        )[0]
 
     system_one = predict
 
-    def predict_batch(self, states: Sequence[State], questions: Dict[Any, Dict[str, Any]],
-                      batch_size: Optional[int] = None, lang: Optional[str] = None,
-                      hooks: Any = None, on_predict_start: Any = None, on_predict_end: Any = None,
-                      hooks_raise: Optional[bool] = None, hooks_timeout: Optional[float] = None,
-                      max_len: Optional[int] = None, head_max_len: Optional[int] = None,
-                      sort_by_length: bool = False, min_confidence: Any = None) -> List[Dict[str, Any]]:
+    def predict_batch(
+        self,
+        states: Sequence[State],
+        questions: dict[Any, dict[str, Any]],
+        batch_size: int | None = None,
+        lang: str | None = None,
+        hooks: Any = None,
+        on_predict_start: Any = None,
+        on_predict_end: Any = None,
+        hooks_raise: bool | None = None,
+        hooks_timeout: float | None = None,
+        max_len: int | None = None,
+        head_max_len: int | None = None,
+        sort_by_length: bool = False,
+        min_confidence: Any = None,
+    ) -> list[dict[str, Any]]:
         """The same questions over many states; one session run per `batch_size` states.
 
         Hooks see one `PredictContext` for the call: start hooks may rewrite `ctx.states`,
@@ -119,14 +170,21 @@ class ONNXAgent(HookRegistry):
         active = compose_hooks(self.hooks, hooks, on_predict_start, on_predict_end)
         raise_errors = self.hooks_raise if hooks_raise is None else bool(hooks_raise)
         timeout = self.hooks_timeout if hooks_timeout is None else validate_timeout(hooks_timeout)
-        ctx = PredictContext(states=states, questions=questions, model=self.model_id, agent=self,
-                             max_len=max_len, head_max_len=head_max_len)
+        ctx = PredictContext(
+            states=states,
+            questions=questions,
+            model=self.model_id,
+            agent=self,
+            max_len=max_len,
+            head_max_len=head_max_len,
+        )
         run = dict(raise_errors=raise_errors, lock=self._hooks_lock, timeout=timeout)
         try:
             dispatch(active, "on_predict_start", ctx, **run)
             if ctx.results is None:
-                ctx.results = self._checked_infer(ctx, lang=lang, batch_size=batch_size,
-                                                  sort_by_length=sort_by_length)
+                ctx.results = self._checked_infer(
+                    ctx, lang=lang, batch_size=batch_size, sort_by_length=sort_by_length
+                )
         except BaseException as exc:
             ctx.error = exc
             try:
@@ -144,20 +202,25 @@ class ONNXAgent(HookRegistry):
             except BaseException as hook_exc:
                 if ctx.error is None:
                     raise
-                ctx.error.__context__ = hook_exc   # the original failure wins
+                ctx.error.__context__ = hook_exc  # the original failure wins
         return ctx.results
 
     predict_many = predict_batch
 
-    def _checked_infer(self, ctx: PredictContext, *, lang, batch_size, sort_by_length) -> List[Dict[str, Any]]:
+    def _checked_infer(
+        self, ctx: PredictContext, *, lang, batch_size, sort_by_length
+    ) -> list[dict[str, Any]]:
         """Type checks on what survived the start hooks, then inference."""
         states, questions = ctx.states, ctx.questions
         max_len, head_max_len = ctx.max_len, ctx.head_max_len
         if isinstance(states, (str, bytes, dict)):
-            raise TypeError("predict_batch expects a list of states; pass a single state to predict()/system_one().")
+            raise TypeError(
+                "predict_batch expects a list of states; pass a single state to predict()/system_one()."
+            )
         if not isinstance(questions, dict):
-            raise TypeError("questions must be a dict of question id -> definition, got %s"
-                            % type(questions).__name__)
+            raise TypeError(
+                "questions must be a dict of question id -> definition, got %s" % type(questions).__name__
+            )
         for name, value in (("max_len", max_len), ("head_max_len", head_max_len), ("batch_size", batch_size)):
             # Any int goes through as laya takes it (a budget too small is refused with the marker
             # diagnosis); a non-integer would otherwise fail deep inside slicing.
@@ -166,13 +229,27 @@ class ONNXAgent(HookRegistry):
         states = list(states)
         if any(s is None for s in states):
             raise TypeError("state must not be None; pass a string, dict, or list")
-        return self._infer(states, questions, lang=lang, batch_size=batch_size,
-                           sort_by_length=sort_by_length,
-                           max_len=self.max_len if max_len is None else max_len,
-                           head_max_len=self.head_max_len if head_max_len is None else head_max_len)
+        return self._infer(
+            states,
+            questions,
+            lang=lang,
+            batch_size=batch_size,
+            sort_by_length=sort_by_length,
+            max_len=self.max_len if max_len is None else max_len,
+            head_max_len=self.head_max_len if head_max_len is None else head_max_len,
+        )
 
-    def _infer(self, states: List[State], questions: Dict[Any, Dict[str, Any]], *, lang, batch_size,
-               sort_by_length: bool, max_len: int, head_max_len: int) -> List[Dict[str, Any]]:
+    def _infer(
+        self,
+        states: list[State],
+        questions: dict[Any, dict[str, Any]],
+        *,
+        lang,
+        batch_size,
+        sort_by_length: bool,
+        max_len: int,
+        head_max_len: int,
+    ) -> list[dict[str, Any]]:
         if not states:
             return []
         if not questions:
@@ -184,22 +261,23 @@ class ONNXAgent(HookRegistry):
         # sort only with an explicit chunk smaller than the input, within windows of 8 chunks.
         reorder = sort_by_length and 1 < chunk < len(states)
         window = chunk * SORT_WINDOW_BATCHES if reorder else chunk
-        results: List[Optional[Dict[str, Any]]] = [None] * len(states)
+        results: list[dict[str, Any] | None] = [None] * len(states)
         for start in range(0, len(states), window):
-            encoded = [encode_state(self.tok, s, qs, max_len, head_max_len, heads)
-                       for s in states[start:start + window]]
+            encoded = [
+                encode_state(self.tok, s, qs, max_len, head_max_len, heads)
+                for s in states[start : start + window]
+            ]
             order = list(range(len(encoded)))
             if reorder:
                 order.sort(key=lambda i: max(len(r.ids) for r in encoded[i]))
             for offset in range(0, len(order), chunk):
-                picked = order[offset:offset + chunk]
+                picked = order[offset : offset + chunk]
                 rows = [row for i in picked for row in encoded[i]]
                 logits, act_logits = self.session.run(collate(rows, self.tok.pad_token_id))
                 act = act_probabilities(act_logits)
                 at = 0
                 for i in picked:
-                    results[start + i] = decode_state(qs, encoded[i], logits, act, at,
-                                                      self.calibration, lang)
+                    results[start + i] = decode_state(qs, encoded[i], logits, act, at, self.calibration, lang)
                     at += len(encoded[i])
         return results  # type: ignore[return-value]
 

@@ -11,6 +11,7 @@ A bundle is what `laya-onnx export` writes and what `ONNXAgent` loads:
 The I/O signature lives here, in the torch-free core, so the exporter that writes the graph and
 the runtime that feeds it read one declaration (optimum-style: names, dtypes, dynamic axes).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -18,10 +19,11 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Optional
+from typing import Any
 
 GRAPH_FILE = "laya.onnx"
 CONFIG_FILE = "rl_agent_config.json"
@@ -34,14 +36,14 @@ FORMAT_VERSION = 1
 
 #: Inputs in the order the graph declares them: name -> (numpy dtype, dynamic axes).
 #: This is the contract laya's own ONNXAgent feeds, so either runtime can run our graph.
-GRAPH_INPUTS: Dict[str, tuple] = {
+GRAPH_INPUTS: dict[str, tuple] = {
     "input_ids": ("int64", ("batch", "sequence")),
     "attention_mask": ("int64", ("batch", "sequence")),
     "marker_pos": ("int64", ("batch", "markers")),
     "marker_mask": ("bool", ("batch", "markers")),
     "qtype": ("int64", ("batch",)),
 }
-GRAPH_OUTPUTS: Dict[str, tuple] = {
+GRAPH_OUTPUTS: dict[str, tuple] = {
     "logits": ("float32", ("batch", "markers")),
     "act_logits": ("float32", ("batch", "actions")),
 }
@@ -62,7 +64,7 @@ def sha256_file(path: os.PathLike, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def bundle_files(root: Path) -> List[str]:
+def bundle_files(root: Path) -> list[str]:
     """Every file of a bundle except the manifest, as sorted POSIX paths relative to `root`."""
     out = []
     for path in sorted(root.rglob("*")):
@@ -71,17 +73,22 @@ def bundle_files(root: Path) -> List[str]:
     return out
 
 
-def file_digests(root: Path, names: Optional[Iterable[str]] = None) -> Dict[str, Dict[str, Any]]:
+def file_digests(root: Path, names: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
     names = bundle_files(root) if names is None else names
     return {n: {"sha256": sha256_file(root / n), "bytes": (root / n).stat().st_size} for n in names}
 
 
-def io_signature() -> Dict[str, Any]:
+def io_signature() -> dict[str, Any]:
     """The declared graph I/O as JSON (written into the manifest)."""
+
     def block(spec):
         return [{"name": n, "dtype": d, "axes": list(a)} for n, (d, a) in spec.items()]
-    return {"inputs": block(GRAPH_INPUTS), "outputs": block(GRAPH_OUTPUTS),
-            "min_marker_columns": MIN_MARKER_COLUMNS}
+
+    return {
+        "inputs": block(GRAPH_INPUTS),
+        "outputs": block(GRAPH_OUTPUTS),
+        "min_marker_columns": MIN_MARKER_COLUMNS,
+    }
 
 
 @contextmanager
@@ -96,7 +103,7 @@ def staged_directory(out_dir: Path) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".partial", dir=out_dir.parent))
     try:
         yield tmp
-        os.chmod(tmp, 0o755)   # mkdtemp makes it 0700
+        os.chmod(tmp, 0o755)  # mkdtemp makes it 0700
         if out_dir.exists():
             old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
             os.replace(out_dir, old)
@@ -109,9 +116,9 @@ def staged_directory(out_dir: Path) -> Iterator[Path]:
         raise
 
 
-def write_manifest(root: Path, **sections: Any) -> Dict[str, Any]:
+def write_manifest(root: Path, **sections: Any) -> dict[str, Any]:
     """Hash every file under `root` and write manifest.json; `sections` are merged in as given."""
-    manifest: Dict[str, Any] = {"format": FORMAT, "format_version": FORMAT_VERSION}
+    manifest: dict[str, Any] = {"format": FORMAT, "format_version": FORMAT_VERSION}
     manifest.update(sections)
     manifest.setdefault("io", io_signature())
     manifest["files"] = file_digests(root)
@@ -126,8 +133,8 @@ class Bundle:
     """A bundle directory, checked: graph, config and tokenizer present, manifest consistent."""
 
     root: Path
-    manifest: Optional[Dict[str, Any]]
-    config: Dict[str, Any]
+    manifest: dict[str, Any] | None
+    config: dict[str, Any]
 
     @property
     def graph_path(self) -> Path:
@@ -138,7 +145,7 @@ class Bundle:
         return self.root / TOKENIZER_DIR
 
     @classmethod
-    def open(cls, root: os.PathLike, verify: bool = True) -> "Bundle":
+    def open(cls, root: os.PathLike, verify: bool = True) -> Bundle:
         """Open a bundle. `verify=True` checks every sha256 the manifest lists before any file is
         parsed, so a corrupted or swapped graph is refused instead of answering wrongly."""
         root = Path(root)
@@ -150,13 +157,16 @@ class Bundle:
             try:
                 manifest = json.loads(mpath.read_text(encoding="utf-8"))
             except ValueError as exc:
-                raise BundleError(f"bundle {str(root)!r}: {MANIFEST_FILE} is not valid JSON ({exc})") from None
+                raise BundleError(
+                    f"bundle {str(root)!r}: {MANIFEST_FILE} is not valid JSON ({exc})"
+                ) from None
             if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
                 raise BundleError(f"bundle {str(root)!r}: {MANIFEST_FILE} is not a {FORMAT} manifest")
             if manifest.get("format_version") != FORMAT_VERSION:
                 raise BundleError(
                     f"bundle {str(root)!r}: manifest format_version {manifest.get('format_version')!r} "
-                    f"is not supported by this laya-onnx (expects {FORMAT_VERSION}); re-export it")
+                    f"is not supported by this laya-onnx (expects {FORMAT_VERSION}); re-export it"
+                )
             if verify:
                 verify_files(root, manifest.get("files") or {})
         for need in (GRAPH_FILE, CONFIG_FILE, TOKENIZER_DIR + "/tokenizer.json"):
@@ -171,7 +181,7 @@ class Bundle:
         return cls(root=root, manifest=manifest, config=config)
 
 
-def verify_files(root: Path, files: Dict[str, Any]) -> None:
+def verify_files(root: Path, files: dict[str, Any]) -> None:
     """Check each listed file's sha256; names must stay inside `root`."""
     base = root.resolve()
     for name, entry in files.items():
@@ -185,4 +195,5 @@ def verify_files(root: Path, files: Dict[str, Any]) -> None:
         if got.lower() != str(want).lower():
             raise BundleError(
                 f"bundle {str(root)!r}: sha256 mismatch for {name!r} (manifest {want}, file {got}); "
-                "the bundle was modified or corrupted, re-export it")
+                "the bundle was modified or corrupted, re-export it"
+            )

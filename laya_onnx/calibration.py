@@ -4,12 +4,14 @@ Temperatures are applied per question type and option-count bucket, clamped to
 [TEMP_MIN, TEMP_MAX]; the softmax runs in float32 numpy in the reference's order so the
 rounded numbers agree to the last digit (core.md §4).
 """
+
 from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -53,14 +55,19 @@ def temperature_rejected(raw: Any, applied: float) -> bool:
         return True
 
 
-def _replaced(entries) -> List[str]:
-    return ["%s=%r -> %g" % (name, raw, applied) for name, raw, applied in entries
-            if temperature_rejected(raw, applied)]
+def _replaced(entries) -> list[str]:
+    return [
+        "%s=%r -> %g" % (name, raw, applied)
+        for name, raw, applied in entries
+        if temperature_rejected(raw, applied)
+    ]
 
 
-def resolve_lang_temperatures(raw: Optional[Mapping[Any, Any]], base: Sequence[Any]) -> Dict[str, Dict[str, Any]]:
+def resolve_lang_temperatures(
+    raw: Mapping[Any, Any] | None, base: Sequence[Any]
+) -> dict[str, dict[str, Any]]:
     """Parse per-language overrides into {lang: {temperature, temperature_by_options}} (clamped)."""
-    out: Dict[str, Dict[str, Any]] = {}
+    out: dict[str, dict[str, Any]] = {}
     for lang, cfg in (raw or {}).items():
         if not isinstance(lang, str):
             raise ValueError("Language override keys must be strings, got %r" % (lang,))
@@ -73,22 +80,32 @@ def resolve_lang_temperatures(raw: Optional[Mapping[Any, Any]], base: Sequence[A
         if inherited:
             t_raw = base
         if not isinstance(t_raw, (list, tuple)) or len(t_raw) != 3:
-            raise ValueError("Language override %r temperature must be a list of 3 floats, got %r"
-                             % (lang, t_raw))
+            raise ValueError(
+                "Language override %r temperature must be a list of 3 floats, got %r" % (lang, t_raw)
+            )
         tbo_raw = cfg.get("temperature_by_options") or {}
         if not isinstance(tbo_raw, dict):
-            raise ValueError("Language override %r temperature_by_options must be a mapping of "
-                             "bucket -> float, got %s" % (lang, type(tbo_raw).__name__))
+            raise ValueError(
+                "Language override %r temperature_by_options must be a mapping of "
+                "bucket -> float, got %s" % (lang, type(tbo_raw).__name__)
+            )
         temps = [clamp_temperature(t) for t in t_raw]
         by_options = {k: clamp_temperature(v) for k, v in tbo_raw.items()}
-        entries = [] if inherited else [("temperature[%d]" % i, r, a) for i, (r, a) in enumerate(zip(t_raw, temps))]
+        entries = (
+            []
+            if inherited
+            else [("temperature[%d]" % i, r, a) for i, (r, a) in enumerate(zip(t_raw, temps, strict=False))]
+        )
         entries += [("%s" % k, v, by_options[k]) for k, v in tbo_raw.items()]
         rejected = _replaced(entries)
         if rejected:
             warnings.warn(
                 "laya: language override %r ships invalid temperatures or values outside "
                 "[%g, %g]; using %s. Treat confidence from the affected entries as uncalibrated."
-                % (lang, TEMP_MIN, TEMP_MAX, ", ".join(rejected)), RuntimeWarning, stacklevel=3)
+                % (lang, TEMP_MIN, TEMP_MAX, ", ".join(rejected)),
+                RuntimeWarning,
+                stacklevel=3,
+            )
         out[norm] = {"temperature": temps, "temperature_by_options": by_options}
     return out
 
@@ -105,23 +122,27 @@ def apply_binning_map(conf: float, bucket: str, binning_map: Mapping[str, Any]) 
 class Calibration:
     """The temperatures (and optional binning map) a checkpoint answers with."""
 
-    temperature: List[float]
-    temperature_by_options: Dict[str, float]
+    temperature: list[float]
+    temperature_by_options: dict[str, float]
     temperature_raw: Any = None
-    temperature_by_options_raw: Dict[str, Any] = field(default_factory=dict)
-    lang_temperatures: Dict[str, Dict[str, Any]] = field(default_factory=dict)
-    binning_map: Optional[Dict[str, Any]] = None
+    temperature_by_options_raw: dict[str, Any] = field(default_factory=dict)
+    lang_temperatures: dict[str, dict[str, Any]] = field(default_factory=dict)
+    binning_map: dict[str, Any] | None = None
 
     @classmethod
-    def from_config(cls, cfg: Mapping[str, Any], lang_temperatures=None, warn: bool = True) -> "Calibration":
+    def from_config(cls, cfg: Mapping[str, Any], lang_temperatures=None, warn: bool = True) -> Calibration:
         raw = cfg.get("temperature", [1.0, 1.0, 1.0])
         tbo_raw = cfg.get("temperature_by_options", {}) or {}
         if not isinstance(raw, (list, tuple)) or len(raw) != 3:
-            raise ValueError("rl_agent_config.json: temperature must be a list of 3 floats "
-                             "(choice, score, noul), got %r" % (raw,))
+            raise ValueError(
+                "rl_agent_config.json: temperature must be a list of 3 floats "
+                "(choice, score, noul), got %r" % (raw,)
+            )
         if not isinstance(tbo_raw, dict):
-            raise ValueError("rl_agent_config.json: temperature_by_options must be a mapping of "
-                             "bucket -> float, got %r" % (tbo_raw,))
+            raise ValueError(
+                "rl_agent_config.json: temperature_by_options must be a mapping of "
+                "bucket -> float, got %r" % (tbo_raw,)
+            )
         temps = [clamp_temperature(t) for t in raw]
         by_options = {k: clamp_temperature(v) for k, v in tbo_raw.items()}
         if warn:
@@ -133,20 +154,26 @@ class Calibration:
                     "laya-onnx: this checkpoint ships temperatures outside [%g, %g] which would "
                     "distort confidence; clamping %s. Treat confidence from the affected buckets "
                     "as uncalibrated." % (TEMP_MIN, TEMP_MAX, ", ".join(rejected)),
-                    RuntimeWarning, stacklevel=3)
-        return cls(temperature=temps, temperature_by_options=by_options, temperature_raw=raw,
-                   temperature_by_options_raw=dict(tbo_raw),
-                   lang_temperatures=resolve_lang_temperatures(lang_temperatures, raw))
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+        return cls(
+            temperature=temps,
+            temperature_by_options=by_options,
+            temperature_raw=raw,
+            temperature_by_options_raw=dict(tbo_raw),
+            lang_temperatures=resolve_lang_temperatures(lang_temperatures, raw),
+        )
 
-    def lang_override(self, lang: Optional[str]) -> Optional[Dict[str, Any]]:
+    def lang_override(self, lang: str | None) -> dict[str, Any] | None:
         if not lang:
             return None
         return self.lang_temperatures.get(lang.split("-")[0].lower())
 
-    def temperature_for(self, qtype: int, k: int, lang: Optional[str] = None) -> float:
+    def temperature_for(self, qtype: int, k: int, lang: str | None = None) -> float:
         bucket = temp_bucket(qtype, k)
         override = self.lang_override(lang)
-        if override is not None:    # an override replaces the checkpoint's buckets outright
+        if override is not None:  # an override replaces the checkpoint's buckets outright
             return override["temperature_by_options"].get(bucket, override["temperature"][qtype])
         return self.temperature_by_options.get(bucket, self.temperature[qtype])
 
@@ -159,7 +186,7 @@ def softmax_f32(logits_row: np.ndarray, t: float) -> np.ndarray:
     return p
 
 
-def unpermute(p: np.ndarray, order: Optional[Sequence[int]]) -> np.ndarray:
+def unpermute(p: np.ndarray, order: Sequence[int] | None) -> np.ndarray:
     """Slot order -> option order (slot s showed option order[s])."""
     if order is None or len(order) != len(p):
         return p
@@ -188,11 +215,16 @@ def act_probabilities(act_logits: np.ndarray) -> np.ndarray:
     return e / np.sum(e, axis=-1, keepdims=True)
 
 
-def decode_answer(q: Question, logits_row: np.ndarray, act_row: np.ndarray, k: int,
-                  calibration: Calibration, lang: Optional[str] = None) -> Dict[str, Any]:
+def decode_answer(
+    q: Question,
+    logits_row: np.ndarray,
+    act_row: np.ndarray,
+    k: int,
+    calibration: Calibration,
+    lang: str | None = None,
+) -> dict[str, Any]:
     """One answer dict, keys in the reference's order."""
-    p = unpermute(softmax_f32(logits_row[:k], calibration.temperature_for(q.qtype, k, lang)),
-                  q.option_order)
+    p = unpermute(softmax_f32(logits_row[:k], calibration.temperature_for(q.qtype, k, lang)), q.option_order)
     confidence = round(entropy_confidence(p, k), 4)
     raw = max_confidence(p, k)
     if calibration.binning_map and calibration.lang_override(lang) is None:
@@ -202,50 +234,81 @@ def decode_answer(q: Question, logits_row: np.ndarray, act_row: np.ndarray, k: i
     action = {"act_probability": round(float(act_row[0]), 4)}
     if q.type == "choice":
         keys = list(q.criteria.keys())
-        return {"type": "choice", "choice": keys[int(p.argmax())],
-                "probabilities": {key: round(float(v), 4) for key, v in zip(keys, p)},
-                "confidence": confidence, "answer_confidence": answer_conf, "action": action}
+        return {
+            "type": "choice",
+            "choice": keys[int(p.argmax())],
+            "probabilities": {key: round(float(v), 4) for key, v in zip(keys, p, strict=False)},
+            "confidence": confidence,
+            "answer_confidence": answer_conf,
+            "action": action,
+        }
     if q.type == "score":
-        expected = float((np.arange(k) * p).sum())       # int64 x float32 -> float64 sum
-        return {"type": "score", "score": round(expected, 4),
-                "legend": {str(i): render_criterion(c) for i, c in enumerate(q.criteria)},
-                "probabilities": {str(i): round(float(v), 4) for i, v in enumerate(p)},
-                "confidence": confidence, "answer_confidence": answer_conf, "action": action}
+        expected = float((np.arange(k) * p).sum())  # int64 x float32 -> float64 sum
+        return {
+            "type": "score",
+            "score": round(expected, 4),
+            "legend": {str(i): render_criterion(c) for i, c in enumerate(q.criteria)},
+            "probabilities": {str(i): round(float(v), 4) for i, v in enumerate(p)},
+            "confidence": confidence,
+            "answer_confidence": answer_conf,
+            "action": action,
+        }
     p_true = float(p[1])
-    return {"type": "noul", "noul": round(p_true, 4), "confidence": round(max(p_true, 1.0 - p_true), 4),
-            "answer_confidence": answer_conf, "action": action}
+    return {
+        "type": "noul",
+        "noul": round(p_true, 4),
+        "confidence": round(max(p_true, 1.0 - p_true), 4),
+        "answer_confidence": answer_conf,
+        "action": action,
+    }
 
 
-def state_usage(rows: Sequence[Row], input_tokens: int) -> Dict[str, Any]:
+def state_usage(rows: Sequence[Row], input_tokens: int) -> dict[str, Any]:
     """The usage block of one state's result."""
     dropped = max(r.state_stats["state_tokens_dropped"] for r in rows)
-    usage: Dict[str, Any] = {
+    usage: dict[str, Any] = {
         "input_tokens": input_tokens,
         "output_tokens": 0,
         "state_tokens": rows[0].state_stats["state_tokens"],
-        "state_tokens_dropped": dropped,      # worst case: one state, several head budgets
+        "state_tokens_dropped": dropped,  # worst case: one state, several head budgets
         "truncated": dropped > 0,
         "truncated_questions": [r.qid for r in rows if r.state_stats["truncated"]],
     }
-    collapsed = {r.qid: {"total": r.options["options"], "distinct": r.options["options_distinct"],
-                         "tokens_per_option": r.options["tokens_per_option"]}
-                 for r in rows if r.options["options_distinct"] < r.options["options"]}
+    collapsed = {
+        r.qid: {
+            "total": r.options["options"],
+            "distinct": r.options["options_distinct"],
+            "tokens_per_option": r.options["tokens_per_option"],
+        }
+        for r in rows
+        if r.options["options_distinct"] < r.options["options"]
+    }
     if collapsed:
         usage["options"] = collapsed
     return usage
 
 
-def decode_state(questions: Mapping[Any, Question], rows: Sequence[Row], logits: np.ndarray,
-                 act: np.ndarray, offset: int, calibration: Calibration,
-                 lang: Optional[str] = None) -> Dict[str, Any]:
+def decode_state(
+    questions: Mapping[Any, Question],
+    rows: Sequence[Row],
+    logits: np.ndarray,
+    act: np.ndarray,
+    offset: int,
+    calibration: Calibration,
+    lang: str | None = None,
+) -> dict[str, Any]:
     """One state's result from the batch rows starting at `offset` (act already softmaxed)."""
     answers = {}
     for r, row in enumerate(rows):
-        answers[row.qid] = decode_answer(questions[row.qid], logits[offset + r], act[offset + r],
-                                         len(row.markers), calibration, lang)
-    return {"model": MODEL_NAME, "answers": answers,
-            "usage": state_usage(rows, sum(len(row.ids) for row in rows))}
+        answers[row.qid] = decode_answer(
+            questions[row.qid], logits[offset + r], act[offset + r], len(row.markers), calibration, lang
+        )
+    return {
+        "model": MODEL_NAME,
+        "answers": answers,
+        "usage": state_usage(rows, sum(len(row.ids) for row in rows)),
+    }
 
 
-def empty_result() -> Dict[str, Any]:
+def empty_result() -> dict[str, Any]:
     return {"model": MODEL_NAME, "answers": {}, "usage": {"input_tokens": 0, "output_tokens": 0}}

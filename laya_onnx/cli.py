@@ -3,6 +3,7 @@
 The runtime core is torch-free, so `predict` and `serve` must work on a box without torch;
 `make-checkpoint` and `export` import torch lazily inside their own modules.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,8 +57,11 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     if not isinstance(request, dict) or "state" not in request or "questions" not in request:
         raise ValueError("--request must be an object with 'state' and 'questions'")
     agent = ONNXAgent(args.bundle, providers=args.providers)
-    controls = {k: request[k] for k in ("max_len", "head_max_len", "min_confidence", "lang")
-                if request.get(k) is not None}
+    controls = {
+        k: request[k]
+        for k in ("max_len", "head_max_len", "min_confidence", "lang")
+        if request.get(k) is not None
+    }
     result = agent.predict(request["state"], request["questions"], **controls)
     print(json.dumps(result, ensure_ascii=False, indent=None if args.compact else 2))
     return 0
@@ -75,11 +79,19 @@ def _cmd_parity(args: argparse.Namespace) -> int:
 
     def show(case):
         mark = "ok  " if case.passed(args.tolerance) else "FAIL"
-        print(f"  {mark} {case.name:<28} rows={case.rows:<3} max|dp|={case.max_abs_dp:.2e}"
-              + ("" if case.passed(args.tolerance) else "  " + "; ".join(case.details)[:300]))
+        print(
+            f"  {mark} {case.name:<28} rows={case.rows:<3} max|dp|={case.max_abs_dp:.2e}"
+            + ("" if case.passed(args.tolerance) else "  " + "; ".join(case.details)[:300])
+        )
 
-    report = run_parity(args.checkpoint, args.bundle, suite=args.suite, tolerance=args.tolerance,
-                        report_path=args.report, progress=show)
+    report = run_parity(
+        args.checkpoint,
+        args.bundle,
+        suite=args.suite,
+        tolerance=args.tolerance,
+        report_path=args.report,
+        progress=show,
+    )
     print(json.dumps(report.summary(), indent=2))
     return 0 if report.passed else 1
 
@@ -87,8 +99,11 @@ def _cmd_parity(args: argparse.Namespace) -> int:
 def _cmd_bench(args: argparse.Namespace) -> int:
     from laya_onnx.parity.bench import run_bench
 
-    print(json.dumps(run_bench(args.checkpoint, args.bundle, repeats=args.repeats, threads=args.threads),
-                     indent=2))
+    print(
+        json.dumps(
+            run_bench(args.checkpoint, args.bundle, repeats=args.repeats, threads=args.threads), indent=2
+        )
+    )
     return 0
 
 
@@ -109,8 +124,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     mk = sub.add_parser("make-checkpoint", help="write a deterministic checkpoint in the release layout")
-    mk.add_argument("--preset", required=True,
-                    choices=["tiny-english", "tiny-multilingual", "tiny-typed-decisions", "random-english-large"])
+    mk.add_argument(
+        "--preset",
+        required=True,
+        choices=["tiny-english", "tiny-multilingual", "tiny-typed-decisions", "random-english-large"],
+    )
     mk.add_argument("-o", "--output", required=True)
     mk.add_argument("--seed", type=int, default=0)
     mk.set_defaults(func=_cmd_make_checkpoint)
@@ -123,16 +141,21 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("--tolerance", type=float, default=1e-4, help="max |Δlogit| allowed vs torch")
     ex.add_argument("--dynamo", action="store_true", help="use the torch.export-based exporter")
     ex.add_argument("--force", action="store_true", help="overwrite a non-empty output directory")
-    ex.add_argument("--name", default=None,
-                    help="checkpoint name the bundle answers to (default: the published name, else the directory name)")
+    ex.add_argument(
+        "--name",
+        default=None,
+        help="checkpoint name the bundle answers to (default: the published name, else the directory name)",
+    )
     ex.set_defaults(func=_cmd_export)
 
     pr = sub.add_parser("predict", help="answer one request with a bundle")
     pr.add_argument("bundle")
-    pr.add_argument("--request", required=True,
-                    help='JSON {"state":..., "questions":...} inline, @file or - for stdin')
-    pr.add_argument("--providers", type=_providers, default=None,
-                    help="comma list of execution providers, or 'auto'")
+    pr.add_argument(
+        "--request", required=True, help='JSON {"state":..., "questions":...} inline, @file or - for stdin'
+    )
+    pr.add_argument(
+        "--providers", type=_providers, default=None, help="comma list of execution providers, or 'auto'"
+    )
     pr.add_argument("--compact", action="store_true")
     pr.set_defaults(func=_cmd_predict)
 

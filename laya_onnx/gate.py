@@ -4,10 +4,11 @@ With a threshold set, every answer gets `abstention` (passed / abstained / uneva
 `abstention_threshold`, and `low_confidence: True` when it abstained; without one nothing is
 written, so an ungated payload is byte-identical to one from before the gate existed.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional, Union
+from typing import Any
 
 from laya_onnx.calibration import size_class
 
@@ -16,7 +17,7 @@ SIZE_CLASSES = ("2", "3-5", "6-10", "11+")
 DEFAULT_KEY = "default"
 PASSED, ABSTAINED, UNEVALUATED = "passed", "abstained", "unevaluated"
 
-Threshold = Union[float, Dict[str, float]]
+Threshold = float | dict[str, float]
 
 
 def bucket_keys() -> set:
@@ -39,25 +40,26 @@ def check_min_confidence(v: Any) -> Threshold:
     out = {}
     for key, val in v.items():
         if not isinstance(key, str) or key not in allowed:
-            raise ValueError("min_confidence map keys must be a bucket like 'choice:3-5' or "
-                             "'default', got %r" % (key,))
+            raise ValueError(
+                "min_confidence map keys must be a bucket like 'choice:3-5' or 'default', got %r" % (key,)
+            )
         out[key] = _threshold(val)
     return out
 
 
-def _finite(v: Any) -> Optional[float]:
+def _finite(v: Any) -> float | None:
     if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
         return float(v)
     return None
 
 
-def gate_number(answer: Dict[str, Any]) -> Optional[float]:
+def gate_number(answer: dict[str, Any]) -> float | None:
     """answer_confidence if usable, else confidence if usable, else None."""
     conf = _finite(answer.get("answer_confidence"))
     return conf if conf is not None else _finite(answer.get("confidence"))
 
 
-def answer_bucket(answer: Dict[str, Any]) -> Optional[str]:
+def answer_bucket(answer: dict[str, Any]) -> str | None:
     kind = answer.get("type")
     if kind not in QTYPE_NAMES:
         return None
@@ -71,7 +73,7 @@ def answer_bucket(answer: Dict[str, Any]) -> Optional[str]:
     return "%s:%s" % (kind, size_class(k))
 
 
-def threshold_for(answer: Dict[str, Any], mc: Threshold) -> float:
+def threshold_for(answer: dict[str, Any], mc: Threshold) -> float:
     if not isinstance(mc, dict):
         return mc
     key = answer_bucket(answer)
@@ -80,14 +82,14 @@ def threshold_for(answer: Dict[str, Any], mc: Threshold) -> float:
     return mc.get(DEFAULT_KEY, 0.0)
 
 
-def _answers(results: List[Any]):
+def _answers(results: list[Any]):
     for res in results:
         answers = res.get("answers") if isinstance(res, dict) else None
         if isinstance(answers, dict):
             yield from (a for a in answers.values() if isinstance(a, dict))
 
 
-def apply_confidence_gate(results: List[Any], mc: Optional[Threshold]) -> None:
+def apply_confidence_gate(results: list[Any], mc: Threshold | None) -> None:
     """Mark every answer of `results` in place; does nothing when `mc` is None."""
     if mc is None:
         return

@@ -5,6 +5,7 @@ unchanged: a `PredictContext` per public call, `on_predict_start` (may rewrite s
 or `ctx.skip(results)`), `on_error`, `on_predict_end` (may rewrite results); process defaults,
 then installed hooks, then per-call hooks; sync or async methods; an optional per-hook timeout.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -15,9 +16,10 @@ import threading
 import time
 import uuid
 import warnings
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any
 
 HOOK_EVENTS = ("on_predict_start", "on_predict_end", "on_route", "on_load", "on_evict", "on_error")
 
@@ -26,40 +28,55 @@ HOOK_EVENTS = ("on_predict_start", "on_predict_end", "on_route", "on_load", "on_
 class PredictContext:
     """Mutable state shared by every hook of one call (identity equality, so it is hashable)."""
 
-    states: List[Any]
-    questions: Dict[Any, Any]
+    states: list[Any]
+    questions: dict[Any, Any]
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
-    results: Optional[List[Dict[str, Any]]] = None
-    decision: Optional[Dict[str, Any]] = None
-    model: Optional[str] = None
+    results: list[dict[str, Any]] | None = None
+    decision: dict[str, Any] | None = None
+    model: str | None = None
     agent: Any = None
     router: Any = None
-    max_len: Optional[int] = None
-    head_max_len: Optional[int] = None
-    usage: Optional[Dict[str, int]] = None
+    max_len: int | None = None
+    head_max_len: int | None = None
+    usage: dict[str, int] | None = None
     started_at: float = field(default_factory=time.perf_counter)
-    elapsed_ms: Optional[float] = None
-    error: Optional[BaseException] = None
+    elapsed_ms: float | None = None
+    error: BaseException | None = None
 
-    def skip(self, results: List[Dict[str, Any]]) -> None:
+    def skip(self, results: list[dict[str, Any]]) -> None:
         """Answer the call from a start hook: inference is skipped, end hooks still run."""
-        if (isinstance(self.states, (list, tuple)) and isinstance(results, (list, tuple))
-                and len(results) not in (1, len(self.states))):
+        if (
+            isinstance(self.states, (list, tuple))
+            and isinstance(results, (list, tuple))
+            and len(results) not in (1, len(self.states))
+        ):
             raise ValueError(
                 "ctx.skip() takes one result for the whole call or one per state in "
-                "ctx.states (%d); got %d" % (len(self.states), len(results)))
+                "ctx.states (%d); got %d" % (len(self.states), len(results))
+            )
         self.results = results
 
 
 class BaseHook:
     """Subclass and override only the events you need; every method is a no-op."""
 
-    def on_predict_start(self, ctx: PredictContext) -> None: pass
-    def on_predict_end(self, ctx: PredictContext) -> None: pass
-    def on_route(self, ctx: PredictContext) -> None: pass
-    def on_load(self, ctx: PredictContext) -> None: pass
-    def on_evict(self, ctx: PredictContext) -> None: pass
-    def on_error(self, ctx: PredictContext) -> None: pass
+    def on_predict_start(self, ctx: PredictContext) -> None:
+        pass
+
+    def on_predict_end(self, ctx: PredictContext) -> None:
+        pass
+
+    def on_route(self, ctx: PredictContext) -> None:
+        pass
+
+    def on_load(self, ctx: PredictContext) -> None:
+        pass
+
+    def on_evict(self, ctx: PredictContext) -> None:
+        pass
+
+    def on_error(self, ctx: PredictContext) -> None:
+        pass
 
 
 class _Callable:
@@ -89,23 +106,27 @@ def _many(value: Any) -> tuple:
     return tuple(value) if isinstance(value, (list, tuple)) else (value,)
 
 
-def normalise_hooks(hooks: Any = None, on_predict_start: Any = None, on_predict_end: Any = None) -> List[Any]:
+def normalise_hooks(hooks: Any = None, on_predict_start: Any = None, on_predict_end: Any = None) -> list[Any]:
     """One ordered list: `hooks` entries, then start callables, then end callables."""
-    out: List[Any] = []
+    out: list[Any] = []
     for hook in _many(hooks):
         if isinstance(hook, type):
-            raise TypeError("hooks entries must be instances, not classes; got %s. Instantiate it first."
-                            % hook.__name__)
+            raise TypeError(
+                "hooks entries must be instances, not classes; got %s. Instantiate it first." % hook.__name__
+            )
         if not any(hasattr(hook, e) for e in HOOK_EVENTS):
             raise TypeError(
                 "hooks entries must implement at least one of %s; got %s. Pass a plain "
                 "callable as on_predict_start=/on_predict_end= instead."
-                % (", ".join(HOOK_EVENTS), type(hook).__name__))
+                % (", ".join(HOOK_EVENTS), type(hook).__name__)
+            )
         for event in HOOK_EVENTS:
             method = getattr(hook, event, None)
             if method is not None and not callable(method):
-                raise TypeError("hooks entry %s.%s must be callable, got %s"
-                                % (type(hook).__name__, event, type(method).__name__))
+                raise TypeError(
+                    "hooks entry %s.%s must be callable, got %s"
+                    % (type(hook).__name__, event, type(method).__name__)
+                )
         out.append(hook)
     out += [_StartAdapter(fn, "on_predict_start") for fn in _many(on_predict_start)]
     out += [_EndAdapter(fn, "on_predict_end") for fn in _many(on_predict_end)]
@@ -113,13 +134,13 @@ def normalise_hooks(hooks: Any = None, on_predict_start: Any = None, on_predict_
 
 
 # -- process-wide defaults ---------------------------------------------------------------------
-_DEFAULTS: List[Any] = []
+_DEFAULTS: list[Any] = []
 _DEFAULTS_LOCK = threading.Lock()
 #: Set by a caller that already ran the defaults at its own level (a router around agents).
 SKIP_DEFAULTS = contextvars.ContextVar("laya_onnx_skip_default_hooks", default=False)
 
 
-def default_hooks() -> List[Any]:
+def default_hooks() -> list[Any]:
     with _DEFAULTS_LOCK:
         return list(_DEFAULTS)
 
@@ -141,30 +162,35 @@ def clear_default_hooks() -> None:
         _DEFAULTS.clear()
 
 
-def compose_hooks(installed: Sequence[Any], hooks: Any = None, on_predict_start: Any = None,
-                  on_predict_end: Any = None) -> List[Any]:
+def compose_hooks(
+    installed: Sequence[Any], hooks: Any = None, on_predict_start: Any = None, on_predict_end: Any = None
+) -> list[Any]:
     """The hooks of one call: defaults (read now), installed, then per-call."""
     defaults = [] if SKIP_DEFAULTS.get() else default_hooks()
     return defaults + list(installed) + normalise_hooks(hooks, on_predict_start, on_predict_end)
 
 
-def validate_timeout(value: Any) -> Optional[float]:
+def validate_timeout(value: Any) -> float | None:
     """A positive finite number of seconds, or None for no limit."""
     if value is None:
         return None
     if isinstance(value, bool):
-        raise ValueError("hooks_timeout must be a positive finite number or None, not a bool; got %r" % (value,))
+        raise ValueError(
+            "hooks_timeout must be a positive finite number or None, not a bool; got %r" % (value,)
+        )
     try:
         seconds = float(value)
     except (TypeError, ValueError):
-        raise ValueError("hooks_timeout must be a positive finite number or None; got %r" % (value,)) from None
+        raise ValueError(
+            "hooks_timeout must be a positive finite number or None; got %r" % (value,)
+        ) from None
     if not math.isfinite(seconds) or seconds <= 0:
         raise ValueError("hooks_timeout must be a positive finite number or None; got %r" % (value,))
     return seconds
 
 
 # -- running hooks -----------------------------------------------------------------------------
-_LOOP: Optional[asyncio.AbstractEventLoop] = None
+_LOOP: asyncio.AbstractEventLoop | None = None
 _LOOP_LOCK = threading.Lock()
 
 
@@ -183,12 +209,16 @@ def run_coroutine_sync(awaitable: Any) -> Any:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
+
         async def wrap():
             return await awaitable
+
         return asyncio.run(wrap())
     if not asyncio.iscoroutine(awaitable):
+
         async def wrap():
             return await awaitable
+
         awaitable = wrap()
     return asyncio.run_coroutine_threadsafe(awaitable, _background_loop()).result()
 
@@ -197,7 +227,7 @@ def _name(method: Any) -> str:
     return getattr(method, "__qualname__", None) or getattr(method, "__name__", None) or repr(method)
 
 
-def _invoke(method: Any, ctx: PredictContext, timeout: Optional[float]) -> None:
+def _invoke(method: Any, ctx: PredictContext, timeout: float | None) -> None:
     def call():
         result = method(ctx)
         if inspect.isawaitable(result):
@@ -206,7 +236,7 @@ def _invoke(method: Any, ctx: PredictContext, timeout: Optional[float]) -> None:
     if timeout is None:
         call()
         return
-    failure: List[BaseException] = []
+    failure: list[BaseException] = []
     context = contextvars.copy_context()
 
     def runner():
@@ -225,8 +255,15 @@ def _invoke(method: Any, ctx: PredictContext, timeout: Optional[float]) -> None:
         raise failure[0]
 
 
-def dispatch(hooks: Sequence[Any], event: str, ctx: PredictContext, *, raise_errors: bool = True,
-             lock: Any = None, timeout: Optional[float] = None) -> None:
+def dispatch(
+    hooks: Sequence[Any],
+    event: str,
+    ctx: PredictContext,
+    *,
+    raise_errors: bool = True,
+    lock: Any = None,
+    timeout: float | None = None,
+) -> None:
     """Call `event` on every hook that has it, in order; failures raise or warn per `raise_errors`."""
     timeout = validate_timeout(timeout)
     for hook in hooks:
@@ -242,22 +279,25 @@ def dispatch(hooks: Sequence[Any], event: str, ctx: PredictContext, *, raise_err
         except Exception as exc:
             if raise_errors:
                 raise
-            warnings.warn("laya: hook %s.%s failed: %s" % (type(hook).__name__, event, exc),
-                          RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                "laya: hook %s.%s failed: %s" % (type(hook).__name__, event, exc),
+                RuntimeWarning,
+                stacklevel=2,
+            )
 
 
 class HookRegistry:
     """A runtime-mutable hook list; a call in flight keeps the snapshot it started with."""
 
-    hooks: List[Any] = []
-    _hooks_mutex: Optional[threading.Lock] = None
+    hooks: list[Any] = []
+    _hooks_mutex: threading.Lock | None = None
 
     def _mutex(self) -> threading.Lock:
         if self._hooks_mutex is None:
             self._hooks_mutex = threading.Lock()
         return self._hooks_mutex
 
-    def add_hook(self, hook: Any) -> "HookRegistry":
+    def add_hook(self, hook: Any) -> HookRegistry:
         added = normalise_hooks(hook)
         with self._mutex():
             self.hooks = list(self.hooks) + added
@@ -288,9 +328,12 @@ class HookRegistry:
                 self.hooks = current
 
 
-def aggregate_usage(results: Sequence[Any]) -> Dict[str, int]:
+def aggregate_usage(results: Sequence[Any]) -> dict[str, int]:
     """The call's token totals, as hooks see them in ctx.usage."""
+
     def total(key: str) -> int:
-        return sum(int(((r.get("usage") if isinstance(r, dict) else None) or {}).get(key, 0) or 0)
-                   for r in results)
+        return sum(
+            int(((r.get("usage") if isinstance(r, dict) else None) or {}).get(key, 0) or 0) for r in results
+        )
+
     return {"input_tokens": total("input_tokens"), "output_tokens": total("output_tokens")}

@@ -14,13 +14,14 @@ one set of rules, which follow laya 0.4.15 (`revisions.py`, `Agent.__init__`):
 * Only the checkpoint's files are fetched (`allow_patterns`), and the commit the snapshot
   resolved to is recorded (the `snapshots/<sha>` directory name).
 """
+
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence, Tuple
 
 #: Reviewed commit SHAs of the published checkpoints (laya 0.4.15 revisions.py). Opt-in only.
 PINNED_REVISIONS = {
@@ -32,16 +33,16 @@ REVIEWED = "reviewed"
 REVISION_ENV = "LAYA_REVISION"
 
 #: What a checkpoint consists of; the runtime needs everything but the weights.
-CHECKPOINT_FILES: Tuple[str, ...] = ("rl_agent_config.json", "model.safetensors", "tokenizer/*", "encoder/*")
-RUNTIME_FILES: Tuple[str, ...] = ("rl_agent_config.json", "tokenizer/*", "encoder/*")
+CHECKPOINT_FILES: tuple[str, ...] = ("rl_agent_config.json", "model.safetensors", "tokenizer/*", "encoder/*")
+RUNTIME_FILES: tuple[str, ...] = ("rl_agent_config.json", "tokenizer/*", "encoder/*")
 #: What a laya-onnx bundle published on the Hub is made of (no torch weights).
-BUNDLE_FILES: Tuple[str, ...] = ("laya.onnx", "rl_agent_config.json", "tokenizer/*", "manifest.json")
+BUNDLE_FILES: tuple[str, ...] = ("laya.onnx", "rl_agent_config.json", "tokenizer/*", "manifest.json")
 
 _REPO_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
 _REPO_RE = re.compile(rf"^(?P<repo>{_REPO_PART}/{_REPO_PART})(?:/(?P<sub>[^\s\\]+?))?/?$")
 
 
-def pinned_revision(repo_id: str) -> Optional[str]:
+def pinned_revision(repo_id: str) -> str | None:
     """The reviewed SHA for `repo_id` (case-insensitive), or None."""
     wanted = repo_id.lower()
     for repo, sha in PINNED_REVISIONS.items():
@@ -50,7 +51,7 @@ def pinned_revision(repo_id: str) -> Optional[str]:
     return None
 
 
-def resolve_revision(repo_id: str, revision: Optional[str] = None) -> Optional[str]:
+def resolve_revision(repo_id: str, revision: str | None = None) -> str | None:
     """The revision to request from the Hub for `repo_id` (None: the Hub default)."""
     value = (revision or os.environ.get(REVISION_ENV, "")).strip()
     if not value:
@@ -61,13 +62,17 @@ def resolve_revision(repo_id: str, revision: Optional[str] = None) -> Optional[s
     if sha is not None:
         return sha
     if revision:
-        raise ValueError(f"revision={revision!r} asks for the reviewed commit, but {repo_id!r} has no "
-                         "reviewed SHA pinned; pass a commit, branch or tag in revision= instead")
-    raise ValueError(f"{REVISION_ENV}={REVIEWED}, but {repo_id!r} has no reviewed SHA pinned; "
-                     f"set {REVISION_ENV} to a commit or unset it")
+        raise ValueError(
+            f"revision={revision!r} asks for the reviewed commit, but {repo_id!r} has no "
+            "reviewed SHA pinned; pass a commit, branch or tag in revision= instead"
+        )
+    raise ValueError(
+        f"{REVISION_ENV}={REVIEWED}, but {repo_id!r} has no reviewed SHA pinned; "
+        f"set {REVISION_ENV} to a commit or unset it"
+    )
 
 
-def snapshot_revision(path: "str | os.PathLike") -> Optional[str]:
+def snapshot_revision(path: str | os.PathLike) -> str | None:
     """The commit a Hub snapshot directory points at (`.../snapshots/<sha>`), else None."""
     real = os.path.realpath(os.fspath(path)).rstrip(os.sep)
     parent, base = os.path.split(real)
@@ -78,12 +83,13 @@ def looks_like_path(arg: str) -> bool:
     return arg.startswith(("/", "./", "../", "~", ".\\", "..\\")) or os.path.isabs(arg)
 
 
-def split_repo_id(arg: str) -> Tuple[str, Optional[str]]:
+def split_repo_id(arg: str) -> tuple[str, str | None]:
     """`org/name[/subfolder...]` -> (`org/name`, subfolder or None); ValueError otherwise."""
     m = _REPO_RE.match(arg.strip())
     if not m or any(part in ("", ".", "..") for part in (m.group("sub") or "x").split("/")):
-        raise ValueError(f"{arg!r} is neither an existing directory nor a Hub repo id "
-                         "('org/name' or 'org/name/subfolder')")
+        raise ValueError(
+            f"{arg!r} is neither an existing directory nor a Hub repo id ('org/name' or 'org/name/subfolder')"
+        )
     return m.group("repo"), m.group("sub")
 
 
@@ -101,31 +107,43 @@ PUBLISHED_NAMES = {
 class CheckpointSource:
     """Where a checkpoint came from and where its files are now."""
 
-    path: Path                                 # the checkpoint directory (subfolder applied)
-    repo: Optional[str] = None                 # Hub repo id; None for a local directory
-    subfolder: Optional[str] = None
-    requested_revision: Optional[str] = None   # after `reviewed` / $LAYA_REVISION resolution
-    revision: Optional[str] = None             # the commit the snapshot resolved to (or the request)
+    path: Path  # the checkpoint directory (subfolder applied)
+    repo: str | None = None  # Hub repo id; None for a local directory
+    subfolder: str | None = None
+    requested_revision: str | None = None  # after `reviewed` / $LAYA_REVISION resolution
+    revision: str | None = None  # the commit the snapshot resolved to (or the request)
 
     @property
     def name(self) -> str:
         """The checkpoint's name as servers report it: a published checkpoint's registry name
         (english, multilingual, typed-decisions), else the subfolder, repo or directory name."""
         if self.repo:
-            known = PUBLISHED_NAMES.get((self.repo.lower(), (self.subfolder or "").strip("/").lower() or None))
+            known = PUBLISHED_NAMES.get(
+                (self.repo.lower(), (self.subfolder or "").strip("/").lower() or None)
+            )
             if known:
                 return known
             return (self.subfolder or self.repo).rstrip("/").rsplit("/", 1)[-1]
         return self.path.resolve().name
 
     def as_dict(self) -> dict:
-        return {"name": self.name, "path": str(self.path), "repo": self.repo, "subfolder": self.subfolder,
-                "revision": self.revision}
+        return {
+            "name": self.name,
+            "path": str(self.path),
+            "repo": self.repo,
+            "subfolder": self.subfolder,
+            "revision": self.revision,
+        }
 
 
-def fetch_checkpoint(arg: "str | os.PathLike", *, revision: Optional[str] = None, token: Optional[str] = None,
-                     cache_dir: "str | os.PathLike | None" = None,
-                     files: Sequence[str] = CHECKPOINT_FILES) -> CheckpointSource:
+def fetch_checkpoint(
+    arg: str | os.PathLike,
+    *,
+    revision: str | None = None,
+    token: str | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    files: Sequence[str] = CHECKPOINT_FILES,
+) -> CheckpointSource:
     """Resolve `arg` to a checkpoint directory, downloading its `files` from the Hub if needed.
 
     Offline (`HF_HUB_OFFLINE=1`) a Hub id resolves from the local cache (`cache_dir`, else
@@ -145,7 +163,10 @@ def fetch_checkpoint(arg: "str | os.PathLike", *, revision: Optional[str] = None
     from huggingface_hub import snapshot_download
 
     prefix = f"{sub}/" if sub else ""
-    kwargs = {"allow_patterns": [prefix + f for f in files], "token": token or os.environ.get("HF_TOKEN") or None}
+    kwargs = {
+        "allow_patterns": [prefix + f for f in files],
+        "token": token or os.environ.get("HF_TOKEN") or None,
+    }
     if requested:
         kwargs["revision"] = requested
     if cache_dir is not None:
@@ -155,9 +176,22 @@ def fetch_checkpoint(arg: "str | os.PathLike", *, revision: Optional[str] = None
     path = root / sub if sub else root
     if sub and not path.is_dir():
         raise FileNotFoundError(f"Subfolder {sub!r} not found in {repo!r}.")
-    return CheckpointSource(path=path, repo=repo, subfolder=sub, requested_revision=requested, revision=commit)
+    return CheckpointSource(
+        path=path, repo=repo, subfolder=sub, requested_revision=requested, revision=commit
+    )
 
 
-__all__ = ["BUNDLE_FILES", "CHECKPOINT_FILES", "CheckpointSource", "PINNED_REVISIONS", "REVIEWED", "RUNTIME_FILES",
-           "fetch_checkpoint", "looks_like_path", "pinned_revision", "resolve_revision", "snapshot_revision",
-           "split_repo_id"]
+__all__ = [
+    "BUNDLE_FILES",
+    "CHECKPOINT_FILES",
+    "CheckpointSource",
+    "PINNED_REVISIONS",
+    "REVIEWED",
+    "RUNTIME_FILES",
+    "fetch_checkpoint",
+    "looks_like_path",
+    "pinned_revision",
+    "resolve_revision",
+    "snapshot_revision",
+    "split_repo_id",
+]

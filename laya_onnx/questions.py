@@ -4,14 +4,16 @@ Every rule and error text here is the reference's contract (laya 0.4.15 `Agent._
 core.md §2): a caller moving between laya and laya-onnx must get the same `ValueError` for the
 same bad question, and the HTTP edge turns these into 422s verbatim.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any
 
-QTYPES: Dict[str, int] = {"choice": 0, "score": 1, "noul": 2}
-QTYPE_NAMES: Dict[int, str] = {v: k for k, v in QTYPES.items()}
+QTYPES: dict[str, int] = {"choice": 0, "score": 1, "noul": 2}
+QTYPE_NAMES: dict[int, str] = {v: k for k, v in QTYPES.items()}
 DEFAULT_NOUL_LABELS = {"false": "false", "true": "true"}
 NOUL_LABELS_ERROR = "noul labels must map exactly 'false' and 'true' to distinct non-empty strings"
 _ADD_TEXT = "add the text the model should answer"
@@ -30,8 +32,8 @@ class Question:
     type: str
     instructions: str
     criteria: Any
-    labels: Optional[Dict[str, str]] = None
-    option_order: Optional[Tuple[int, ...]] = None
+    labels: dict[str, str] | None = None
+    option_order: tuple[int, ...] | None = None
 
     @property
     def qtype(self) -> int:
@@ -42,7 +44,7 @@ class Question:
         return 2 if self.type == "noul" else len(self.criteria)
 
 
-def noul_labels(labels: Any) -> Tuple[str, str]:
+def noul_labels(labels: Any) -> tuple[str, str]:
     """The stripped (false, true) labels a noul renders with; ValueError if they are unusable."""
     if labels is None:
         labels = DEFAULT_NOUL_LABELS
@@ -89,12 +91,16 @@ def check_question(qid: Any, qdef: Any) -> None:
         _check_noul(qid, crit)
     if "option_order" in qdef:
         order, n = qdef["option_order"], _declared_options(qdef)
-        slots = (sorted(int(i) for i in order if isinstance(i, int) and not isinstance(i, bool))
-                 if isinstance(order, (list, tuple)) else None)
+        slots = (
+            sorted(int(i) for i in order if isinstance(i, int) and not isinstance(i, bool))
+            if isinstance(order, (list, tuple))
+            else None
+        )
         if slots is None or len(order) != n or slots != list(range(n)):
             raise ValueError(
                 "question %r: 'option_order' must be a permutation of range(%d) -- one slot per "
-                "option, each option once -- got %r" % (qid, n, order))
+                "option, each option once -- got %r" % (qid, n, order)
+            )
     if "labels" in qdef:
         if t != "noul":
             raise ValueError("question %r: 'labels' is only supported for noul questions" % (qid,))
@@ -113,14 +119,17 @@ def _check_instructions(qid: Any, qdef: Mapping[str, Any]) -> None:
     if (isinstance(ins, str) and not ins.strip()) or (isinstance(ins, (list, dict)) and not ins):
         raise ValueError("question %r: 'instructions' must not be empty; %s" % (qid, _ADD_TEXT))
     if not isinstance(ins, (str, dict, list, int, float)):
-        raise ValueError("question %r: 'instructions' must be a string, dict, or list, got %s"
-                         % (qid, type(ins).__name__))
+        raise ValueError(
+            "question %r: 'instructions' must be a string, dict, or list, got %s" % (qid, type(ins).__name__)
+        )
 
 
 def _check_choice(qid: Any, crit: Any) -> None:
     if not isinstance(crit, (dict, list)):
-        raise ValueError("question %r: a choice question takes 'criteria' as a dict of "
-                         "label -> description, or a list of labels" % (qid,))
+        raise ValueError(
+            "question %r: a choice question takes 'criteria' as a dict of "
+            "label -> description, or a list of labels" % (qid,)
+        )
     if not crit:
         raise ValueError("question %r: a choice question needs at least one criterion" % (qid,))
     for i, label in enumerate(crit if isinstance(crit, list) else crit.keys()):
@@ -128,42 +137,50 @@ def _check_choice(qid: Any, crit: Any) -> None:
             raise ValueError(
                 "question %r: choice label %d is a %s; a label is rendered as option text "
                 "and used as the answer key, so it must be a scalar (a string, number or "
-                "bool), got %r" % (qid, i, type(label).__name__, label))
+                "bool), got %r" % (qid, i, type(label).__name__, label)
+            )
         if label is None:
             raise ValueError(
                 "question %r: choice label %d is null; a label is rendered as option text "
                 "and used as the answer key, so it must be a string, number or bool -- a "
-                "null label renders as the text \"None\" while its answer key is \"null\""
-                % (qid, i))
+                'null label renders as the text "None" while its answer key is "null"' % (qid, i)
+            )
     if isinstance(crit, list):
         # Labels become dict keys, so values that compare equal (1, 1.0, True) are one key.
-        seen: Dict[Any, int] = {}
+        seen: dict[Any, int] = {}
         for i, label in enumerate(crit):
             if label in seen:
                 raise ValueError(
                     "question %r: choice label %d (%r) repeats label %d; the labels are the "
                     "answer keys, so every option needs its own (1, 1.0 and True are one "
-                    "key)" % (qid, i, label, seen[label]))
+                    "key)" % (qid, i, label, seen[label])
+                )
             seen[label] = i
 
 
 def _check_score(qid: Any, crit: Any) -> None:
     if not isinstance(crit, list):
-        raise ValueError("question %r: a score question takes 'criteria' as a list of level "
-                         "descriptions, index 0 first" % (qid,))
+        raise ValueError(
+            "question %r: a score question takes 'criteria' as a list of level "
+            "descriptions, index 0 first" % (qid,)
+        )
     if not crit:
         raise ValueError("question %r: a score question needs at least one level" % (qid,))
     if None in crit:
-        raise ValueError("question %r: score level %d is null; give every level a description, "
-                         "index 0 first" % (qid, crit.index(None)))
+        raise ValueError(
+            "question %r: score level %d is null; give every level a description, "
+            "index 0 first" % (qid, crit.index(None))
+        )
 
 
 def _check_noul(qid: Any, crit: Any) -> None:
     if crit is None:
         return
     if not isinstance(crit, dict):
-        raise ValueError("question %r: a noul question takes 'criteria' as a dict with optional "
-                         "'true'/'false' descriptions, or omits it" % (qid,))
+        raise ValueError(
+            "question %r: a noul question takes 'criteria' as a dict with optional "
+            "'true'/'false' descriptions, or omits it" % (qid,)
+        )
     keys = {str(k).lower() for k in crit}
     if not keys <= {"true", "false"}:
         raise ValueError(
@@ -171,7 +188,8 @@ def _check_noul(qid: Any, crit: Any) -> None:
             "or both, and omitted is fine), got %s. Those keys are the option texts the model "
             "reads; any other key was silently dropped and replaced with the defaults. If you "
             "want the answer worded differently, keep 'criteria' keyed 'true'/'false' and set "
-            "'labels' instead." % (qid, sorted(keys)))
+            "'labels' instead." % (qid, sorted(keys))
+        )
 
 
 def to_question(qid: Any, qdef: Mapping[str, Any]) -> Question:
@@ -181,23 +199,27 @@ def to_question(qid: Any, qdef: Mapping[str, Any]) -> Question:
     if t == "choice" and isinstance(crit, list):
         crit = {label: None for label in crit}
     elif t == "noul" and isinstance(crit, dict):
-        crit = {str(k).lower(): v for k, v in crit.items()}   # last spelling wins, as in laya
+        crit = {str(k).lower(): v for k, v in crit.items()}  # last spelling wins, as in laya
     ins = qdef["instructions"]
     if not isinstance(ins, str):
         ins = json.dumps(ins, ensure_ascii=False)
     order = qdef.get("option_order")
     return Question(
-        qid=qid, type=t, instructions=ins, criteria=crit,
+        qid=qid,
+        type=t,
+        instructions=ins,
+        criteria=crit,
         labels=qdef.get("labels") if "labels" in qdef else None,
         option_order=tuple(int(i) for i in order) if "option_order" in qdef else None,
     )
 
 
-def normalize_questions(questions: Any) -> Dict[Any, Question]:
+def normalize_questions(questions: Any) -> dict[Any, Question]:
     """Validate every question (in key order) and normalise them; TypeError for a non-dict."""
     if not isinstance(questions, dict):
-        raise TypeError("questions must be a dict of question id -> definition, got %s"
-                        % type(questions).__name__)
+        raise TypeError(
+            "questions must be a dict of question id -> definition, got %s" % type(questions).__name__
+        )
     for qid, qdef in questions.items():
         check_question(qid, qdef)
     return {qid: to_question(qid, qdef) for qid, qdef in questions.items()}

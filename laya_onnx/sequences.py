@@ -9,11 +9,13 @@ once per call and shared by every state; each state is tokenized once and shared
 question. This module is the single home of these rules: the runtime, export validation and
 the parity tool all call it.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -42,16 +44,18 @@ def render_criterion(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
 
 
-def render_options(q: Question) -> List[str]:
+def render_options(q: Question) -> list[str]:
     """Option texts in option-index order; a noul is always [false, true]."""
     if q.type == "choice":
-        return [str(k) if v is None or v == "" else "%s: %s" % (k, render_criterion(v))
-                for k, v in q.criteria.items()]
+        return [
+            str(k) if v is None or v == "" else "%s: %s" % (k, render_criterion(v))
+            for k, v in q.criteria.items()
+        ]
     if q.type == "score":
         return ["level %d: %s" % (i, render_criterion(c)) for i, c in enumerate(q.criteria)]
     crit = q.criteria or {}
     texts = []
-    for label, key, default in zip(noul_labels(q.labels), ("false", "true"), _NOUL_DEFAULTS):
+    for label, key, default in zip(noul_labels(q.labels), ("false", "true"), _NOUL_DEFAULTS, strict=False):
         desc = crit.get(key)
         texts.append(label + ": " + (render_criterion(desc) if desc not in (None, "") else default))
     return texts
@@ -61,9 +65,9 @@ def render_options(q: Question) -> List[str]:
 class Head:
     """The question half of a row: ids, each option slot's [MASK] position, option stats."""
 
-    ids: List[int]
-    markers: List[int]
-    options: Dict[str, Any]
+    ids: list[int]
+    markers: list[int]
+    options: dict[str, Any]
 
 
 def build_head(tok: LayaTokenizer, q: Question, head_max_len: int) -> Head:
@@ -71,9 +75,10 @@ def build_head(tok: LayaTokenizer, q: Question, head_max_len: int) -> Head:
     texts = render_options(q)
     order = q.option_order if q.option_order is not None else range(len(texts))
     instruction = tok.encode("%s question: %s" % (q.type, q.instructions.replace(mask, " ")))
-    spans = [[tok.mask_token_id] + tok.truncate(tok.encode(" " + texts[i].replace(mask, " ")),
-                                                OPTION_MAX_TOKENS)
-             for i in order]
+    spans = [
+        [tok.mask_token_id] + tok.truncate(tok.encode(" " + texts[i].replace(mask, " ")), OPTION_MAX_TOKENS)
+        for i in order
+    ]
     budget = head_max_len - sum(len(s) for s in spans)
     per_option = None
     if budget < OPTION_SHRINK_BELOW:
@@ -81,22 +86,25 @@ def build_head(tok: LayaTokenizer, q: Question, head_max_len: int) -> Head:
         spans = [s[:per_option] for s in spans]
         budget = head_max_len - sum(len(s) for s in spans)
     # The floors mean a head can exceed head_max_len; max_len is the hard ceiling later.
-    ids = [tok.cls_token_id] + instruction[:max(INSTRUCTION_FLOOR, budget)] + [tok.sep_token_id]
+    ids = [tok.cls_token_id] + instruction[: max(INSTRUCTION_FLOOR, budget)] + [tok.sep_token_id]
     markers = []
     for span in spans:
         markers.append(len(ids))
         ids.extend(span)
     ids.append(tok.sep_token_id)
-    stats = {"options": len(spans), "options_distinct": len({tuple(s) for s in spans}),
-             "tokens_per_option": per_option}
+    stats = {
+        "options": len(spans),
+        "options_distinct": len({tuple(s) for s in spans}),
+        "tokens_per_option": per_option,
+    }
     return Head(ids=ids, markers=markers, options=stats)
 
 
-def build_heads(tok: LayaTokenizer, questions: Mapping[Any, Question], head_max_len: int) -> Dict[Any, Head]:
+def build_heads(tok: LayaTokenizer, questions: Mapping[Any, Question], head_max_len: int) -> dict[Any, Head]:
     return {qid: build_head(tok, q, head_max_len) for qid, q in questions.items()}
 
 
-def state_ids(tok: LayaTokenizer, state: Any) -> List[int]:
+def state_ids(tok: LayaTokenizer, state: Any) -> list[int]:
     """The state's tokens, once per state (the [MASK] string is blanked so it cannot act as a marker)."""
     return tok.encode(serialize_state(state).replace(tok.mask_token, " "))
 
@@ -106,44 +114,61 @@ class Row:
     """One (state, question) sequence and what decoding and usage need to know about it."""
 
     qid: Any
-    ids: List[int]
-    markers: List[int]
+    ids: list[int]
+    markers: list[int]
     qtype: int
-    options: Dict[str, Any]
-    state_stats: Dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any]
+    state_stats: dict[str, Any] = field(default_factory=dict)
 
 
-def build_row(tok: LayaTokenizer, head: Head, q: Question, tokens: List[int], max_len: int,
-              head_max_len: int, truncate_left: bool) -> Row:
-    room = max(0, max_len - len(head.ids) - 1)          # -1 keeps room for the closing [SEP]
+def build_row(
+    tok: LayaTokenizer,
+    head: Head,
+    q: Question,
+    tokens: list[int],
+    max_len: int,
+    head_max_len: int,
+    truncate_left: bool,
+) -> Row:
+    room = max(0, max_len - len(head.ids) - 1)  # -1 keeps room for the closing [SEP]
     # A conversation (a list state) keeps its newest end; anything else keeps its start.
-    kept = tokens[max(0, len(tokens) - room):] if truncate_left else tokens[:room]
+    kept = tokens[max(0, len(tokens) - room) :] if truncate_left else tokens[:room]
     ids = (head.ids + kept + [tok.sep_token_id])[:max_len]
     markers = [m for m in head.markers if m < max_len]
     if len(markers) != head.options["options"]:
         raise ValueError(
             "question %r: only %d of its %d option markers fit in max_len=%d with "
             "head_max_len=%d spent on the question; lower head_max_len, raise max_len, "
-            "or use fewer options"
-            % (q.qid, len(markers), head.options["options"], max_len, head_max_len))
-    stats = {"state_tokens": len(tokens), "state_tokens_used": len(kept),
-             "state_tokens_dropped": len(tokens) - len(kept), "truncated": len(kept) < len(tokens)}
-    return Row(qid=q.qid, ids=ids, markers=markers, qtype=q.qtype, options=head.options,
-               state_stats=stats)
+            "or use fewer options" % (q.qid, len(markers), head.options["options"], max_len, head_max_len)
+        )
+    stats = {
+        "state_tokens": len(tokens),
+        "state_tokens_used": len(kept),
+        "state_tokens_dropped": len(tokens) - len(kept),
+        "truncated": len(kept) < len(tokens),
+    }
+    return Row(qid=q.qid, ids=ids, markers=markers, qtype=q.qtype, options=head.options, state_stats=stats)
 
 
-def encode_state(tok: LayaTokenizer, state: Any, questions: Mapping[Any, Question], max_len: int,
-                 head_max_len: int, heads: Optional[Mapping[Any, Head]] = None) -> List[Row]:
+def encode_state(
+    tok: LayaTokenizer,
+    state: Any,
+    questions: Mapping[Any, Question],
+    max_len: int,
+    head_max_len: int,
+    heads: Mapping[Any, Head] | None = None,
+) -> list[Row]:
     """This state's rows, one per question in question order."""
     if heads is None:
         heads = build_heads(tok, questions, head_max_len)
     tokens = state_ids(tok, state)
     left = isinstance(state, list)
-    return [build_row(tok, heads[qid], q, tokens, max_len, head_max_len, left)
-            for qid, q in questions.items()]
+    return [
+        build_row(tok, heads[qid], q, tokens, max_len, head_max_len, left) for qid, q in questions.items()
+    ]
 
 
-def collate(rows: Sequence[Row], pad_id: int) -> Dict[str, np.ndarray]:
+def collate(rows: Sequence[Row], pad_id: int) -> dict[str, np.ndarray]:
     """Pad rows into the graph's inputs (names and dtypes from the bundle's I/O declaration)."""
     if not rows:
         raise ValueError("collate needs at least one row")
@@ -155,10 +180,15 @@ def collate(rows: Sequence[Row], pad_id: int) -> Dict[str, np.ndarray]:
     mpos = np.zeros((n, k_cols), dtype=np.int64)
     mmask = np.zeros((n, k_cols), dtype=bool)
     for i, r in enumerate(rows):
-        ids[i, :len(r.ids)] = r.ids
-        att[i, :len(r.ids)] = 1
-        mpos[i, :len(r.markers)] = r.markers
-        mmask[i, :len(r.markers)] = True
-    feeds = {"input_ids": ids, "attention_mask": att, "marker_pos": mpos, "marker_mask": mmask,
-             "qtype": np.array([r.qtype for r in rows], dtype=np.int64)}
+        ids[i, : len(r.ids)] = r.ids
+        att[i, : len(r.ids)] = 1
+        mpos[i, : len(r.markers)] = r.markers
+        mmask[i, : len(r.markers)] = True
+    feeds = {
+        "input_ids": ids,
+        "attention_mask": att,
+        "marker_pos": mpos,
+        "marker_mask": mmask,
+        "qtype": np.array([r.qtype for r in rows], dtype=np.int64),
+    }
     return {name: feeds[name] for name in GRAPH_INPUTS}

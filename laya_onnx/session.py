@@ -5,13 +5,14 @@ offers. What was asked for and what actually attached are both kept: a CUDA prov
 onnxruntime silently dropped (missing libraries, driver mismatch) is detected from
 `session.get_providers()`, warned about loudly, and counted, never assumed.
 """
+
 from __future__ import annotations
 
 import logging
 import threading
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -37,7 +38,7 @@ def canonical_provider(name: str) -> str:
     return ALIASES.get(name.lower(), name)
 
 
-def resolve_providers(requested: Optional[Sequence[str]], available: Sequence[str]) -> List[str]:
+def resolve_providers(requested: Sequence[str] | None, available: Sequence[str]) -> list[str]:
     """The provider list to ask for: auto order, or the caller's list, always ending in CPU."""
     if requested is None:
         chosen = [p for p in AUTO_ORDER if p in available]
@@ -50,7 +51,8 @@ def resolve_providers(requested: Optional[Sequence[str]], available: Sequence[st
             if not full.endswith("ExecutionProvider"):
                 raise ProviderError(
                     f"unknown execution provider {p!r}; use one of {sorted(set(ALIASES))} or a full "
-                    f"onnxruntime name such as {CUDA!r}")
+                    f"onnxruntime name such as {CUDA!r}"
+                )
             if full not in chosen:
                 chosen.append(full)
     if CPU not in chosen:
@@ -61,24 +63,23 @@ def resolve_providers(requested: Optional[Sequence[str]], available: Sequence[st
 @dataclass
 class FallbackCounter:
     count: int = 0
-    last_reason: Optional[str] = None
+    last_reason: str | None = None
 
-    def as_dict(self) -> Dict[str, object]:
+    def as_dict(self) -> dict[str, object]:
         return {"count": self.count, "last_reason": self.last_reason}
 
 
 @dataclass
 class SessionInfo:
-    requested: List[str]
-    active: List[str]
-    fallbacks: Dict[str, FallbackCounter] = field(default_factory=dict)
+    requested: list[str]
+    active: list[str]
+    fallbacks: dict[str, FallbackCounter] = field(default_factory=dict)
 
 
 class GraphSession:
     """Runs the Laya graph; `run(feeds) -> (logits, act_logits)`."""
 
-    def __init__(self, graph_path: str, providers: Optional[Sequence[str]] = None,
-                 threads: Optional[int] = None):
+    def __init__(self, graph_path: str, providers: Sequence[str] | None = None, threads: int | None = None):
         import onnxruntime as ort
 
         self._ort = ort
@@ -90,8 +91,9 @@ class GraphSession:
         self.info = SessionInfo(requested=requested, active=[])
         missing = [p for p in requested if p not in available]
         for p in missing:
-            self._fallback(p, f"{p} is not available in this onnxruntime build "
-                              f"(available: {', '.join(available)})")
+            self._fallback(
+                p, f"{p} is not available in this onnxruntime build (available: {', '.join(available)})"
+            )
         usable = [p for p in requested if p in available]
         try:
             self._session = self._new_session(usable)
@@ -104,12 +106,13 @@ class GraphSession:
         # onnxruntime drops a provider it cannot attach with only a log line; check, don't assume.
         for p in usable:
             if p not in self.info.active and p not in missing:
-                self._fallback(p, f"{p} was requested but did not attach; running on "
-                                  f"{', '.join(self.info.active)}")
+                self._fallback(
+                    p, f"{p} was requested but did not attach; running on {', '.join(self.info.active)}"
+                )
         self._check_io()
         self._cpu_session = self._session if self.info.active[0] == CPU else None
 
-    def _new_session(self, providers: List[str]):
+    def _new_session(self, providers: list[str]):
         so = self._ort.SessionOptions()
         so.graph_optimization_level = self._ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         if self._threads:
@@ -129,13 +132,14 @@ class GraphSession:
         if sorted(names) != sorted(GRAPH_INPUTS) or not set(GRAPH_OUTPUTS) <= set(outs):
             raise ValueError(
                 f"{self._path}: graph inputs {names} / outputs {outs} do not match the Laya contract "
-                f"{list(GRAPH_INPUTS)} -> {list(GRAPH_OUTPUTS)}")
+                f"{list(GRAPH_INPUTS)} -> {list(GRAPH_OUTPUTS)}"
+            )
 
     @property
-    def providers(self) -> List[str]:
+    def providers(self) -> list[str]:
         return list(self.info.active)
 
-    def run(self, feeds: Mapping[str, np.ndarray]) -> Tuple[np.ndarray, np.ndarray]:
+    def run(self, feeds: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         outputs = list(GRAPH_OUTPUTS)
         try:
             logits, act = self._session.run(outputs, dict(feeds))

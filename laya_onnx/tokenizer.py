@@ -4,11 +4,13 @@ Reproduces what laya gets from `AutoTokenizer(...)(text, add_special_tokens=Fals
 `tokenizer.json` pipeline with truncation and padding switched off, and the special tokens read
 from `tokenizer_config.json` / `special_tokens_map.json` the way transformers resolves them.
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any
 
 from tokenizers import Tokenizer
 
@@ -21,14 +23,14 @@ class TokenizerError(ValueError):
     """A tokenizer directory that cannot serve a Laya checkpoint."""
 
 
-def _token_text(value: Any) -> Optional[str]:
+def _token_text(value: Any) -> str | None:
     """A special token as stored: a plain string or an AddedToken dict with 'content'."""
     if isinstance(value, dict):
         value = value.get("content")
     return value if isinstance(value, str) else None
 
 
-def _read_json(path: Path) -> Dict[str, Any]:
+def _read_json(path: Path) -> dict[str, Any]:
     if not path.exists():
         return {}
     try:
@@ -41,8 +43,14 @@ def _read_json(path: Path) -> Dict[str, Any]:
 class LayaTokenizer:
     """Encoding, special ids and decoding for one checkpoint's tokenizer directory."""
 
-    def __init__(self, tokenizer: Tokenizer, specials: Dict[str, str], *,
-                 truncation_side: str = "right", clean_up_tokenization_spaces: bool = False):
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        specials: dict[str, str],
+        *,
+        truncation_side: str = "right",
+        clean_up_tokenization_spaces: bool = False,
+    ):
         self._tok = tokenizer
         # Encoding must never pad or truncate: laya's calls disable whatever tokenizer.json
         # stores, and a stored truncation would cut states silently.
@@ -52,8 +60,9 @@ class LayaTokenizer:
         self.clean_up_tokenization_spaces = clean_up_tokenization_spaces
         for name in ("cls_token", "sep_token", "pad_token", "mask_token"):
             if not specials.get(name):
-                raise TokenizerError(f"tokenizer has no {name}; a Laya checkpoint needs "
-                                     "cls, sep, pad and mask tokens")
+                raise TokenizerError(
+                    f"tokenizer has no {name}; a Laya checkpoint needs cls, sep, pad and mask tokens"
+                )
         self.specials = dict(specials)
         self.mask_token: str = specials["mask_token"]
         self.mask_token_id = self._id(specials["mask_token"])
@@ -68,7 +77,7 @@ class LayaTokenizer:
         return tid
 
     @classmethod
-    def from_dir(cls, directory: "str | Path") -> "LayaTokenizer":
+    def from_dir(cls, directory: str | Path) -> LayaTokenizer:
         d = Path(directory)
         tj = d / "tokenizer.json"
         if not tj.exists():
@@ -79,21 +88,25 @@ class LayaTokenizer:
             raise TokenizerError(f"{tj} cannot be loaded: {exc}") from None
         config = _read_json(d / "tokenizer_config.json")
         smap = _read_json(d / "special_tokens_map.json")
-        specials: Dict[str, str] = {}
+        specials: dict[str, str] = {}
         for name in _SPECIALS:
             # transformers lets tokenizer_config.json win over special_tokens_map.json.
             value = _token_text(config.get(name)) or _token_text(smap.get(name))
             if value is not None:
                 specials[name] = value
         side = config.get("truncation_side", "right")
-        return cls(tok, specials, truncation_side=side if side in ("left", "right") else "right",
-                   clean_up_tokenization_spaces=bool(config.get("clean_up_tokenization_spaces", False)))
+        return cls(
+            tok,
+            specials,
+            truncation_side=side if side in ("left", "right") else "right",
+            clean_up_tokenization_spaces=bool(config.get("clean_up_tokenization_spaces", False)),
+        )
 
-    def encode(self, text: str) -> List[int]:
+    def encode(self, text: str) -> list[int]:
         """Token ids of `text` without special tokens, untruncated."""
         return self._tok.encode(text, add_special_tokens=False).ids
 
-    def truncate(self, ids: List[int], max_tokens: int) -> List[int]:
+    def truncate(self, ids: list[int], max_tokens: int) -> list[int]:
         """HF-style truncation of one sequence to `max_tokens`, honouring truncation_side."""
         if len(ids) <= max_tokens:
             return ids
@@ -107,8 +120,18 @@ class LayaTokenizer:
         return text
 
 
-_CLEANUPS = [(" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"),
-             (" n't", "n't"), (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")]
+_CLEANUPS = [
+    (" .", "."),
+    (" ?", "?"),
+    (" !", "!"),
+    (" ,", ","),
+    (" ' ", "'"),
+    (" n't", "n't"),
+    (" 'm", "'m"),
+    (" 's", "'s"),
+    (" 've", "'ve"),
+    (" 're", "'re"),
+]
 
 
 def _clean_up_tokenization(text: str) -> str:

@@ -7,6 +7,7 @@ Everything is generated locally under pytest's tmp_path_factory; nothing touches
 (HF_HUB_OFFLINE is forced on for the whole session). torch is imported only when a fixture
 first runs, so torch-free tests that do not use them stay torch-free.
 """
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """Calibration maths and the confidence gate against the reference's own functions."""
+
 import warnings
 
 import numpy as np
@@ -34,7 +35,8 @@ def test_probability_maths_match_reference_bit_for_bit():
             t = float(rng.uniform(0.5, 5))
             p = cal.softmax_f32(logits, t)
             z = logits / t
-            ref = np.exp(z - z.max()); ref /= ref.sum()
+            ref = np.exp(z - z.max())
+            ref /= ref.sum()
             assert p.dtype == np.float32 and np.array_equal(p, ref)
             assert cal.entropy_confidence(p, k) == common.confidence_from_probs(p, k)
             assert cal.max_confidence(p, k) == common.answer_confidence(p, k)
@@ -43,12 +45,16 @@ def test_probability_maths_match_reference_bit_for_bit():
 
 
 def test_lang_temperatures_match_reference():
-    raw = {"de-DE": {"temperature": [2, 0.1, True], "temperature_by_options": {"choice:2": 9}},
-           "FR": None, "es": {"temperature": None}}
+    raw = {
+        "de-DE": {"temperature": [2, 0.1, True], "temperature_by_options": {"choice:2": 9}},
+        "FR": None,
+        "es": {"temperature": None},
+    }
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        assert cal.resolve_lang_temperatures(raw, [1.0, 1.2, 0.9]) == \
-            common.resolve_lang_temperatures(raw, [1.0, 1.2, 0.9])
+        assert cal.resolve_lang_temperatures(raw, [1.0, 1.2, 0.9]) == common.resolve_lang_temperatures(
+            raw, [1.0, 1.2, 0.9]
+        )
     for bad in ({1: {}}, {"de": 3}, {"de": {"temperature": [1, 2]}}, {"de": {"temperature_by_options": [1]}}):
         with pytest.raises(ValueError) as ours:
             cal.resolve_lang_temperatures(bad, [1.0, 1.0, 1.0])
@@ -65,8 +71,23 @@ def test_checkpoint_temperatures_are_clamped_with_a_warning():
     assert c.temperature_for(0, 3) == 1.0
 
 
-@pytest.mark.parametrize("mc", [1.5, -0.1, True, "0.9", float("inf"), float("nan"), {}, {"x": 0.5},
-                                {"choice:3-5": 2}, {"default": None}, [0.5]], ids=repr)
+@pytest.mark.parametrize(
+    "mc",
+    [
+        1.5,
+        -0.1,
+        True,
+        "0.9",
+        float("inf"),
+        float("nan"),
+        {},
+        {"x": 0.5},
+        {"choice:3-5": 2},
+        {"default": None},
+        [0.5],
+    ],
+    ids=repr,
+)
 def test_min_confidence_refusals_match_reference(mc):
     with pytest.raises(ValueError) as ref:
         confidence.check_min_confidence(mc)
@@ -76,22 +97,47 @@ def test_min_confidence_refusals_match_reference(mc):
 
 
 def _results():
-    return [{"answers": {
-        "a": {"type": "choice", "choice": "x", "probabilities": {"x": 0.7, "y": 0.2, "z": 0.1},
-              "confidence": 0.3, "answer_confidence": 0.7, "action": {}},
-        "b": {"type": "noul", "noul": 0.55, "confidence": 0.55, "answer_confidence": 0.55, "action": {}},
-        "c": {"type": "score", "score": 1.0, "probabilities": {"0": 0.5, "1": 0.5}, "confidence": float("nan"),
-              "answer_confidence": None, "action": {}},
-        "d": {"type": "choice", "probabilities": {}, "confidence": 0.9, "low_confidence": True},
-    }}, "not a dict", {"answers": None}]
+    return [
+        {
+            "answers": {
+                "a": {
+                    "type": "choice",
+                    "choice": "x",
+                    "probabilities": {"x": 0.7, "y": 0.2, "z": 0.1},
+                    "confidence": 0.3,
+                    "answer_confidence": 0.7,
+                    "action": {},
+                },
+                "b": {
+                    "type": "noul",
+                    "noul": 0.55,
+                    "confidence": 0.55,
+                    "answer_confidence": 0.55,
+                    "action": {},
+                },
+                "c": {
+                    "type": "score",
+                    "score": 1.0,
+                    "probabilities": {"0": 0.5, "1": 0.5},
+                    "confidence": float("nan"),
+                    "answer_confidence": None,
+                    "action": {},
+                },
+                "d": {"type": "choice", "probabilities": {}, "confidence": 0.9, "low_confidence": True},
+            }
+        },
+        "not a dict",
+        {"answers": None},
+    ]
 
 
-@pytest.mark.parametrize("mc", [None, 0.0, 0.6, 0.99, {"choice:3-5": 0.8, "default": 0.5}, {"noul:2": 0.9}],
-                         ids=repr)
+@pytest.mark.parametrize(
+    "mc", [None, 0.0, 0.6, 0.99, {"choice:3-5": 0.8, "default": 0.5}, {"noul:2": 0.9}], ids=repr
+)
 def test_gate_writes_what_reference_writes(mc):
     ours, ref = _results(), _results()
     gate.apply_confidence_gate(ours, mc)
     confidence.apply_confidence_gate(ref, mc)
-    assert repr(ours) == repr(ref)          # values and key order
+    assert repr(ours) == repr(ref)  # values and key order
     if mc is not None:
         assert all("abstention" in a for a in ours[0]["answers"].values())

@@ -4,6 +4,7 @@ The reference (`laya` 0.4.15, `transformers`) is used as the oracle: its Agent m
 checkpoints unmodified and offline, its `build_model` must describe the same state dict as our
 `DecisionModel`, and its forward must give the same numbers as ours on the same weights.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -21,13 +22,22 @@ from laya_onnx.export.cases import encode_calls
 from laya_onnx.export.model import load_decision_model
 
 TINY = ("tiny-english", "tiny-multilingual", "tiny-typed-decisions")
-RELEASE_FILES = ("rl_agent_config.json", "model.safetensors", "encoder/config.json", "tokenizer/tokenizer.json",
-                 "tokenizer/tokenizer_config.json", "tokenizer/special_tokens_map.json")
+RELEASE_FILES = (
+    "rl_agent_config.json",
+    "model.safetensors",
+    "encoder/config.json",
+    "tokenizer/tokenizer.json",
+    "tokenizer/tokenizer_config.json",
+    "tokenizer/special_tokens_map.json",
+)
 
 
 def _digests(root: Path):
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def test_presets_are_the_cli_choices():
@@ -47,12 +57,26 @@ def test_release_layout_and_config(preset, checkpoint_factory):
         assert (root / name).is_file(), name
     assert sorted(_digests(root)) == sorted(RELEASE_FILES)  # nothing else
     cfg = json.loads((root / "rl_agent_config.json").read_text())
-    assert set(cfg) == {"encoder", "max_len", "head_max_len", "head_layers", "act_costs", "temperature",
-                        "temperature_by_options", "option_layout"}
+    assert set(cfg) == {
+        "encoder",
+        "max_len",
+        "head_max_len",
+        "head_layers",
+        "act_costs",
+        "temperature",
+        "temperature_by_options",
+        "option_layout",
+    }
     assert cfg["option_layout"] == "sequential"
     assert len(cfg["temperature"]) == 3 and all(isinstance(t, float) for t in cfg["temperature"])
-    assert cfg["temperature_by_options"] and all(isinstance(v, float) for v in cfg["temperature_by_options"].values())
-    budgets = {"tiny-english": (512, 192), "tiny-multilingual": (1024, 256), "tiny-typed-decisions": (1024, 256)}
+    assert cfg["temperature_by_options"] and all(
+        isinstance(v, float) for v in cfg["temperature_by_options"].values()
+    )
+    budgets = {
+        "tiny-english": (512, 192),
+        "tiny-multilingual": (1024, 256),
+        "tiny-typed-decisions": (1024, 256),
+    }
     assert (cfg["max_len"], cfg["head_max_len"]) == budgets[preset]
     outside = {k: v for k, v in cfg["temperature_by_options"].items() if not 0.5 <= v <= 5}
     if preset == "tiny-typed-decisions":
@@ -68,8 +92,9 @@ def test_same_seed_gives_identical_files(tmp_path):
     da, db, dc = _digests(a), _digests(b), _digests(c)
     assert da == db
     assert dc["model.safetensors"] != da["model.safetensors"]
-    assert {k: v for k, v in dc.items() if k != "model.safetensors"} == \
-           {k: v for k, v in da.items() if k != "model.safetensors"}
+    assert {k: v for k, v in dc.items() if k != "model.safetensors"} == {
+        k: v for k, v in da.items() if k != "model.safetensors"
+    }
     # Regenerating into an existing checkpoint replaces it in place, with the same bytes.
     assert _digests(make_checkpoint("tiny-english", a, seed=3)) == da
 
@@ -105,9 +130,16 @@ def test_reference_agent_loads_it_offline_and_unmodified(preset, checkpoint_fact
         assert not messages, messages
     # laya rewrites a tokenizer_config.json it has to patch; ours must need no patch.
     assert _digests(root) == before
-    result = agent.predict("I was charged twice, please refund me.",
-                           {"q": {"type": "choice", "instructions": "Which team?",
-                                  "criteria": ["billing", "technical", "sales"]}})
+    result = agent.predict(
+        "I was charged twice, please refund me.",
+        {
+            "q": {
+                "type": "choice",
+                "instructions": "Which team?",
+                "criteria": ["billing", "technical", "sales"],
+            }
+        },
+    )
     assert result["answers"]["q"]["choice"] in ("billing", "technical", "sales")
 
 
@@ -130,7 +162,8 @@ def test_transformers_autotokenizer_agrees_with_tokenizers(preset, checkpoint_fa
     raw = Tokenizer.from_file(str(tok_dir / "tokenizer.json"))
     assert hf.is_fast
     expected = {"tiny-multilingual": ("<bos>", "<eos>", "<pad>", "<mask>", "<unk>")}.get(
-        preset, ("[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]"))
+        preset, ("[CLS]", "[SEP]", "[PAD]", "[MASK]", "[UNK]")
+    )
     assert (hf.cls_token, hf.sep_token, hf.pad_token, hf.mask_token, hf.unk_token) == expected
     for token in expected:
         assert hf.convert_tokens_to_ids(token) == raw.token_to_id(token)
@@ -171,9 +204,20 @@ def test_state_dict_matches_the_reference_model(preset, checkpoint_factory):
         assert {f.get_slice(k).get_dtype() for k in f.keys()} == {"F16"}
     assert stored == ref_shapes
     head_keys = {k.split(".", 3)[-1] for k in ours if k.startswith("head.layers.")}
-    assert head_keys == {"self_attn.in_proj_weight", "self_attn.in_proj_bias", "self_attn.out_proj.weight",
-                         "self_attn.out_proj.bias", "linear1.weight", "linear1.bias", "linear2.weight",
-                         "linear2.bias", "norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias"}
+    assert head_keys == {
+        "self_attn.in_proj_weight",
+        "self_attn.in_proj_bias",
+        "self_attn.out_proj.weight",
+        "self_attn.out_proj.bias",
+        "linear1.weight",
+        "linear1.bias",
+        "linear2.weight",
+        "linear2.bias",
+        "norm1.weight",
+        "norm1.bias",
+        "norm2.weight",
+        "norm2.bias",
+    }
     assert len({k.split(".")[2] for k in ours if k.startswith("head.layers.")}) == cfg["head_layers"]
     assert ours["act_head.2.weight"][0] == len(cfg["act_costs"]) + 1
 
@@ -193,8 +237,10 @@ def test_forward_equals_the_reference_forward(preset, checkpoint_factory):
     cases = [cases[i] for i in (2, 3, 4, 5, 6)]
     with torch.no_grad():
         for case in cases:
-            args = [torch.from_numpy(case["feeds"][k]) for k in
-                    ("input_ids", "attention_mask", "marker_pos", "marker_mask", "qtype")]
+            args = [
+                torch.from_numpy(case["feeds"][k])
+                for k in ("input_ids", "attention_mask", "marker_pos", "marker_mask", "qtype")
+            ]
             a_logits, a_act = ours(*args)
             b_logits, b_act = ref(*args)
             torch.testing.assert_close(a_logits, b_logits, rtol=0, atol=2e-5, msg=case["name"])
@@ -225,8 +271,10 @@ def test_sliding_window_and_rope_change_the_answer(checkpoint_factory):
     model, cfg = load_decision_model(root)
     case = encode_calls(root / "tokenizer", cfg["max_len"], cfg["head_max_len"])[5]  # past the window
     assert case["feeds"]["input_ids"].shape[1] > 4 * model.encoder.config.local_attention
-    args = [torch.from_numpy(case["feeds"][k]) for k in
-            ("input_ids", "attention_mask", "marker_pos", "marker_mask", "qtype")]
+    args = [
+        torch.from_numpy(case["feeds"][k])
+        for k in ("input_ids", "attention_mask", "marker_pos", "marker_mask", "qtype")
+    ]
     with torch.no_grad():
         base = model(*args)[0]
         wide_cfg = model.encoder.config
@@ -248,10 +296,12 @@ def test_probabilities_are_clearly_spread(preset, checkpoint_factory):
     with torch.no_grad():
         for case in encode_calls(root / "tokenizer", cfg["max_len"], cfg["head_max_len"]):
             feeds = case["feeds"]
-            args = [torch.from_numpy(feeds[k]) for k in
-                    ("input_ids", "attention_mask", "marker_pos", "marker_mask", "qtype")]
+            args = [
+                torch.from_numpy(feeds[k])
+                for k in ("input_ids", "attention_mask", "marker_pos", "marker_mask", "qtype")
+            ]
             logits = model(*args)[0].numpy()
-            for row, mask in zip(logits, feeds["marker_mask"]):
+            for row, mask in zip(logits, feeds["marker_mask"], strict=False):
                 k = int(mask.sum())
                 if k < 2:
                     continue
@@ -270,11 +320,22 @@ def test_large_preset_has_the_full_size_shape_without_writing_it():
 
     preset = get_preset("random-english-large")
     tok, specials = build_tokenizer(preset)
-    assert [tok.token_to_id(t) for t in ("[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]")] == \
-           [50280, 50281, 50282, 50283, 50284]
+    assert [tok.token_to_id(t) for t in ("[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]")] == [
+        50280,
+        50281,
+        50282,
+        50283,
+        50284,
+    ]
     enc = encoder_config_dict(preset, tok, specials)
-    assert (enc["vocab_size"], enc["hidden_size"], enc["num_hidden_layers"], enc["num_attention_heads"],
-            enc["intermediate_size"], enc["local_attention"]) == (50368, 1024, 28, 16, 2624, 128)
+    assert (
+        enc["vocab_size"],
+        enc["hidden_size"],
+        enc["num_hidden_layers"],
+        enc["num_attention_heads"],
+        enc["intermediate_size"],
+        enc["local_attention"],
+    ) == (50368, 1024, 28, 16, 2624, 128)
     assert enc["layer_types"].count("full_attention") == 10  # every 3rd of 28 layers
     assert (enc["pad_token_id"], enc["cls_token_id"], enc["sep_token_id"]) == (50283, 50281, 50282)
     shapes = state_dict_shapes("random-english-large")

@@ -2,6 +2,7 @@
 
 laya's own `ONNXAgent` is the outside check that the graph honours the I/O contract it feeds.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,14 @@ def test_bundle_layout_and_manifest(preset, checkpoint_factory, bundle_factory):
     ckpt, bundle = checkpoint_factory(preset), bundle_factory(preset)
     opened = Bundle.open(bundle, verify=True)  # every sha256 in the manifest checks out
     names = sorted(p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file())
-    assert names == ["laya.onnx", "manifest.json", "rl_agent_config.json", "tokenizer/special_tokens_map.json",
-                     "tokenizer/tokenizer.json", "tokenizer/tokenizer_config.json"]
+    assert names == [
+        "laya.onnx",
+        "manifest.json",
+        "rl_agent_config.json",
+        "tokenizer/special_tokens_map.json",
+        "tokenizer/tokenizer.json",
+        "tokenizer/tokenizer_config.json",
+    ]
     for name in ("rl_agent_config.json", "tokenizer/tokenizer.json", "tokenizer/tokenizer_config.json"):
         assert (bundle / name).read_bytes() == (ckpt / name).read_bytes()
     m = opened.manifest
@@ -56,8 +63,14 @@ def test_graph_declares_the_io_contract(bundle_factory):
     assert max(o.version for o in model.opset_import if o.domain in ("", "ai.onnx")) == 17
 
     def sig(values):
-        return {v.name: (ONNX_DTYPES[v.type.tensor_type.elem_type],
-                         tuple(d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim)) for v in values}
+        return {
+            v.name: (
+                ONNX_DTYPES[v.type.tensor_type.elem_type],
+                tuple(d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim),
+            )
+            for v in values
+        }
+
     assert list(sig(model.graph.input)) == list(GRAPH_INPUTS)
     assert sig(model.graph.input) == {k: (d, tuple(a)) for k, (d, a) in GRAPH_INPUTS.items()}
     outputs = sig(model.graph.output)
@@ -72,24 +85,30 @@ def test_graph_runs_shapes_it_was_not_traced_with(checkpoint_factory, bundle_fac
 
     ckpt = checkpoint_factory("tiny-english")
     model, cfg = load_decision_model(ckpt)
-    session = ort.InferenceSession(str(bundle_factory("tiny-english") / "laya.onnx"),
-                                   providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        str(bundle_factory("tiny-english") / "laya.onnx"), providers=["CPUExecutionProvider"]
+    )
     rng = np.random.default_rng(0)
     for batch, length, markers in [(1, 12, 2), (9, 40, 3), (2, 300, 20), (3, 512, 7)]:
         ids = rng.integers(10, 1000, size=(batch, length)).astype(np.int64)
         att = np.ones_like(ids)
         for b in range(1, batch):
-            att[b, length - 3 * b:] = 0
+            att[b, length - 3 * b :] = 0
         mpos = np.sort(rng.integers(1, length - 3 * batch, size=(batch, markers)), axis=1).astype(np.int64)
         mmask = np.ones((batch, markers), dtype=bool)
         if markers > 2:
             mmask[0, -1] = False  # a padded marker column
-        feeds = {"input_ids": ids, "attention_mask": att, "marker_pos": mpos, "marker_mask": mmask,
-                 "qtype": (np.arange(batch) % 3).astype(np.int64)}
+        feeds = {
+            "input_ids": ids,
+            "attention_mask": att,
+            "marker_pos": mpos,
+            "marker_mask": mmask,
+            "qtype": (np.arange(batch) % 3).astype(np.int64),
+        }
         got = session.run(list(GRAPH_OUTPUTS), feeds)
         with torch.no_grad():
             want = [t.numpy() for t in model(*(torch.from_numpy(feeds[k]) for k in GRAPH_INPUTS))]
-        for g, w in zip(got, want):
+        for g, w in zip(got, want, strict=False):
             assert g.shape == w.shape
             np.testing.assert_allclose(g, w, rtol=0, atol=1e-4)
         assert np.all(got[0][~mmask] == -1e4)
@@ -110,7 +129,7 @@ def test_reference_onnx_agent_runs_our_graph(preset, checkpoint_factory, bundle_
     for call in CALLS:
         got = onnx_agent.predict_batch(list(call.states), call.questions())
         want = torch_agent.predict_batch(list(call.states), call.questions())
-        for g, w in zip(got, want):
+        for g, w in zip(got, want, strict=False):
             assert list(g["answers"]) == list(w["answers"])
             for qid, ga in g["answers"].items():
                 wa = w["answers"][qid]
@@ -168,8 +187,9 @@ def test_output_directory_rules(checkpoint_factory, bundle_factory, tmp_path):
     assert json.loads((out / "manifest.json").read_text())["files"] == manifest["files"]
     assert _leftovers(tmp_path, "out") == []
     # The same checkpoint exports to the same graph bytes (the exporter is deterministic here).
-    assert manifest["files"]["laya.onnx"]["sha256"] == \
-        sha256_file(bundle_factory("tiny-english") / "laya.onnx")
+    assert manifest["files"]["laya.onnx"]["sha256"] == sha256_file(
+        bundle_factory("tiny-english") / "laya.onnx"
+    )
 
 
 def _broken_copy(ckpt: Path, dst: Path) -> Path:
@@ -184,15 +204,25 @@ def test_wrong_or_partial_checkpoints_are_clear_errors(checkpoint_factory, tmp_p
     weights = load_file(str(ckpt / "model.safetensors"))
 
     partial = _broken_copy(ckpt, tmp_path / "partial")
-    save_file({k: v for k, v in weights.items() if not k.startswith("scorer.3.")}, str(partial / "model.safetensors"))
+    save_file(
+        {k: v for k, v in weights.items() if not k.startswith("scorer.3.")},
+        str(partial / "model.safetensors"),
+    )
     with pytest.raises(ValueError) as info:
         load_decision_model(partial)
     msg = str(info.value)
-    assert str(partial) in msg and "2 missing key(s)" in msg and "scorer.3.bias" in msg and "scorer.3.weight" in msg
+    assert (
+        str(partial) in msg
+        and "2 missing key(s)" in msg
+        and "scorer.3.bias" in msg
+        and "scorer.3.weight" in msg
+    )
 
     extra = _broken_copy(ckpt, tmp_path / "extra")
-    save_file({**weights, "head.layers.9.norm1.weight": torch.ones(64, dtype=torch.float16)},
-              str(extra / "model.safetensors"))
+    save_file(
+        {**weights, "head.layers.9.norm1.weight": torch.ones(64, dtype=torch.float16)},
+        str(extra / "model.safetensors"),
+    )
     with pytest.raises(ValueError, match=r"1 unexpected key\(s\): head.layers.9.norm1.weight"):
         load_decision_model(extra)
 
@@ -201,7 +231,10 @@ def test_wrong_or_partial_checkpoints_are_clear_errors(checkpoint_factory, tmp_p
     enc = json.loads((wide / "encoder" / "config.json").read_text())
     enc["intermediate_size"] = 128
     (wide / "encoder" / "config.json").write_text(json.dumps(enc))
-    with pytest.raises(ValueError, match=r"shape mismatch\(es\): encoder.layers.0.mlp.Wi.weight \(checkpoint \[192, 64\], model \[256, 64\]\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"shape mismatch\(es\): encoder.layers.0.mlp.Wi.weight \(checkpoint \[192, 64\], model \[256, 64\]\)",
+    ):
         load_decision_model(wide)
 
     fewer = _broken_copy(ckpt, tmp_path / "fewer")
@@ -247,9 +280,16 @@ def test_cli_make_checkpoint_and_export(tmp_path, capsys):
     assert main(["make-checkpoint", "--preset", "tiny-english", "-o", str(ckpt), "--seed", "1"]) == 0
     assert main(["export", str(ckpt), "-o", str(bundle)]) == 0
     printed = capsys.readouterr().out
-    for step in ("resolving checkpoint", "loading the decision model", "encoding built-in requests",
-                 "exporting the graph", "validating ONNX Runtime against torch", "writing the bundle",
-                 "max |dlogit|", "bundle ready"):
+    for step in (
+        "resolving checkpoint",
+        "loading the decision model",
+        "encoding built-in requests",
+        "exporting the graph",
+        "validating ONNX Runtime against torch",
+        "writing the bundle",
+        "max |dlogit|",
+        "bundle ready",
+    ):
         assert step in printed, step
     Bundle.open(bundle, verify=True)
 
@@ -259,11 +299,15 @@ def test_the_runtime_core_answers_with_the_bundle(bundle_factory):
     from laya_onnx import ONNXAgent
 
     agent = ONNXAgent(bundle_factory("tiny-multilingual"))
-    result = agent.predict("Клиента списали деньги дважды", {"r": {"type": "noul", "instructions": "Refund?"}})
+    result = agent.predict(
+        "Клиента списали деньги дважды", {"r": {"type": "noul", "instructions": "Refund?"}}
+    )
     assert 0.0 <= result["answers"]["r"]["noul"] <= 1.0
 
 
-@pytest.mark.skipif(not os.environ.get("LAYA_ONNX_SLOW_TESTS"), reason="dynamo export takes ~30s; set LAYA_ONNX_SLOW_TESTS=1")
+@pytest.mark.skipif(
+    not os.environ.get("LAYA_ONNX_SLOW_TESTS"), reason="dynamo export takes ~30s; set LAYA_ONNX_SLOW_TESTS=1"
+)
 def test_dynamo_exporter(checkpoint_factory, tmp_path):
     manifest = export_bundle(checkpoint_factory("tiny-english"), tmp_path / "dyn", dynamo=True, verbose=False)
     assert manifest["export"]["exporter"] == "torch.onnx.export (dynamo)"
@@ -291,8 +335,12 @@ def test_cli_reports_bad_checkpoints_without_traceback(tmp_path):
     bad = tmp_path / "ckpt"
     bad.mkdir()
     (bad / "rl_agent_config.json").write_text("{}")
-    proc = subprocess.run([sys.executable, "-m", "laya_onnx", "export", str(bad), "-o", str(tmp_path / "b")],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "laya_onnx", "export", str(bad), "-o", str(tmp_path / "b")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2
     assert "laya-onnx export: error:" in proc.stderr and "model.safetensors" in proc.stderr
     assert "Traceback" not in proc.stderr

@@ -1,4 +1,5 @@
 """Hooks on ONNXAgent behave as laya 0.4.15's do (core.md §7)."""
+
 import asyncio
 import time
 
@@ -38,10 +39,17 @@ class BadMethod:
     on_predict_start = 3
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"hooks": Recorder}, {"hooks": NoEvents()}, {"hooks": BadMethod()}, {"on_predict_start": 3},
-    {"on_predict_end": [print, "x"]},
-], ids=["class", "no-events", "bad-method", "start", "end"])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"hooks": Recorder},
+        {"hooks": NoEvents()},
+        {"hooks": BadMethod()},
+        {"on_predict_start": 3},
+        {"on_predict_end": [print, "x"]},
+    ],
+    ids=["class", "no-events", "bad-method", "start", "end"],
+)
 def test_normalise_refusals_match_reference(kwargs):
     with pytest.raises(TypeError) as ref:
         ref_hooks.normalise_hooks(**kwargs)
@@ -71,8 +79,12 @@ def test_start_end_usage_and_order(agent):
 def test_skip_short_circuits_and_end_still_runs(agent):
     cached = {"model": "cache", "answers": {}, "usage": {"input_tokens": 7, "output_tokens": 0}}
     ends = []
-    out = agent.predict("x", Q, on_predict_start=lambda ctx: ctx.skip([cached]),
-                        on_predict_end=lambda ctx: ends.append(ctx.usage))
+    out = agent.predict(
+        "x",
+        Q,
+        on_predict_start=lambda ctx: ctx.skip([cached]),
+        on_predict_end=lambda ctx: ends.append(ctx.usage),
+    )
     assert out is cached and ends == [{"input_tokens": 7, "output_tokens": 0}]
     with pytest.raises(ValueError, match=r"one per state in ctx.states \(3\); got 2"):
         agent.predict_batch(["a", "b", "c"], Q, on_predict_start=lambda ctx: ctx.skip([cached, cached]))
@@ -82,6 +94,7 @@ def test_start_hook_rewrites_state_and_budget(agent):
     def rewrite(ctx):
         ctx.states = [s.upper() for s in ctx.states]
         ctx.max_len = 64
+
     a = agent.predict("charged twice " * 40, Q, on_predict_start=rewrite)
     b = agent.predict("CHARGED TWICE " * 40, Q, max_len=64)
     assert a == b and a["usage"]["truncated"]
@@ -98,6 +111,7 @@ def test_error_path_runs_on_error_then_end(agent):
 def test_failing_hook_raises_or_warns(agent):
     def boom(ctx):
         raise RuntimeError("hook broke")
+
     with pytest.raises(RuntimeError, match="hook broke"):
         agent.predict("x", Q, on_predict_end=boom)
     with pytest.warns(RuntimeWarning, match="laya: hook _EndAdapter.on_predict_end failed: hook broke"):
@@ -113,11 +127,13 @@ def test_timeout_and_async_hooks(agent):
     async def later(ctx):
         await asyncio.sleep(0)
         seen.append(ctx.run_id)
+
     agent.predict("x", Q, on_predict_end=later)
     assert len(seen) == 1 and len(seen[0]) == 32
 
-    async def inside_a_loop():      # a caller already running a loop must not deadlock
+    async def inside_a_loop():  # a caller already running a loop must not deadlock
         return agent.predict("x", Q, on_predict_end=later)
+
     asyncio.run(inside_a_loop())
     assert len(seen) == 2
 
@@ -137,6 +153,10 @@ def test_registry_defaults_and_scoping(agent):
 
 def test_gate_runs_before_end_hooks(agent):
     seen = []
-    agent.predict("x", Q, min_confidence=0.99,
-                  on_predict_end=lambda ctx: seen.append(ctx.results[0]["answers"]["n"]["abstention"]))
+    agent.predict(
+        "x",
+        Q,
+        min_confidence=0.99,
+        on_predict_end=lambda ctx: seen.append(ctx.results[0]["answers"]["n"]["abstention"]),
+    )
     assert seen == ["abstained"]

@@ -4,6 +4,7 @@ The Hub is replaced by a fake cache laid out the way huggingface_hub stores snap
 (`models--org--name/{refs/<branch>, snapshots/<sha>/...}`) and read with HF_HUB_OFFLINE=1.
 laya 0.4.15's `revisions` module is the oracle for the pinning rules.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -50,24 +51,29 @@ def _checkpoint_files(ckpt: Path, prefix: str = "") -> dict:
 
 
 def test_hub_module_is_torch_free():
-    code = ("import sys, laya_onnx.hub; "
-            "bad = [m for m in ('torch', 'transformers', 'onnx') if m in sys.modules]; "
-            "sys.exit(1 if bad else 0)")
+    code = (
+        "import sys, laya_onnx.hub; "
+        "bad = [m for m in ('torch', 'transformers', 'onnx') if m in sys.modules]; "
+        "sys.exit(1 if bad else 0)"
+    )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
-@pytest.mark.parametrize("repo, revision, env", [
-    ("convaiinnovations/laya", None, None),
-    ("convaiinnovations/laya", "reviewed", None),
-    ("ConvaiInnovations/Laya", "reviewed", None),
-    ("convaiinnovations/laya-multilingual", None, "reviewed"),
-    ("convaiinnovations/laya-typed-decisions", " reviewed ", None),
-    ("convaiinnovations/laya", "v1.2", "reviewed"),
-    ("convaiinnovations/laya", None, SHA_A),
-    ("convaiinnovations/laya", "   ", SHA_A),
-    ("convaiinnovations/laya", "", SHA_A),
-    ("someone/else", None, "main"),
-])
+@pytest.mark.parametrize(
+    "repo, revision, env",
+    [
+        ("convaiinnovations/laya", None, None),
+        ("convaiinnovations/laya", "reviewed", None),
+        ("ConvaiInnovations/Laya", "reviewed", None),
+        ("convaiinnovations/laya-multilingual", None, "reviewed"),
+        ("convaiinnovations/laya-typed-decisions", " reviewed ", None),
+        ("convaiinnovations/laya", "v1.2", "reviewed"),
+        ("convaiinnovations/laya", None, SHA_A),
+        ("convaiinnovations/laya", "   ", SHA_A),
+        ("convaiinnovations/laya", "", SHA_A),
+        ("someone/else", None, "main"),
+    ],
+)
 def test_resolve_revision_matches_laya(repo, revision, env, monkeypatch):
     from laya.revisions import resolve_revision as reference
 
@@ -77,8 +83,10 @@ def test_resolve_revision_matches_laya(repo, revision, env, monkeypatch):
 
 
 def test_reviewed_pins_and_refusals(monkeypatch):
-    assert hub.resolve_revision("CONVAIINNOVATIONS/LAYA-MULTILINGUAL", "reviewed") == \
-        "e4e9ddf21a7b1903b7acffd8814ad4307bf63a67"
+    assert (
+        hub.resolve_revision("CONVAIINNOVATIONS/LAYA-MULTILINGUAL", "reviewed")
+        == "e4e9ddf21a7b1903b7acffd8814ad4307bf63a67"
+    )
     assert hub.resolve_revision("convaiinnovations/laya", "Reviewed") == PIN  # the word, any case
     with pytest.raises(ValueError, match=r"revision='reviewed'.*'someone/else' has no reviewed SHA"):
         hub.resolve_revision("someone/else", "reviewed")
@@ -86,7 +94,7 @@ def test_reviewed_pins_and_refusals(monkeypatch):
     with pytest.raises(ValueError, match=r"LAYA_REVISION=reviewed, but 'someone/else'"):
         hub.resolve_revision("someone/else")
     assert hub.resolve_revision("someone/else", "main") == "main"  # the argument outranks the env
-    assert hub.resolve_revision("someone/else", "  ") is None       # a blank argument suppresses it
+    assert hub.resolve_revision("someone/else", "  ") is None  # a blank argument suppresses it
 
 
 def test_snapshot_revision_matches_laya(tmp_path):
@@ -100,12 +108,15 @@ def test_snapshot_revision_matches_laya(tmp_path):
     assert hub.snapshot_revision(link) == SHA_A
 
 
-@pytest.mark.parametrize("arg, expected", [
-    ("org/name", ("org/name", None)),
-    ("convaiinnovations/laya/multilingual", ("convaiinnovations/laya", "multilingual")),
-    ("org/name/a/b", ("org/name", "a/b")),
-    ("org/name/", ("org/name", None)),
-])
+@pytest.mark.parametrize(
+    "arg, expected",
+    [
+        ("org/name", ("org/name", None)),
+        ("convaiinnovations/laya/multilingual", ("convaiinnovations/laya", "multilingual")),
+        ("org/name/a/b", ("org/name", "a/b")),
+        ("org/name/", ("org/name", None)),
+    ],
+)
 def test_split_repo_id(arg, expected):
     assert hub.split_repo_id(arg) == expected
 
@@ -151,8 +162,13 @@ def test_fetch_from_the_cache_records_the_commit(tmp_path):
 
 def test_subfolders_and_reviewed_pins(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
-    _snapshot(cache, "convaiinnovations/laya", PIN,
-              {"rl_agent_config.json": "{}", "multilingual/rl_agent_config.json": '{"ml": 1}'}, ref=None)
+    _snapshot(
+        cache,
+        "convaiinnovations/laya",
+        PIN,
+        {"rl_agent_config.json": "{}", "multilingual/rl_agent_config.json": '{"ml": 1}'},
+        ref=None,
+    )
     _snapshot(cache, "convaiinnovations/laya", SHA_A, {"rl_agent_config.json": '{"unreviewed": 1}'})
     assert hub.fetch_checkpoint("convaiinnovations/laya", cache_dir=cache).revision == SHA_A
     src = hub.fetch_checkpoint("convaiinnovations/laya/multilingual", revision="reviewed", cache_dir=cache)
@@ -180,8 +196,12 @@ def test_snapshot_download_is_asked_for_checkpoint_files_only(tmp_path, monkeypa
     src = hub.fetch_checkpoint("org/name/sub", revision="reviewed-not", cache_dir=tmp_path)
     repo, kwargs = calls[0]
     assert repo == "org/name"
-    assert kwargs["allow_patterns"] == ["sub/rl_agent_config.json", "sub/model.safetensors", "sub/tokenizer/*",
-                                        "sub/encoder/*"]
+    assert kwargs["allow_patterns"] == [
+        "sub/rl_agent_config.json",
+        "sub/model.safetensors",
+        "sub/tokenizer/*",
+        "sub/encoder/*",
+    ]
     assert kwargs["revision"] == "reviewed-not" and kwargs["token"] == "hf_secret"
     assert src.revision == SHA_A
     hub.fetch_checkpoint("org/name", files=hub.RUNTIME_FILES)
@@ -210,8 +230,14 @@ def test_checkpoint_names_for_servers(tmp_path):
     from laya_onnx.hub import CheckpointSource
 
     assert CheckpointSource(path=tmp_path, repo="convaiinnovations/laya").name == "english"
-    assert CheckpointSource(path=tmp_path, repo="ConvaiInnovations/laya", subfolder="multilingual").name == "multilingual"
-    assert CheckpointSource(path=tmp_path, repo="convaiinnovations/laya-typed-decisions").name == "typed-decisions"
+    assert (
+        CheckpointSource(path=tmp_path, repo="ConvaiInnovations/laya", subfolder="multilingual").name
+        == "multilingual"
+    )
+    assert (
+        CheckpointSource(path=tmp_path, repo="convaiinnovations/laya-typed-decisions").name
+        == "typed-decisions"
+    )
     assert CheckpointSource(path=tmp_path, repo="org/custom", subfolder="v2/fr").name == "fr"
     assert CheckpointSource(path=tmp_path / "my-ckpt").name == "my-ckpt"
 

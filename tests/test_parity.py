@@ -1,19 +1,25 @@
 """ONNXAgent equals laya.Agent (torch) on every tiny preset over the core parity suite."""
+
 import json
 
 import pytest
 
 pytest.importorskip("laya.agent")
 
-from laya_onnx.parity import run_parity  # noqa: E402
+from laya_onnx.parity import run_parity
 
 PRESETS = ["tiny-english", "tiny-multilingual", "tiny-typed-decisions"]
 
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_core_suite_parity(preset, checkpoint_factory, bundle_factory, tmp_path):
-    report = run_parity(checkpoint_factory(preset), bundle_factory(preset), suite="core",
-                        tolerance=1e-5, report_path=tmp_path / f"{preset}.json")
+    report = run_parity(
+        checkpoint_factory(preset),
+        bundle_factory(preset),
+        suite="core",
+        tolerance=1e-5,
+        report_path=tmp_path / f"{preset}.json",
+    )
     summary = report.summary()
     print(preset, json.dumps(summary))
     assert summary["requests"] >= 40 and summary["rows"] >= 70

@@ -1,4 +1,5 @@
 """Question validation must refuse exactly what laya 0.4.15 refuses, with the same text."""
+
 import pytest
 
 from laya_onnx.questions import check_question, normalize_questions, to_question
@@ -69,7 +70,15 @@ GOOD = [
     ("q", {"type": "noul", "instructions": 1.5, "criteria": None}),
     ("q", {"type": "noul", "instructions": {"a": 1}, "criteria": {"TRUE": "x", False: "y"}}),
     (7, {"type": "choice", "instructions": "x", "criteria": ["", 0, True, 2.5]}),
-    ("q", {"type": "choice", "instructions": ["a"], "criteria": {"a": None, "b": {"x": 1}}, "option_order": (1, 0)}),
+    (
+        "q",
+        {
+            "type": "choice",
+            "instructions": ["a"],
+            "criteria": {"a": None, "b": {"x": 1}},
+            "option_order": (1, 0),
+        },
+    ),
     ("q", {"type": "score", "instructions": "x", "criteria": [0, "a", {"b": 2}]}),
     ("q", {"type": "noul", "instructions": "x", "labels": None}),
     ("q", {"type": "noul", "instructions": "x", "labels": {"true": " yes", "false": "no "}}),
@@ -92,8 +101,12 @@ def test_normalize_rejects_non_dict_questions():
 
 
 def test_normalize_keeps_question_order_and_original_labels():
-    qs = normalize_questions({"b": {"type": "choice", "instructions": "x", "criteria": [1, True == 0, "c"]},
-                              "a": {"type": "noul", "instructions": "y"}})
+    qs = normalize_questions(
+        {
+            "b": {"type": "choice", "instructions": "x", "criteria": [1, True == 0, "c"]},
+            "a": {"type": "noul", "instructions": "y"},
+        }
+    )
     assert list(qs) == ["b", "a"]
     assert list(qs["b"].criteria) == [1, False, "c"]
     assert qs["a"].n_options == 2 and qs["b"].n_options == 3

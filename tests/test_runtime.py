@@ -1,4 +1,5 @@
 """ONNXAgent loading, bundle integrity, provider selection and fallback, call-level errors."""
+
 import json
 import shutil
 import warnings
@@ -10,8 +11,10 @@ from laya_onnx import ONNXAgent
 from laya_onnx.bundle import Bundle, BundleError
 from laya_onnx.session import CPU, CUDA, ProviderError, resolve_providers
 
-QUESTIONS = {"q": {"type": "choice", "instructions": "Which team?", "criteria": ["billing", "tech", "other"]},
-             "n": {"type": "noul", "instructions": "Refund?"}}
+QUESTIONS = {
+    "q": {"type": "choice", "instructions": "Which team?", "criteria": ["billing", "tech", "other"]},
+    "n": {"type": "noul", "instructions": "Refund?"},
+}
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +81,7 @@ def test_batch_equals_single_calls_and_keeps_order(agent):
     states = ["short", "a much longer state " * 30, {"k": "v"}, [{"role": "user", "content": "hi"}]]
     batch = agent.predict_batch(states, QUESTIONS, batch_size=2, sort_by_length=True)
     singles = [agent.predict(s, QUESTIONS) for s in states]
-    for b, s in zip(batch, singles):
+    for b, s in zip(batch, singles, strict=False):
         assert b["usage"] == s["usage"]
         for qid in QUESTIONS:
             pb = b["answers"][qid].get("probabilities") or {"t": b["answers"][qid]["noul"]}
@@ -87,8 +90,11 @@ def test_batch_equals_single_calls_and_keeps_order(agent):
 
 
 def test_empty_questions_skip_inference(agent):
-    assert agent.predict("x", {}) == {"model": "laya-rl-agent-onnx", "answers": {},
-                                      "usage": {"input_tokens": 0, "output_tokens": 0}}
+    assert agent.predict("x", {}) == {
+        "model": "laya-rl-agent-onnx",
+        "answers": {},
+        "usage": {"input_tokens": 0, "output_tokens": 0},
+    }
 
 
 def test_min_confidence_validated_before_anything(agent):
@@ -119,7 +125,7 @@ def test_budget_too_small_gets_the_marker_diagnosis(agent):
 
 
 def test_agent_reports_checkpoint_name_and_source(agent, bundle_factory):
-    assert agent.name == "tiny-english"          # exported with name=preset (tests/conftest.py)
+    assert agent.name == "tiny-english"  # exported with name=preset (tests/conftest.py)
     source = agent.bundle.manifest["source"]
     assert source["name"] == "tiny-english" and len(source["weights_sha256"]) == 64
 
@@ -129,13 +135,36 @@ def test_predict_cli_answers_and_names_bad_requests(bundle_factory):
     import sys
 
     bundle = str(bundle_factory("tiny-english"))
-    ok = subprocess.run([sys.executable, "-m", "laya_onnx", "predict", bundle, "--compact", "--request",
-                         json.dumps({"state": "x", "questions": QUESTIONS, "min_confidence": 0.5})],
-                        capture_output=True, text=True, timeout=120)
+    ok = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "laya_onnx",
+            "predict",
+            bundle,
+            "--compact",
+            "--request",
+            json.dumps({"state": "x", "questions": QUESTIONS, "min_confidence": 0.5}),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert ok.returncode == 0, ok.stderr
     assert set(json.loads(ok.stdout)["answers"]) == {"q", "n"}
-    bad = subprocess.run([sys.executable, "-m", "laya_onnx", "predict", bundle, "--request",
-                          json.dumps({"state": "x", "questions": {"r": {"type": "noul"}}})],
-                         capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "laya_onnx",
+            "predict",
+            bundle,
+            "--request",
+            json.dumps({"state": "x", "questions": {"r": {"type": "noul"}}}),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert "laya-onnx predict: error: question 'r': no 'instructions'" in bad.stderr

@@ -6,6 +6,7 @@ The fake agent is deterministic, records every call and the thread it ran on, an
 to block on an Event so tests can prove that /health answers during inference and that the
 admission bound refuses the excess.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -21,48 +22,68 @@ from types import SimpleNamespace
 import pytest
 
 pytest.importorskip("aiohttp")
-from aiohttp.test_utils import TestClient, TestServer  # noqa: E402
+from aiohttp.test_utils import TestClient, TestServer
 
-from laya_onnx.gate import apply_confidence_gate  # noqa: E402
-from laya_onnx.serve import create_app  # noqa: E402
-from laya_onnx.serve.app import RUNTIME  # noqa: E402
-from laya_onnx.serve import settings as serve_settings  # noqa: E402
-from laya_onnx.serve.wire import jev_confidence  # noqa: E402
+from laya_onnx.gate import apply_confidence_gate
+from laya_onnx.serve import create_app
+from laya_onnx.serve import settings as serve_settings
+from laya_onnx.serve.app import RUNTIME
+from laya_onnx.serve.wire import jev_confidence
 
 URL = "/v1/systemone"
 BATCH = "/v1/systemone/batch"
-Q = {"queue": {"type": "choice", "instructions": "Which team?",
-               "criteria": {"billing": "billing and refunds", "tech": "login", "other": "else"}},
-     "urgency": {"type": "score", "instructions": "How urgent?",
-                 "criteria": ["calm", "firm", "angry", "furious"]},
-     "refund": {"type": "noul", "instructions": "Wants a refund?"}}
+Q = {
+    "queue": {
+        "type": "choice",
+        "instructions": "Which team?",
+        "criteria": {"billing": "billing and refunds", "tech": "login", "other": "else"},
+    },
+    "urgency": {
+        "type": "score",
+        "instructions": "How urgent?",
+        "criteria": ["calm", "firm", "angry", "furious"],
+    },
+    "refund": {"type": "noul", "instructions": "Wants a refund?"},
+}
 BODY = {"state": "I was charged twice this month, I want my money back", "questions": Q}
 
 
 # -- the fake agent ------------------------------------------------------------------------
+
 
 def _answer(qid, q):
     kind = q.get("type") if isinstance(q, dict) else None
     if kind not in ("choice", "score", "noul"):
         raise ValueError("question %r: unknown type %r; use one of ['choice', 'noul', 'score']" % (qid, kind))
     if kind == "noul":
-        return {"type": "noul", "noul": 0.8, "confidence": 0.8, "answer_confidence": 0.8,
-                "action": {"act_probability": 1.0}}
+        return {
+            "type": "noul",
+            "noul": 0.8,
+            "confidence": 0.8,
+            "answer_confidence": 0.8,
+            "action": {"act_probability": 1.0},
+        }
     crit = q["criteria"]
     labels = [str(c) for c in crit] if kind == "choice" else [str(i) for i in range(len(crit))]
     n = len(labels)
     probs = [1.0] if n == 1 else [0.6] + [round(0.4 / (n - 1), 4)] * (n - 1)
     if kind == "score" and n > 1:
         probs = probs[1:2] + probs[:1] + probs[2:]  # peak on level 1
-    p = dict(zip(labels, probs))
+    p = dict(zip(labels, probs, strict=False))
     ans = {"type": kind}
     if kind == "choice":
         ans["choice"] = labels[probs.index(max(probs))]
     else:
         ans["score"] = round(sum(i * v for i, v in enumerate(probs)), 4)
         ans["legend"] = {str(i): c for i, c in enumerate(crit)}
-    ans.update({"probabilities": p, "confidence": 0.5, "answer_confidence": max(probs),
-                "action": {"act_probability": 1.0}})
+    ans.update(
+        {
+            "probabilities": p,
+            "confidence": 0.5,
+            "answer_confidence": max(probs),
+            "action": {"act_probability": 1.0},
+        }
+    )
     return ans
 
 
@@ -84,15 +105,25 @@ class FakeAgent:
         self.providers = ["CPUExecutionProvider"]
         self.requested_providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
         self.fallbacks = {}
-        self.bundle = SimpleNamespace(manifest={"source": {"repo": "convaiinnovations/laya"}},
-                                      config={}, root=Path("/srv/bundles/english"))
+        self.bundle = SimpleNamespace(
+            manifest={"source": {"repo": "convaiinnovations/laya"}},
+            config={},
+            root=Path("/srv/bundles/english"),
+        )
 
     def _one(self, state, questions, min_confidence=None):
-        result = {"model": "laya-rl-agent-onnx",
-                  "answers": {qid: _answer(qid, q) for qid, q in questions.items()},
-                  "usage": {"input_tokens": 10 * len(questions), "output_tokens": 0,
-                            "state_tokens": 5, "state_tokens_dropped": 0, "truncated": False,
-                            "truncated_questions": []}}
+        result = {
+            "model": "laya-rl-agent-onnx",
+            "answers": {qid: _answer(qid, q) for qid, q in questions.items()},
+            "usage": {
+                "input_tokens": 10 * len(questions),
+                "output_tokens": 0,
+                "state_tokens": 5,
+                "state_tokens_dropped": 0,
+                "truncated": False,
+                "truncated_questions": [],
+            },
+        }
         apply_confidence_gate([result], min_confidence)
         return self.result_hook(result) if self.result_hook else result
 
@@ -123,6 +154,7 @@ class FakeAgent:
 
 class PlainAgent(FakeAgent):
     """An agent without predict_batch: the batch route falls back to one predict per state."""
+
     predict_batch = None
 
     def __getattribute__(self, name):
@@ -133,10 +165,12 @@ class PlainAgent(FakeAgent):
 
 # -- harness -------------------------------------------------------------------------------
 
+
 def aio(fn):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         return asyncio.run(asyncio.wait_for(fn(*args, **kwargs), 60))
+
     return wrapper
 
 
@@ -157,6 +191,7 @@ async def post(client, path, body, **kw):
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch):
     import os
+
     for key in list(os.environ):
         if key.startswith("LAYA_"):
             monkeypatch.delenv(key)
@@ -168,6 +203,7 @@ def kwargs_of(agent, i=-1):
 
 # -- the happy path ------------------------------------------------------------------------
 
+
 @aio
 async def test_single_decision_payload_routing_and_timing():
     async with served() as c:
@@ -176,8 +212,13 @@ async def test_single_decision_payload_routing_and_timing():
         assert r.content_type == "application/json"
         assert list(body) == ["model", "answers", "usage", "routing"]
         assert body["model"] == "laya-rl-agent-onnx"
-        assert body["routing"] == {"model": "english", "repo": "convaiinnovations/laya",
-                                   "reason": "served bundle", "detection": None, "workflow": None}
+        assert body["routing"] == {
+            "model": "english",
+            "repo": "convaiinnovations/laya",
+            "reason": "served bundle",
+            "detection": None,
+            "workflow": None,
+        }
         assert body["answers"]["queue"]["choice"] == "billing"
         assert body["usage"]["input_tokens"] == 30
         st, xt = r.headers["Server-Timing"], r.headers["X-Inference-Time-Ms"]
@@ -236,8 +277,18 @@ async def test_content_type_is_never_checked_and_bom_is_accepted():
 
 # -- 400s: JSON and shape ------------------------------------------------------------------
 
-@pytest.mark.parametrize("raw", [b"not json", b"", b"\xff\xfe\xfa", b'{"state": "x", "questions": {',
-                                 b"[" * 100000, b'{"state": ' + b"1" * 4301 + b', "questions": {}}'])
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"not json",
+        b"",
+        b"\xff\xfe\xfa",
+        b'{"state": "x", "questions": {',
+        b"[" * 100000,
+        b'{"state": ' + b"1" * 4301 + b', "questions": {}}',
+    ],
+)
 @aio
 async def test_malformed_json_is_400(raw):
     async with served() as c:
@@ -288,13 +339,14 @@ async def test_questions_must_be_an_object():
 
 # -- 413s: body and limits -----------------------------------------------------------------
 
+
 @aio
 async def test_body_over_2mib_is_413_with_and_without_content_length():
     big = json.dumps({"state": "x" * (2 * 1024 * 1024), "questions": Q}).encode()
 
     async def chunks(data, size=65536):
         for i in range(0, len(data), size):
-            yield data[i:i + size]
+            yield data[i : i + size]
 
     async with served() as c:
         r, out = await post(c, URL, big)
@@ -339,8 +391,10 @@ async def test_question_and_option_limits():
     choice101 = {"c": {"type": "choice", "instructions": "x", "criteria": [str(i) for i in range(101)]}}
     score33 = {"s": {"type": "score", "instructions": "x", "criteria": [str(i) for i in range(33)]}}
     null_level = {"s": {"type": "score", "instructions": "x", "criteria": ["a", None, "c"]}}
-    total = {"c%d" % i: {"type": "choice", "instructions": "x", "criteria": [str(j) for j in range(100)]}
-             for i in range(6)}
+    total = {
+        "c%d" % i: {"type": "choice", "instructions": "x", "criteria": [str(j) for j in range(100)]}
+        for i in range(6)
+    }
     cases = [
         (many, 413, "too many questions (65 > 64)"),
         (choice101, 413, "too many choice options for 'c' (101 > 100)"),
@@ -350,8 +404,10 @@ async def test_question_and_option_limits():
     ]
     async with served() as c:
         for questions, status, detail in cases:
-            for path, body in ((URL, {"state": "x", "questions": questions}),
-                               (BATCH, {"states": ["x"], "questions": questions})):
+            for path, body in (
+                (URL, {"state": "x", "questions": questions}),
+                (BATCH, {"states": ["x"], "questions": questions}),
+            ):
                 r, out = await post(c, path, body)
                 assert (r.status, out) == (status, {"detail": detail}), (path, detail)
         assert c.agent.calls == []
@@ -381,15 +437,20 @@ async def test_state_size_is_measured_on_serialized_json():
 
 # -- refusals and surrogates ---------------------------------------------------------------
 
-@pytest.mark.parametrize("key", ["hooks", "on_predict_start", "on_predict_end", "hooks_raise", "hooks_timeout"])
+
+@pytest.mark.parametrize(
+    "key", ["hooks", "on_predict_start", "on_predict_end", "hooks_raise", "hooks_timeout"]
+)
 @aio
 async def test_hook_keys_are_refused(key):
     async with served() as c:
         for path, base in ((URL, BODY), (BATCH, {"states": ["x"], "questions": Q})):
             r, out = await post(c, path, {**base, key: "anything"})
             assert r.status == 422
-            assert out["detail"] == ("%s run inside the server process and cannot be sent to this "
-                                     "endpoint; install them where laya-serve runs, or drop them" % key)
+            assert out["detail"] == (
+                "%s run inside the server process and cannot be sent to this "
+                "endpoint; install them where laya-serve runs, or drop them" % key
+            )
             r, _ = await post(c, path, {**base, key: None})
             assert r.status == 200
 
@@ -433,9 +494,9 @@ async def test_raw_cesu_bytes_and_emoji():
         raw = b'{"state": "a\xed\xa0\x80b", "questions": {}}'
         r, out = await post(c, URL, raw)
         assert r.status == 400 and "surrogate" in out["detail"]
-        r, _ = await post(c, URL, json.dumps({"state": "\U0001F600 ok", "questions": Q}))
+        r, _ = await post(c, URL, json.dumps({"state": "\U0001f600 ok", "questions": Q}))
         assert r.status == 200
-        r, _ = await post(c, BATCH, json.dumps({"states": ["\U0001F600"], "questions": Q}))
+        r, _ = await post(c, BATCH, json.dumps({"states": ["\U0001f600"], "questions": Q}))
         assert r.status == 200
 
 
@@ -472,9 +533,29 @@ async def test_check_order_first_failure_wins():
 
 # -- model / task --------------------------------------------------------------------------
 
-@pytest.mark.parametrize("model", ["jev-1", "jev-latest", "not-a-checkpoint", "convaiinnovations/laya",
-                                   "CONVAIINNOVATIONS/LAYA", "", None, 0, False, True, 5, "gpt-5",
-                                   "english", " English ", "en", "laya", "default"])
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        "jev-1",
+        "jev-latest",
+        "not-a-checkpoint",
+        "convaiinnovations/laya",
+        "CONVAIINNOVATIONS/LAYA",
+        "",
+        None,
+        0,
+        False,
+        True,
+        5,
+        "gpt-5",
+        "english",
+        " English ",
+        "en",
+        "laya",
+        "default",
+    ],
+)
 @aio
 async def test_model_names_this_checkpoint_or_auto_routes(model):
     async with served() as c:
@@ -485,9 +566,21 @@ async def test_model_names_this_checkpoint_or_auto_routes(model):
         assert r.status == 200
 
 
-@pytest.mark.parametrize("model", ["/path/to/checkpoint", "org/repo", "~/models/ckpt", "./checkpoint",
-                                   ".\\checkpoint", "C:\\models\\ckpt", ["a/b"],
-                                   "multilingual", "ml", "convaiinnovations/laya-typed-decisions"])
+@pytest.mark.parametrize(
+    "model",
+    [
+        "/path/to/checkpoint",
+        "org/repo",
+        "~/models/ckpt",
+        "./checkpoint",
+        ".\\checkpoint",
+        "C:\\models\\ckpt",
+        ["a/b"],
+        "multilingual",
+        "ml",
+        "convaiinnovations/laya-typed-decisions",
+    ],
+)
 @aio
 async def test_path_like_or_unserved_model_is_422_on_both_routes(model):
     async with served() as c:
@@ -507,29 +600,49 @@ async def test_task_must_name_the_served_checkpoint():
         assert r.status == 200 and "task" not in kwargs_of(c.agent)
         r, out = await post(c, URL, {**BODY, "task": "invoice"})
         assert r.status == 422
-        assert out["detail"] == ("unknown model 'invoice'; choose one of ['english'] "
-                                 "(or an alias: ['default', 'en', 'laya'])")
+        assert out["detail"] == (
+            "unknown model 'invoice'; choose one of ['english'] (or an alias: ['default', 'en', 'laya'])"
+        )
         r, out = await post(c, BATCH, {"states": ["x"], "questions": Q, "task": "typed"})
         assert r.status == 422 and "unknown model 'typed'" in out["detail"]
 
 
 # -- controls ------------------------------------------------------------------------------
 
+
 @aio
 async def test_budgets_forwarded_only_when_sent():
     async with served() as c:
         await post(c, URL, {**BODY, "max_len": 256, "head_max_len": 256})
         assert kwargs_of(c.agent) == {"max_len": 256, "head_max_len": 256}
-        await post(c, URL, {**BODY, "max_len": None, "head_max_len": None, "lang": None,
-                            "min_confidence": None, "task": None, "lang_guess": None})
+        await post(
+            c,
+            URL,
+            {
+                **BODY,
+                "max_len": None,
+                "head_max_len": None,
+                "lang": None,
+                "min_confidence": None,
+                "task": None,
+                "lang_guess": None,
+            },
+        )
         assert kwargs_of(c.agent) == {}
 
 
-@pytest.mark.parametrize("value,detail", [
-    ("fast", "max_len must be an integer"), (True, "max_len must be an integer"),
-    (3.14, "max_len must be an integer"), (1.0, "max_len must be an integer"),
-    (0, "max_len must be a positive integer"), (-10, "max_len must be a positive integer"),
-    (9000, "max_len exceeds server limit (9000 > 8192)")])
+@pytest.mark.parametrize(
+    "value,detail",
+    [
+        ("fast", "max_len must be an integer"),
+        (True, "max_len must be an integer"),
+        (3.14, "max_len must be an integer"),
+        (1.0, "max_len must be an integer"),
+        (0, "max_len must be a positive integer"),
+        (-10, "max_len must be a positive integer"),
+        (9000, "max_len exceeds server limit (9000 > 8192)"),
+    ],
+)
 @aio
 async def test_budget_validation(value, detail):
     async with served() as c:
@@ -561,7 +674,10 @@ async def test_lang_controls_and_min_confidence():
         assert kwargs_of(c.agent) == {"lang": ""}
         for key in ("lang", "lang_guess"):
             r, out = await post(c, URL, {**BODY, key: True})
-            assert (r.status, out["detail"]) == (422, '%s must be a language code string such as "de", or null' % key)
+            assert (r.status, out["detail"]) == (
+                422,
+                '%s must be a language code string such as "de", or null' % key,
+            )
         r, body = await post(c, URL, {**BODY, "min_confidence": 0.0})
         assert kwargs_of(c.agent) == {"min_confidence": 0.0}
         assert {a["abstention"] for a in body["answers"].values()} == {"passed"}
@@ -572,13 +688,17 @@ async def test_lang_controls_and_min_confidence():
         assert body["answers"]["refund"]["abstention_threshold"] == 0.9
 
 
-@pytest.mark.parametrize("value,detail", [
-    (1.5, "min_confidence must be a float in [0.0, 1.0], got 1.5"),
-    (-0.1, "min_confidence must be a float in [0.0, 1.0], got -0.1"),
-    (True, "min_confidence must be a float in [0.0, 1.0], got True"),
-    ("0.9", "min_confidence must be a float in [0.0, 1.0], got '0.9'"),
-    ({}, "a min_confidence map must be a non-empty dict of bucket -> float, got {}"),
-    ({"x": 0.5}, "min_confidence map keys must be a bucket like 'choice:3-5' or 'default', got 'x'")])
+@pytest.mark.parametrize(
+    "value,detail",
+    [
+        (1.5, "min_confidence must be a float in [0.0, 1.0], got 1.5"),
+        (-0.1, "min_confidence must be a float in [0.0, 1.0], got -0.1"),
+        (True, "min_confidence must be a float in [0.0, 1.0], got True"),
+        ("0.9", "min_confidence must be a float in [0.0, 1.0], got '0.9'"),
+        ({}, "a min_confidence map must be a non-empty dict of bucket -> float, got {}"),
+        ({"x": 0.5}, "min_confidence map keys must be a bucket like 'choice:3-5' or 'default', got 'x'"),
+    ],
+)
 @aio
 async def test_min_confidence_validation_uses_core_text(value, detail):
     async with served() as c:
@@ -590,6 +710,7 @@ async def test_min_confidence_validation_uses_core_text(value, detail):
 
 # -- inference errors and the worker -------------------------------------------------------
 
+
 @aio
 async def test_question_value_error_is_422_not_logged(caplog):
     bad = {"refund": {"type": "X", "instructions": "x"}}
@@ -597,7 +718,9 @@ async def test_question_value_error_is_422_not_logged(caplog):
         with caplog.at_level(logging.ERROR):
             r, out = await post(c, URL, {"state": "x", "questions": bad})
         assert r.status == 422
-        assert out == {"detail": "question 'refund': unknown type 'X'; use one of ['choice', 'noul', 'score']"}
+        assert out == {
+            "detail": "question 'refund': unknown type 'X'; use one of ['choice', 'noul', 'score']"
+        }
         assert "Server-Timing" not in r.headers
         assert not [rec for rec in caplog.records if rec.levelno >= logging.ERROR]
 
@@ -620,6 +743,7 @@ async def test_non_finite_result_is_422():
     def poison(result):
         result["answers"]["queue"]["confidence"] = float("nan")
         return result
+
     async with served(FakeAgent(result_hook=poison)) as c:
         r, out = await post(c, URL, BODY)
         assert (r.status, out) == (422, {"detail": "Out of range float values are not JSON compliant"})
@@ -645,8 +769,13 @@ async def test_inference_runs_off_the_loop_and_health_answers_meanwhile():
 @aio
 async def test_one_pass_at_a_time_on_one_worker():
     async with served() as c:
-        results = await asyncio.gather(*(post(c, path, body) for _ in range(4) for path, body in
-                                         ((URL, BODY), (BATCH, {"states": ["a", "b"], "questions": Q}))))
+        results = await asyncio.gather(
+            *(
+                post(c, path, body)
+                for _ in range(4)
+                for path, body in ((URL, BODY), (BATCH, {"states": ["a", "b"], "questions": Q}))
+            )
+        )
         assert [r.status for r, _ in results] == [200] * 8
         assert len(set(c.agent.threads)) == 1 and c.agent.max_active == 1
 
@@ -678,6 +807,7 @@ def test_max_concurrent_env(monkeypatch, raw, expect):
 
 # -- auth ----------------------------------------------------------------------------------
 
+
 async def _raw_request(client, head: bytes, body: bytes = b"") -> bytes:
     reader, writer = await asyncio.open_connection(client.server.host, client.server.port)
     writer.write(head + body)
@@ -691,7 +821,14 @@ async def _raw_request(client, head: bytes, body: bytes = b"") -> bytes:
 async def test_bearer_auth_on_decision_routes():
     async with served(api_key="s3cret") as c:
         for path, body in ((URL, BODY), (BATCH, {"states": ["x"], "questions": Q})):
-            for header in (None, "Bearer wrong", "bearer s3cret", "Bearer  s3cret", "s3cret", "Bearer s3cret\tx"):
+            for header in (
+                None,
+                "Bearer wrong",
+                "bearer s3cret",
+                "Bearer  s3cret",
+                "s3cret",
+                "Bearer s3cret\tx",
+            ):
                 headers = {"Authorization": header} if header else {}
                 r, out = await post(c, path, body, headers=headers)
                 assert (r.status, out) == (401, {"detail": "invalid or missing bearer token"})
@@ -703,8 +840,11 @@ async def test_bearer_auth_on_decision_routes():
         assert r.status == 401
         payload = json.dumps(BODY).encode()
         for value in (b"Bearer s\xe9cret", b"Bearer s\xc3\xa9cret", b"Bearer \xff\xfe"):
-            head = (b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nAuthorization: " + value +
-                    b"\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(payload))
+            head = (
+                b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nAuthorization: "
+                + value
+                + b"\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(payload)
+            )
             data = await _raw_request(c, head, payload)
             assert data.startswith(b"HTTP/1.1 401 Unauthorized"), data[:200]
             assert data.endswith(b'{"detail":"invalid or missing bearer token"}')
@@ -718,14 +858,26 @@ async def test_non_ascii_key_matches_its_utf8_bearer_only():
     async with served(api_key="s\u00e9cret") as c:
         payload = json.dumps(BODY).encode()
         for value, status in ((b"s\xc3\xa9cret", b"200"), (b"s\xe9cret", b"401")):
-            head = (b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + value +
-                    b"\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(payload))
+            head = (
+                b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+                + value
+                + b"\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(payload)
+            )
             data = await _raw_request(c, head, payload)
             assert data.startswith(b"HTTP/1.1 " + status), data[:200]
 
 
-HEALTH_KEYS = ["status", "loaded", "revisions", "device", "device_is_preference", "checkpoint_devices",
-               "cpu_fallbacks", "providers", "provider_fallbacks"]
+HEALTH_KEYS = [
+    "status",
+    "loaded",
+    "revisions",
+    "device",
+    "device_is_preference",
+    "checkpoint_devices",
+    "cpu_fallbacks",
+    "providers",
+    "provider_fallbacks",
+]
 
 
 @aio
@@ -747,12 +899,17 @@ async def test_health_full_payload():
         body = await (await c.get("/health")).json()
         assert list(body) == HEALTH_KEYS
         assert body == {
-            "status": "ok", "loaded": ["english"], "revisions": {"english": "0123456789abcdef"},
-            "device": "cpu", "device_is_preference": False, "checkpoint_devices": {"english": "cpu"},
+            "status": "ok",
+            "loaded": ["english"],
+            "revisions": {"english": "0123456789abcdef"},
+            "device": "cpu",
+            "device_is_preference": False,
+            "checkpoint_devices": {"english": "cpu"},
             "cpu_fallbacks": {"english": {"count": 0, "last_reason": None}},
             "providers": {"english": ["CPUExecutionProvider"]},
-            "provider_fallbacks": {"english": {"CUDAExecutionProvider": {
-                "count": 1, "last_reason": "CUDA is not available"}}},
+            "provider_fallbacks": {
+                "english": {"CUDAExecutionProvider": {"count": 1, "last_reason": "CUDA is not available"}}
+            },
         }
         # passes retried on CPU after startup are counted, with the latest reason
         agent.fallbacks = {"CUDAExecutionProvider": {"count": 3, "last_reason": "run failed on CUDA: OOM"}}
@@ -788,6 +945,7 @@ async def test_health_device_cuda_and_unmeasurable():
 
 # -- routing surface -----------------------------------------------------------------------
 
+
 @aio
 async def test_not_found_method_not_allowed_and_slash_redirect():
     async with served() as c:
@@ -806,6 +964,7 @@ async def test_not_found_method_not_allowed_and_slash_redirect():
 
 
 # -- strict Jev projection -----------------------------------------------------------------
+
 
 @aio
 async def test_strict_projection(monkeypatch):
@@ -837,6 +996,7 @@ async def test_strict_unknown_answer_type_passes_through(monkeypatch):
         result["answers"]["extra"] = {"type": "ranking", "order": [1, 2]}
         result["answers"]["weird"] = 3
         return result
+
     monkeypatch.setenv("LAYA_JEV_STRICT", "true")
     async with served(FakeAgent(result_hook=odd)) as c:
         _, body = await post(c, URL, BODY)
@@ -845,6 +1005,7 @@ async def test_strict_unknown_answer_type_passes_through(monkeypatch):
 
 
 # -- batch ---------------------------------------------------------------------------------
+
 
 @aio
 async def test_batch_results_total_usage_and_routing():
@@ -882,20 +1043,23 @@ def _noul_questions(n):
     return {"q%d" % i: {"type": "noul", "instructions": "x"} for i in range(n)}
 
 
-@pytest.mark.parametrize("n_states,n_q,extra,env,expect", [
-    (64, 4, {}, None, None),
-    (8, 32, {}, None, None),
-    (9, 32, {}, None, 8),
-    (64, 64, {}, None, 4),
-    (64, 64, {"max_len": 8192}, None, 1),
-    (20, 1, {"max_len": 8192}, None, 16),
-    (64, 64, {"batch_size": 7}, None, 4),
-    (64, 64, {"batch_size": 2}, None, 2),
-    (4, 4, {"batch_size": 100}, None, 100),
-    (64, 64, {}, "2097152", None),
-    (8, 2, {}, "2048", 2),
-    (64, 64, {}, "3.5", 4),
-])
+@pytest.mark.parametrize(
+    "n_states,n_q,extra,env,expect",
+    [
+        (64, 4, {}, None, None),
+        (8, 32, {}, None, None),
+        (9, 32, {}, None, 8),
+        (64, 64, {}, None, 4),
+        (64, 64, {"max_len": 8192}, None, 1),
+        (20, 1, {"max_len": 8192}, None, 16),
+        (64, 64, {"batch_size": 7}, None, 4),
+        (64, 64, {"batch_size": 2}, None, 2),
+        (4, 4, {"batch_size": 100}, None, 100),
+        (64, 64, {}, "2097152", None),
+        (8, 2, {}, "2048", 2),
+        (64, 64, {}, "3.5", 4),
+    ],
+)
 @aio
 async def test_batch_chunk_plan(monkeypatch, n_states, n_q, extra, env, expect):
     if env is not None:
@@ -909,18 +1073,34 @@ async def test_batch_chunk_plan(monkeypatch, n_states, n_q, extra, env, expect):
 @aio
 async def test_batch_controls_split_and_validation():
     async with served() as c:
-        body = {"states": ["a", "b"], "questions": Q, "min_confidence": 0.8, "batch_size": 2,
-                "sort_by_length": True, "max_len": 256, "lang": "en", "lang_guess": "en"}
+        body = {
+            "states": ["a", "b"],
+            "questions": Q,
+            "min_confidence": 0.8,
+            "batch_size": 2,
+            "sort_by_length": True,
+            "max_len": 256,
+            "lang": "en",
+            "lang_guess": "en",
+        }
         r, _ = await post(c, BATCH, body)
         assert r.status == 200
-        assert kwargs_of(c.agent) == {"max_len": 256, "lang": "en", "min_confidence": 0.8,
-                                      "batch_size": 2, "sort_by_length": True}
+        assert kwargs_of(c.agent) == {
+            "max_len": 256,
+            "lang": "en",
+            "min_confidence": 0.8,
+            "batch_size": 2,
+            "sort_by_length": True,
+        }
         r, _ = await post(c, BATCH, {"states": ["a"], "questions": Q, "sort_by_length": False})
         assert kwargs_of(c.agent) == {}
-        for value, detail in [(True, "batch_size must be an integer"), (2.0, "batch_size must be an integer"),
-                              ("2", "batch_size must be an integer"),
-                              (0, "batch_size must be a positive integer, got 0"),
-                              (-5, "batch_size must be a positive integer, got -5")]:
+        for value, detail in [
+            (True, "batch_size must be an integer"),
+            (2.0, "batch_size must be an integer"),
+            ("2", "batch_size must be an integer"),
+            (0, "batch_size must be a positive integer, got 0"),
+            (-5, "batch_size must be a positive integer, got -5"),
+        ]:
             r, out = await post(c, BATCH, {"states": ["a"], "questions": Q, "batch_size": value})
             assert (r.status, out) == (422, {"detail": detail})
         for value in ("yes", 1, 0):
@@ -934,14 +1114,24 @@ async def test_batch_controls_split_and_validation():
 @aio
 async def test_batch_without_predict_batch_falls_back_per_state():
     async with served(PlainAgent()) as c:
-        r, body = await post(c, BATCH, {"states": ["a", "b"], "questions": Q, "max_len": 300,
-                                        "min_confidence": 0.1, "sort_by_length": True})
+        r, body = await post(
+            c,
+            BATCH,
+            {
+                "states": ["a", "b"],
+                "questions": Q,
+                "max_len": 300,
+                "min_confidence": 0.1,
+                "sort_by_length": True,
+            },
+        )
         assert r.status == 200 and len(body["results"]) == 2
         assert [call[0] for call in c.agent.calls] == ["predict", "predict"]
         assert kwargs_of(c.agent) == {"max_len": 300, "min_confidence": 0.1}
 
 
 # -- configuration -------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("raw,expect", [(None, 8000), ("", 8000), ("  ", 8000), (" 9000 ", 9000)])
 def test_port_env(monkeypatch, raw, expect):
@@ -979,8 +1169,16 @@ def test_log_level_env(monkeypatch):
 
 
 def test_env_bool_and_settings(monkeypatch):
-    for raw, want in (("1", True), ("TRUE", True), (" on ", True), ("yes", True), ("0", False),
-                      ("off", False), ("2", False), ("", False)):
+    for raw, want in (
+        ("1", True),
+        ("TRUE", True),
+        (" on ", True),
+        ("yes", True),
+        ("0", False),
+        ("off", False),
+        ("2", False),
+        ("", False),
+    ):
         monkeypatch.setenv("LAYA_JEV_STRICT", raw)
         assert serve_settings.env_bool("LAYA_JEV_STRICT") is want
     monkeypatch.setenv("LAYA_API_KEY", "")
@@ -996,6 +1194,7 @@ def test_env_bool_and_settings(monkeypatch):
 
 def test_cli_serve_bad_port_exits_before_loading(tmp_path):
     from laya_onnx.cli import main
+
     with pytest.raises(SystemExit, match="invalid --port"):
         main(["serve", str(tmp_path / "missing"), "--port", "70000"])
 
@@ -1005,6 +1204,7 @@ async def test_strict_projection_of_a_broken_answer_is_500(monkeypatch, caplog):
     def broken(result):
         del result["answers"]["queue"]["choice"]
         return result
+
     monkeypatch.setenv("LAYA_JEV_STRICT", "1")
     async with served(FakeAgent(result_hook=broken)) as c:
         with caplog.at_level(logging.ERROR):

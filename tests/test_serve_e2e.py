@@ -4,6 +4,7 @@ Uses the session's `bundle_factory` fixture (tests/conftest.py) for the tiny eng
 compares what the server answers with what `ONNXAgent.predict` answers in-process on the same
 bundle. Skipped when the fixture is not available. Every wait is bounded.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,11 +24,20 @@ pytest.importorskip("aiohttp")
 REQUEST = {
     "state": "I was charged twice this month, I want my money back",
     "questions": {
-        "queue": {"type": "choice", "instructions": "Which team?",
-                  "criteria": {"billing": "billing and refunds", "tech": "login and app issues",
-                               "other": "everything else"}},
-        "urgency": {"type": "score", "instructions": "How urgent?",
-                    "criteria": ["calm", "firm", "angry", "furious"]},
+        "queue": {
+            "type": "choice",
+            "instructions": "Which team?",
+            "criteria": {
+                "billing": "billing and refunds",
+                "tech": "login and app issues",
+                "other": "everything else",
+            },
+        },
+        "urgency": {
+            "type": "score",
+            "instructions": "How urgent?",
+            "criteria": ["calm", "firm", "angry", "furious"],
+        },
         "refund": {"type": "noul", "instructions": "Does the user ask for a refund?"},
     },
 }
@@ -42,8 +52,9 @@ def _free_port() -> int:
 
 def _call(url, body=None, headers=None, timeout=30):
     data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
-    req = urllib.request.Request(url, data=data, headers=headers or {},
-                                 method="GET" if body is None else "POST")
+    req = urllib.request.Request(
+        url, data=data, headers=headers or {}, method="GET" if body is None else "POST"
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             return resp.status, dict(resp.headers), json.loads(resp.read())
@@ -67,17 +78,33 @@ def server(tiny_bundle, tmp_path):
     env.update({"LAYA_API_KEY": "s3cret", "LAYA_LOG_LEVEL": "warning", "LAYA_PORT": "not-used"})
     log = open(tmp_path / "server.log", "wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "laya_onnx", "serve", str(tiny_bundle), "--host", "127.0.0.1",
-         "--port", str(port), "--providers", "CPUExecutionProvider"],
-        stdout=log, stderr=subprocess.STDOUT, env=env)
+        [
+            sys.executable,
+            "-m",
+            "laya_onnx",
+            "serve",
+            str(tiny_bundle),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--providers",
+            "CPUExecutionProvider",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
     base = "http://127.0.0.1:%d" % port
     try:
         deadline = time.monotonic() + STARTUP_SECONDS
         while True:
             if proc.poll() is not None:
                 log.flush()
-                pytest.fail("server exited with %s:\n%s" % (proc.returncode,
-                                                            (tmp_path / "server.log").read_text()[-4000:]))
+                pytest.fail(
+                    "server exited with %s:\n%s"
+                    % (proc.returncode, (tmp_path / "server.log").read_text()[-4000:])
+                )
             try:
                 if _call(base + "/health", timeout=2)[0] == 200:
                     break
@@ -108,8 +135,15 @@ def test_real_server_answers_like_the_agent(server):
     assert _call(base + "/health")[2] == {"status": "ok"}
     status, _, health = _call(base + "/health", headers=auth)
     assert status == 200 and health["status"] == "ok"
-    assert list(health)[:7] == ["status", "loaded", "revisions", "device", "device_is_preference",
-                                "checkpoint_devices", "cpu_fallbacks"]
+    assert list(health)[:7] == [
+        "status",
+        "loaded",
+        "revisions",
+        "device",
+        "device_is_preference",
+        "checkpoint_devices",
+        "cpu_fallbacks",
+    ]
     name = health["loaded"][0]
     assert health["device"] == "cpu" and health["providers"] == {name: ["CPUExecutionProvider"]}
 
@@ -133,9 +167,11 @@ def test_real_server_answers_like_the_agent(server):
         assert (jev is None) == (answer["type"] == "noul")
 
     # batch over two states equals the agent's own batch
-    status, _, batch = _call(base + "/v1/systemone/batch",
-                             {"states": [REQUEST["state"], {"ticket": "login fails"}],
-                              "questions": REQUEST["questions"]}, auth)
+    status, _, batch = _call(
+        base + "/v1/systemone/batch",
+        {"states": [REQUEST["state"], {"ticket": "login fails"}], "questions": REQUEST["questions"]},
+        auth,
+    )
     assert status == 200, batch
     local_batch = agent.predict_batch([REQUEST["state"], {"ticket": "login fails"}], REQUEST["questions"])
     assert [r["usage"] for r in batch["results"]] == [r["usage"] for r in local_batch]
@@ -153,9 +189,23 @@ def test_real_server_answers_like_the_agent(server):
 
 def test_serve_refuses_a_missing_bundle_with_a_message(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAYA_")}
-    done = subprocess.run([sys.executable, "-m", "laya_onnx", "serve", str(tmp_path / "nope"),
-                           "--host", "127.0.0.1", "--port", str(_free_port())],
-                          capture_output=True, text=True, env=env, timeout=60)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "laya_onnx",
+            "serve",
+            str(tmp_path / "nope"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(_free_port()),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert done.returncode != 0
     assert "laya-onnx: cannot serve" in done.stderr and "Traceback" not in done.stderr
 
@@ -175,13 +225,20 @@ def test_parity_suite_through_the_server_equals_the_agent(server):
         kw = {k: req[k] for k in controls if k in req}
         body = dict(kw, questions=req["questions"])
         if "states" in req:
-            body.update(states=req["states"], **{k: req[k] for k in ("batch_size", "sort_by_length") if k in req})
+            body.update(
+                states=req["states"], **{k: req[k] for k in ("batch_size", "sort_by_length") if k in req}
+            )
         else:
             body["state"] = req["state"]
         try:
             if "states" in req:
-                local = agent.predict_batch(req["states"], req["questions"], batch_size=req.get("batch_size"),
-                                            sort_by_length=req.get("sort_by_length", False), **kw)
+                local = agent.predict_batch(
+                    req["states"],
+                    req["questions"],
+                    batch_size=req.get("batch_size"),
+                    sort_by_length=req.get("sort_by_length", False),
+                    **kw,
+                )
             else:
                 local = agent.predict(req["state"], req["questions"], **kw)
         except ValueError as exc:
@@ -190,14 +247,17 @@ def test_parity_suite_through_the_server_equals_the_agent(server):
         status, _, served = _call(base + route, body, auth, timeout=120)
         if isinstance(local, ValueError):
             # laya-serve words one refusal itself, before the model sees it (http.md §7)
-            expected = ("score question 'q' has a null level at index 1; give every level a description"
-                        if req["name"] == "error-null-level" else str(local))
+            expected = (
+                "score question 'q' has a null level at index 1; give every level a description"
+                if req["name"] == "error-null-level"
+                else str(local)
+            )
             assert (status, served) == (422, {"detail": expected}), req["name"]
             continue
         assert status == 200, (req["name"], served)
-        local = json.loads(json.dumps(local))          # the wire's types: label keys become strings
+        local = json.loads(json.dumps(local))  # the wire's types: label keys become strings
         results = served["results"] if "states" in req else [served]
-        for got, want in zip(results, local if isinstance(local, list) else [local]):
+        for got, want in zip(results, local if isinstance(local, list) else [local], strict=False):
             got.pop("routing")
             for answer in got["answers"].values():
                 answer.pop("x_jev_confidence", None)

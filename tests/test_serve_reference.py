@@ -8,6 +8,7 @@ checkpoint and its aliases rather than laya's whole registry.
 
 Needs `fastapi` and `httpx` beside the `laya==0.4.15` dev dependency; skipped without them.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -20,12 +21,17 @@ pytest.importorskip("fastapi")
 pytest.importorskip("httpx")
 pytest.importorskip("laya.serve")
 
-from fastapi.testclient import TestClient  # noqa: E402
+from fastapi.testclient import TestClient
 
-from tests.test_serve import BATCH, BODY, Q, URL, FakeAgent, served  # noqa: E402
+from tests.test_serve import BATCH, BODY, URL, FakeAgent, Q, served
 
-ROUTING = {"model": "english", "repo": "convaiinnovations/laya", "reason": "served bundle",
-           "detection": None, "workflow": None}
+ROUTING = {
+    "model": "english",
+    "repo": "convaiinnovations/laya",
+    "reason": "served bundle",
+    "detection": None,
+    "workflow": None,
+}
 AGENT_KEYS = ("max_len", "head_max_len", "lang", "min_confidence")
 
 
@@ -43,6 +49,7 @@ class FakeRouter:
     def _task(task):
         if task is not None:
             from laya.router import normalise_name
+
             normalise_name(task)  # the core's "unknown model" ValueError
 
     def predict(self, state, questions, model=None, **kw):
@@ -57,7 +64,9 @@ class FakeRouter:
         self._task(requests[0].get("task"))
         item = {k: v for k, v in requests[0].items() if k in AGENT_KEYS}
         self.forwarded.append({**item, **call})
-        out = self.agent.predict_batch([r["state"] for r in requests], requests[0]["questions"], **item, **call)
+        out = self.agent.predict_batch(
+            [r["state"] for r in requests], requests[0]["questions"], **item, **call
+        )
         for r in out:
             r["routing"] = dict(ROUTING)
         return out
@@ -70,51 +79,115 @@ def _requests():
     def batch(**kw):
         return BATCH, json.dumps({"states": ["a", "b"], "questions": Q, **kw})
 
-    raws = ["not json", "", "[1,2]", '"x"', "null", '{"state": "x"}', '{"questions": {}}',
-            '{"state": null, "questions": {}}', '{"state": "x", "questions": []}',
-            '{"state": "' + "x" * 50001 + '", "questions": {}}',
-            '{"state": {"body": "' + '\\"' * 49988 + '"}, "questions": {}}',
-            '{"state": "\\ud800", "questions": {}}', '{"state": 1' + "0" * 4300 + ', "questions": {}}',
-            "[" * 100000, '\ufeff{"state": "x", "questions": {}}',
-            '{"state": "x", "questions": {}, "min_confidence": 1e999}',
-            '{"state": "x", "questions": {}, "min_confidence": NaN}', '{"state": NaN, "questions": {}}',
-            '{"state": null, "questions": {}, "state": "second"}',
-            '{"state": "x", "questions": {"a": 5, "b": "s", "c": {"type": "choice", "criteria": "x"}}}']
+    raws = [
+        "not json",
+        "",
+        "[1,2]",
+        '"x"',
+        "null",
+        '{"state": "x"}',
+        '{"questions": {}}',
+        '{"state": null, "questions": {}}',
+        '{"state": "x", "questions": []}',
+        '{"state": "' + "x" * 50001 + '", "questions": {}}',
+        '{"state": {"body": "' + '\\"' * 49988 + '"}, "questions": {}}',
+        '{"state": "\\ud800", "questions": {}}',
+        '{"state": 1' + "0" * 4300 + ', "questions": {}}',
+        "[" * 100000,
+        '\ufeff{"state": "x", "questions": {}}',
+        '{"state": "x", "questions": {}, "min_confidence": 1e999}',
+        '{"state": "x", "questions": {}, "min_confidence": NaN}',
+        '{"state": NaN, "questions": {}}',
+        '{"state": null, "questions": {}, "state": "second"}',
+        '{"state": "x", "questions": {"a": 5, "b": "s", "c": {"type": "choice", "criteria": "x"}}}',
+    ]
     for raw in raws:
         yield URL, raw
         if '"state": ' in raw:
-            yield BATCH, raw.replace('"state": ', '"states": [', 1).replace(', "questions"', '], "questions"', 1)
+            yield (
+                BATCH,
+                raw.replace('"state": ', '"states": [', 1).replace(', "questions"', '], "questions"', 1),
+            )
         else:
             yield BATCH, raw
     many = {"q%d" % i: {"type": "noul", "instructions": "x"} for i in range(65)}
     controls = (
-        [dict(model=m) for m in ["jev-1", "/x", "org/repo", ["a/b"], "~/m", ".\\c", "C:\\m", True, 5, "",
-                                 None, "english", " EN ", "convaiinnovations/laya"]]
+        [
+            dict(model=m)
+            for m in [
+                "jev-1",
+                "/x",
+                "org/repo",
+                ["a/b"],
+                "~/m",
+                ".\\c",
+                "C:\\m",
+                True,
+                5,
+                "",
+                None,
+                "english",
+                " EN ",
+                "convaiinnovations/laya",
+            ]
+        ]
         + [dict(max_len=v) for v in ["fast", True, 3.14, 1.0, 0, -10, 9000, 256, None]]
         + [dict(head_max_len=v) for v in [0, 9000, 100]]
-        + [dict(lang=v) for v in [5, True, "", "de"]] + [dict(lang_guess=v) for v in [5, "pt"]]
-        + [dict(min_confidence=v) for v in [1.5, -0.1, True, "0.9", {}, {"x": 0.5},
-                                             {"default": 0.5, "noul:2": 0.9}, 0.0, 0.7]]
+        + [dict(lang=v) for v in [5, True, "", "de"]]
+        + [dict(lang_guess=v) for v in [5, "pt"]]
+        + [
+            dict(min_confidence=v)
+            for v in [1.5, -0.1, True, "0.9", {}, {"x": 0.5}, {"default": 0.5, "noul:2": 0.9}, 0.0, 0.7]
+        ]
         + [{k: 1} for k in ["hooks", "on_predict_start", "on_predict_end", "hooks_raise", "hooks_timeout"]]
-        + [dict(hooks=1, hooks_timeout=2), dict(hooks=None), dict(task="invoice"), dict(task="en"),
-           dict(diagnostics={}), dict(batch_size="x", sort_by_length="y"),
-           dict(questions=many), dict(questions={k: many[k] for k in list(many)[:64]}),
-           dict(questions={"c": {"type": "choice", "instructions": "x", "criteria": list(map(str, range(101)))}}),
-           dict(questions={"s": {"type": "score", "instructions": "x", "criteria": list(map(str, range(33)))}}),
-           dict(questions={"s": {"type": "score", "instructions": "x", "criteria": ["a", None]}}),
-           dict(questions={"c%d" % i: {"type": "choice", "instructions": "x",
-                                       "criteria": list(map(str, range(100)))} for i in range(6)}),
-           dict(questions={"r": {"type": "X", "instructions": "x"}}), dict(questions={}),
-           dict(state="\U0001F600", hooks=None)])
+        + [
+            dict(hooks=1, hooks_timeout=2),
+            dict(hooks=None),
+            dict(task="invoice"),
+            dict(task="en"),
+            dict(diagnostics={}),
+            dict(batch_size="x", sort_by_length="y"),
+            dict(questions=many),
+            dict(questions={k: many[k] for k in list(many)[:64]}),
+            dict(
+                questions={
+                    "c": {"type": "choice", "instructions": "x", "criteria": list(map(str, range(101)))}
+                }
+            ),
+            dict(
+                questions={"s": {"type": "score", "instructions": "x", "criteria": list(map(str, range(33)))}}
+            ),
+            dict(questions={"s": {"type": "score", "instructions": "x", "criteria": ["a", None]}}),
+            dict(
+                questions={
+                    "c%d" % i: {"type": "choice", "instructions": "x", "criteria": list(map(str, range(100)))}
+                    for i in range(6)
+                }
+            ),
+            dict(questions={"r": {"type": "X", "instructions": "x"}}),
+            dict(questions={}),
+            dict(state="\U0001f600", hooks=None),
+        ]
+    )
     for kw in controls:
         yield single(**kw)
-        yield batch(**{("states" if k == "state" else k): ([v] if k == "state" else v) for k, v in kw.items()})
-    for kw in ([dict(batch_size=v) for v in [True, 2.0, "2", 0, -5, 2, 100]]
-               + [dict(sort_by_length=v) for v in ["yes", 1, True, False]]
-               + [dict(diagnostics=None), dict(states=[]), dict(states="x"), dict(states=["x"] * 65),
-                  dict(states=["x", None]), dict(states=["s"] * 9, questions={k: many[k] for k in list(many)[:32]}),
-                  dict(states=["s"] * 64, questions={k: many[k] for k in list(many)[:64]}, batch_size=7),
-                  dict(states=["s"] * 64, questions={k: many[k] for k in list(many)[:64]}, max_len=8192)]):
+        yield batch(
+            **{("states" if k == "state" else k): ([v] if k == "state" else v) for k, v in kw.items()}
+        )
+    for kw in (
+        [dict(batch_size=v) for v in [True, 2.0, "2", 0, -5, 2, 100]]
+        + [dict(sort_by_length=v) for v in ["yes", 1, True, False]]
+        + [
+            dict(diagnostics=None),
+            dict(states=[]),
+            dict(states="x"),
+            dict(states=["x"] * 65),
+            dict(states=["x", None]),
+            dict(states=["s"] * 9, questions={k: many[k] for k in list(many)[:32]}),
+            dict(states=["s"] * 64, questions={k: many[k] for k in list(many)[:64]}, batch_size=7),
+            dict(states=["s"] * 64, questions={k: many[k] for k in list(many)[:64]}, max_len=8192),
+        ]
+    ):
         yield batch(**kw)
 
 
@@ -146,8 +219,11 @@ def test_wire_behaviour_matches_laya_serve(monkeypatch):
                         sent_ours = [call[3] for call in ours.agent.calls[before_ours:]]
                         if theirs == mine and sent_ref == sent_ours:
                             continue
-                        if (theirs[0] == mine[0] == 422 and "unknown model" in theirs[1]["detail"]
-                                and _REGISTRY.sub("", theirs[1]["detail"]) == _REGISTRY.sub("", mine[1]["detail"])):
+                        if (
+                            theirs[0] == mine[0] == 422
+                            and "unknown model" in theirs[1]["detail"]
+                            and _REGISTRY.sub("", theirs[1]["detail"]) == _REGISTRY.sub("", mine[1]["detail"])
+                        ):
                             registry_only += 1
                             continue
                         mismatches.append((strict, path, raw[:100], theirs, mine, sent_ref, sent_ours))

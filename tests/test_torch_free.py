@@ -1,4 +1,5 @@
 """The runtime must import and answer in a process where torch and transformers cannot be imported."""
+
 import json
 import subprocess
 import sys
@@ -37,8 +38,9 @@ SCRIPT = textwrap.dedent("""
 
 def test_runtime_answers_without_torch_or_transformers(bundle_factory):
     bundle = bundle_factory("tiny-english")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(bundle)], capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(bundle)], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["loaded"] == []
@@ -50,9 +52,11 @@ def test_runtime_answers_without_torch_or_transformers(bundle_factory):
 
 def test_core_modules_do_not_import_layers():
     """Nothing in the core imports torch, transformers, aiohttp, or the layers built on top."""
-    code = ("import sys, laya_onnx.agent, laya_onnx.cli, laya_onnx.hub; "
-            "print([m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'aiohttp') "
-            "or m.startswith(('laya_onnx.export', 'laya_onnx.serve', 'laya_onnx.parity', 'laya_onnx.checkpoints'))])")
+    code = (
+        "import sys, laya_onnx.agent, laya_onnx.cli, laya_onnx.hub; "
+        "print([m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'aiohttp') "
+        "or m.startswith(('laya_onnx.export', 'laya_onnx.serve', 'laya_onnx.parity', 'laya_onnx.checkpoints'))])"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"

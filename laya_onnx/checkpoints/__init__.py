@@ -13,12 +13,13 @@ and `laya-onnx export` read:
 
 Same preset and seed give byte-identical files. Nothing is downloaded.
 """
+
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
-from typing import Any, Dict, Tuple
+from typing import Any
 
 from laya_onnx.bundle import CONFIG_FILE, WEIGHTS_FILE, staged_directory
 from laya_onnx.checkpoints.presets import PRESETS, Preset, get_preset
@@ -41,7 +42,7 @@ def build_tokenizer(preset: Preset):
     raise ValueError(f"preset {preset.name!r}: unknown tokenizer family {preset.tokenizer!r}")
 
 
-def encoder_config_dict(preset: Preset, tokenizer, specials) -> Dict[str, Any]:
+def encoder_config_dict(preset: Preset, tokenizer, specials) -> dict[str, Any]:
     """The encoder's config.json content, as transformers writes it plus the 4.x RoPE keys.
 
     transformers 5 stores the RoPE bases under `rope_parameters`; 4.x reads only the flat
@@ -53,17 +54,28 @@ def encoder_config_dict(preset: Preset, tokenizer, specials) -> Dict[str, Any]:
     size = tokenizer.get_vocab_size(with_added_tokens=True)
     vocab_size = preset.vocab_size or -(-size // 64) * 64
     if size > vocab_size:
-        raise ValueError(f"preset {preset.name!r}: tokenizer has {size} ids but the encoder only {vocab_size}")
+        raise ValueError(
+            f"preset {preset.name!r}: tokenizer has {size} ids but the encoder only {vocab_size}"
+        )
     ids = {role: tokenizer.token_to_id(getattr(specials, role)) for role in ("cls", "sep", "pad")}
     cfg = ModernBertConfig(
-        vocab_size=vocab_size, hidden_size=preset.hidden_size, intermediate_size=preset.intermediate_size,
-        num_hidden_layers=preset.num_hidden_layers, num_attention_heads=preset.num_attention_heads,
-        local_attention=preset.local_attention, global_attn_every_n_layers=preset.global_attn_every_n_layers,
-        rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": preset.global_rope_theta},
-                         "sliding_attention": {"rope_type": "default", "rope_theta": preset.local_rope_theta}},
+        vocab_size=vocab_size,
+        hidden_size=preset.hidden_size,
+        intermediate_size=preset.intermediate_size,
+        num_hidden_layers=preset.num_hidden_layers,
+        num_attention_heads=preset.num_attention_heads,
+        local_attention=preset.local_attention,
+        global_attn_every_n_layers=preset.global_attn_every_n_layers,
+        rope_parameters={
+            "full_attention": {"rope_type": "default", "rope_theta": preset.global_rope_theta},
+            "sliding_attention": {"rope_type": "default", "rope_theta": preset.local_rope_theta},
+        },
         max_position_embeddings=preset.max_position_embeddings,
-        pad_token_id=ids["pad"], cls_token_id=ids["cls"], sep_token_id=ids["sep"],
-        bos_token_id=ids["cls"], eos_token_id=ids["sep"],
+        pad_token_id=ids["pad"],
+        cls_token_id=ids["cls"],
+        sep_token_id=ids["sep"],
+        bos_token_id=ids["cls"],
+        eos_token_id=ids["sep"],
     )
     data = cfg.to_dict()
     data["architectures"] = ["ModernBertModel"]
@@ -73,7 +85,7 @@ def encoder_config_dict(preset: Preset, tokenizer, specials) -> Dict[str, Any]:
     return data
 
 
-def agent_config(preset: Preset) -> Dict[str, Any]:
+def agent_config(preset: Preset) -> dict[str, Any]:
     return {
         "encoder": preset.encoder_id,
         "max_len": preset.max_len,
@@ -91,13 +103,20 @@ def _write_json(path: Path, data: Any) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def state_dict_shapes(preset_or_dir) -> Dict[str, Tuple[int, ...]]:
+def state_dict_shapes(preset_or_dir) -> dict[str, tuple[int, ...]]:
     """Every state-dict entry of a preset's model (or a checkpoint dir's), from the meta device."""
     from transformers import ModernBertConfig
 
-    from laya_onnx.export.model import build_decision_model, expected_shapes, load_encoder_config, read_checkpoint_config
+    from laya_onnx.export.model import (
+        build_decision_model,
+        expected_shapes,
+        load_encoder_config,
+        read_checkpoint_config,
+    )
 
-    if isinstance(preset_or_dir, (str, Preset)) and not (isinstance(preset_or_dir, str) and os.path.isdir(preset_or_dir)):
+    if isinstance(preset_or_dir, (str, Preset)) and not (
+        isinstance(preset_or_dir, str) and os.path.isdir(preset_or_dir)
+    ):
         preset = get_preset(preset_or_dir) if isinstance(preset_or_dir, str) else preset_or_dir
         tok, specials = build_tokenizer(preset)
         ecfg = ModernBertConfig.from_dict(encoder_config_dict(preset, tok, specials))
@@ -143,11 +162,22 @@ def make_checkpoint(preset: str, out_dir: Path, seed: int = 0) -> Path:
         if not out_dir.is_dir():
             raise ValueError(f"{str(out_dir)!r} exists and is not a directory")
         if any(out_dir.iterdir()) and not (out_dir / CONFIG_FILE).exists():
-            raise ValueError(f"{str(out_dir)!r} is not empty and does not hold a checkpoint; refusing to overwrite it")
+            raise ValueError(
+                f"{str(out_dir)!r} is not empty and does not hold a checkpoint; refusing to overwrite it"
+            )
     with staged_directory(out_dir) as tmp:
         _populate(spec, tmp, seed)
     return out_dir
 
 
-__all__ = ["PRESETS", "Preset", "agent_config", "build_tokenizer", "encoder_config_dict", "get_preset",
-           "make_checkpoint", "preset_names", "state_dict_shapes"]
+__all__ = [
+    "PRESETS",
+    "Preset",
+    "agent_config",
+    "build_tokenizer",
+    "encoder_config_dict",
+    "get_preset",
+    "make_checkpoint",
+    "preset_names",
+    "state_dict_shapes",
+]

@@ -5,9 +5,8 @@ decisions, the fixed strings the sequence builder renders) so the tiny tokenizer
 realistic requests into plausible pieces. The multilingual corpus covers several languages
 and scripts; a few scripts are deliberately absent so byte fallback gets exercised.
 """
-from __future__ import annotations
 
-from typing import List
+from __future__ import annotations
 
 # Strings the sequence builder itself renders (laya 0.4.15 common.py); frequent on purpose.
 RENDERED = """\
@@ -19,7 +18,9 @@ score question: How urgent is this request, from level 0 (not urgent) to level 4
 noul question: The customer is asking for a refund.
 """
 
-ENGLISH = RENDERED + """\
+ENGLISH = (
+    RENDERED
+    + """\
 The customer wrote to say that the package arrived late and the box was damaged.
 I was charged twice for the same order and I would like the second payment refunded.
 Please cancel my subscription before the next billing date; I no longer need the service.
@@ -94,10 +95,13 @@ I want to speak to a manager about the rude behaviour of the staff at the store.
 Numbers and codes: 0 1 2 3 4 5 6 7 8 9 10 12 15 20 24 30 48 50 64 100 192 256 512 1024 2024.
 Punctuation matters: commas, full stops; colons: and semicolons; quotes "like this" and 'this'.
 """
+)
 
 # Several languages and scripts. Hebrew, Thai and Georgian are deliberately left out, so the
 # byte-fallback path (<0x..> tokens) is exercised by states written in them.
-MULTILINGUAL = RENDERED + """\
+MULTILINGUAL = (
+    RENDERED
+    + """\
 The customer was charged twice and asks for a refund of the second payment.
 Please cancel my subscription; I no longer need the service.
 Der Kunde wurde zweimal belastet und bittet um Rückerstattung der zweiten Zahlung.
@@ -138,11 +142,12 @@ Pelanggan dikenakan biaya dua kali dan meminta pengembalian dana.
 {"usuario": "maría", "estado": "activo", "pedido": {"id": "B-12", "total": 42.5}}
 Numbers: 0 1 2 3 4 5 6 7 8 9 10 24 30 48 100 256 1024 2024.
 """
+)
 
 
-def english_lines() -> List[str]:
+def english_lines() -> list[str]:
     return [line for line in ENGLISH.splitlines() if line.strip()]
 
 
-def multilingual_lines() -> List[str]:
+def multilingual_lines() -> list[str]:
     return [line for line in MULTILINGUAL.splitlines() if line.strip()]

@@ -16,14 +16,24 @@ spelled so `transformers.AutoTokenizer` builds a `PreTrainedTokenizerFast` with 
 special tokens and laya's loader has nothing to patch (it rewrites a config whose
 `tokenizer_class` is missing, which would change a checkpoint we promise is byte-stable).
 """
+
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
 
-from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import (
+    AddedToken,
+    Tokenizer,
+    decoders,
+    models,
+    normalizers,
+    pre_tokenizers,
+    processors,
+    trainers,
+)
 
 from laya_onnx.checkpoints.corpus import english_lines, multilingual_lines
 
@@ -42,19 +52,31 @@ class Specials:
 
 
 ENGLISH_SPECIALS = Specials(cls="[CLS]", sep="[SEP]", pad="[PAD]", mask="[MASK]", unk="[UNK]")
-GEMMA_SPECIALS = Specials(cls="<bos>", sep="<eos>", pad="<pad>", mask="<mask>", unk="<unk>",
-                          bos="<bos>", eos="<eos>")
+GEMMA_SPECIALS = Specials(
+    cls="<bos>", sep="<eos>", pad="<pad>", mask="<mask>", unk="<unk>", bos="<bos>", eos="<eos>"
+)
 
 
-def _train_bpe(lines: Sequence[str], vocab_size: int, pre_tokenizer, normalizer=None,
-               initial_alphabet: Sequence[str] = (), limit_alphabet=None) -> Tuple[Dict[str, int], List[Tuple[str, str]]]:
+def _train_bpe(
+    lines: Sequence[str],
+    vocab_size: int,
+    pre_tokenizer,
+    normalizer=None,
+    initial_alphabet: Sequence[str] = (),
+    limit_alphabet=None,
+) -> tuple[dict[str, int], list[tuple[str, str]]]:
     """Train a BPE on `lines`; return its vocab and merges (the trainer is deterministic)."""
     tok = Tokenizer(models.BPE())
     if normalizer is not None:
         tok.normalizer = normalizer
     tok.pre_tokenizer = pre_tokenizer
-    kwargs = dict(vocab_size=vocab_size, min_frequency=1, show_progress=False, special_tokens=[],
-                  initial_alphabet=list(initial_alphabet))
+    kwargs = dict(
+        vocab_size=vocab_size,
+        min_frequency=1,
+        show_progress=False,
+        special_tokens=[],
+        initial_alphabet=list(initial_alphabet),
+    )
     if limit_alphabet is not None:
         kwargs["limit_alphabet"] = limit_alphabet
     tok.train_from_iterator(list(lines), trainers.BpeTrainer(**kwargs))
@@ -71,8 +93,9 @@ def english_tokenizer(vocab_size: int = 1400, *, modernbert_ids: bool = False) -
     """Byte-level BPE trained on the built-in English corpus."""
     normalizer = normalizers.NFC()
     pre = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    vocab, merges = _train_bpe(english_lines(), vocab_size, pre, normalizer,
-                               initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    vocab, merges = _train_bpe(
+        english_lines(), vocab_size, pre, normalizer, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     if modernbert_ids:
         if len(vocab) > MODERNBERT_UNK_ID:
             raise ValueError("trained vocabulary does not fit below ModernBERT's special ids")
@@ -84,11 +107,14 @@ def english_tokenizer(vocab_size: int = 1400, *, modernbert_ids: bool = False) -
     tok.pre_tokenizer = pre
     tok.decoder = decoders.ByteLevel()
     s = ENGLISH_SPECIALS
-    tok.add_special_tokens([_added(s.unk), _added(s.cls), _added(s.sep), _added(s.pad),
-                            _added(s.mask, lstrip=True)])
+    tok.add_special_tokens(
+        [_added(s.unk), _added(s.cls), _added(s.sep), _added(s.pad), _added(s.mask, lstrip=True)]
+    )
     tok.post_processor = processors.TemplateProcessing(
-        single=f"{s.cls} $A {s.sep}", pair=f"{s.cls} $A {s.sep} $B {s.sep}",
-        special_tokens=[(s.cls, tok.token_to_id(s.cls)), (s.sep, tok.token_to_id(s.sep))])
+        single=f"{s.cls} $A {s.sep}",
+        pair=f"{s.cls} $A {s.sep} $B {s.sep}",
+        special_tokens=[(s.cls, tok.token_to_id(s.cls)), (s.sep, tok.token_to_id(s.sep))],
+    )
     return tok
 
 
@@ -100,27 +126,35 @@ def multilingual_tokenizer(vocab_size: int = 2000) -> Tokenizer:
     offset = len(head) + len(byte_tokens)
     pre = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first", split=True)
     trained, merges = _train_bpe(multilingual_lines(), vocab_size - offset, pre)
-    vocab: Dict[str, int] = {t: i for i, t in enumerate(head + byte_tokens)}
-    for token, idx in sorted(trained.items(), key=lambda kv: kv[1]):
+    vocab: dict[str, int] = {t: i for i, t in enumerate(head + byte_tokens)}
+    for token, _idx in sorted(trained.items(), key=lambda kv: kv[1]):
         if token not in vocab:
             vocab[token] = len(vocab)
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token=s.unk, fuse_unk=True, byte_fallback=True))
+    tok = Tokenizer(
+        models.BPE(vocab=vocab, merges=merges, unk_token=s.unk, fuse_unk=True, byte_fallback=True)
+    )
     tok.pre_tokenizer = pre
-    tok.decoder = decoders.Sequence([
-        decoders.ByteFallback(),
-        decoders.Metaspace(replacement="\u2581", prepend_scheme="first", split=True),
-    ])
+    tok.decoder = decoders.Sequence(
+        [
+            decoders.ByteFallback(),
+            decoders.Metaspace(replacement="\u2581", prepend_scheme="first", split=True),
+        ]
+    )
     tok.add_special_tokens([_added(t) for t in head])
     tok.post_processor = processors.TemplateProcessing(
-        single=f"{s.bos} $A {s.eos}", pair=f"{s.bos} $A {s.eos} $B {s.eos}",
-        special_tokens=[(s.bos, tok.token_to_id(s.bos)), (s.eos, tok.token_to_id(s.eos))])
+        single=f"{s.bos} $A {s.eos}",
+        pair=f"{s.bos} $A {s.eos} $B {s.eos}",
+        special_tokens=[(s.bos, tok.token_to_id(s.bos)), (s.eos, tok.token_to_id(s.eos))],
+    )
     return tok
 
 
-def _added_token_entry(content: str, tok: Tokenizer) -> Dict[str, object]:
+def _added_token_entry(content: str, tok: Tokenizer) -> dict[str, object]:
     for entry in json.loads(tok.to_str())["added_tokens"]:
         if entry["content"] == content:
-            return {k: entry[k] for k in ("content", "lstrip", "normalized", "rstrip", "single_word", "special")}
+            return {
+                k: entry[k] for k in ("content", "lstrip", "normalized", "rstrip", "single_word", "special")
+            }
     raise KeyError(content)
 
 
@@ -129,8 +163,13 @@ def write_tokenizer_dir(tok: Tokenizer, specials: Specials, out: Path, model_max
     out.mkdir(parents=True, exist_ok=True)
     # tokenizers serialises the vocabulary in id order, so the file is stable across runs.
     (out / "tokenizer.json").write_text(tok.to_str(pretty=True) + "\n", encoding="utf-8")
-    roles = {"cls_token": specials.cls, "sep_token": specials.sep, "pad_token": specials.pad,
-             "mask_token": specials.mask, "unk_token": specials.unk}
+    roles = {
+        "cls_token": specials.cls,
+        "sep_token": specials.sep,
+        "pad_token": specials.pad,
+        "mask_token": specials.mask,
+        "unk_token": specials.unk,
+    }
     if specials.bos:
         roles["bos_token"] = specials.bos
     if specials.eos:
@@ -138,7 +177,9 @@ def write_tokenizer_dir(tok: Tokenizer, specials: Specials, out: Path, model_max
     added = json.loads(tok.to_str())["added_tokens"]
     config = {
         "added_tokens_decoder": {
-            str(e["id"]): {k: e[k] for k in ("content", "lstrip", "normalized", "rstrip", "single_word", "special")}
+            str(e["id"]): {
+                k: e[k] for k in ("content", "lstrip", "normalized", "rstrip", "single_word", "special")
+            }
             for e in added
         },
         "clean_up_tokenization_spaces": False,
@@ -150,7 +191,9 @@ def write_tokenizer_dir(tok: Tokenizer, specials: Specials, out: Path, model_max
     }
     config.update(roles)
     smap = {role: _added_token_entry(token, tok) for role, token in sorted(roles.items())}
-    (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
-                                               encoding="utf-8")
-    (out / "special_tokens_map.json").write_text(json.dumps(smap, indent=2, sort_keys=True, ensure_ascii=False) + "\n",
-                                                 encoding="utf-8")
+    (out / "tokenizer_config.json").write_text(
+        json.dumps(config, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
+    (out / "special_tokens_map.json").write_text(
+        json.dumps(smap, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8"
+    )

@@ -15,6 +15,7 @@ Init scales are chosen for *spread*, not for training: attention is made sharp e
 is scaled so option logits differ by whole units. With standard small inits every option gets
 nearly the same logit, and decision-parity tests between runtimes turn into coin flips.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,6 @@ import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Tuple
 
 import torch
 
@@ -31,17 +31,17 @@ import torch
 @dataclass(frozen=True)
 class InitScales:
     embedding_std: float = 1.0
-    qk_gain: float = 1.6          # attention logits get std ~ gain**2
+    qk_gain: float = 1.6  # attention logits get std ~ gain**2
     out_gain: float = 1.0
-    norm_noise: float = 0.1       # LayerNorm weights are 1 + N(0, norm_noise)
+    norm_noise: float = 0.1  # LayerNorm weights are 1 + N(0, norm_noise)
     bias_std: float = 0.02
     type_std: float = 0.5
-    scorer_gain: float = 4.0      # last scorer layer: logit spread across options
+    scorer_gain: float = 4.0  # last scorer layer: logit spread across options
     act_gain: float = 2.0
 
 
 def tensor_seed(seed: int, preset: str, name: str) -> int:
-    return (int(seed) * 1_000_003 + zlib.crc32(preset.encode()) * 7919 + zlib.crc32(name.encode())) % (2 ** 63)
+    return (int(seed) * 1_000_003 + zlib.crc32(preset.encode()) * 7919 + zlib.crc32(name.encode())) % (2**63)
 
 
 def _is_norm(name: str) -> bool:
@@ -49,8 +49,9 @@ def _is_norm(name: str) -> bool:
     return len(parts) >= 2 and ("norm" in parts[-2] or name.startswith("scorer.0."))
 
 
-def init_tensor(name: str, shape: Tuple[int, ...], gen: torch.Generator, scales: InitScales) -> torch.Tensor:
+def init_tensor(name: str, shape: tuple[int, ...], gen: torch.Generator, scales: InitScales) -> torch.Tensor:
     """Float32 values for one state-dict entry, chosen by its name."""
+
     def normal(std: float) -> torch.Tensor:
         return torch.randn(shape, generator=gen, dtype=torch.float32).mul_(std)
 
@@ -82,16 +83,27 @@ def init_tensor(name: str, shape: Tuple[int, ...], gen: torch.Generator, scales:
 _DTYPES = {torch.float16: "F16", torch.float32: "F32", torch.bfloat16: "BF16"}
 
 
-def write_random_safetensors(path: Path, shapes: Dict[str, Tuple[int, ...]], *, seed: int, preset: str,
-                             scales: InitScales = InitScales(), dtype: torch.dtype = torch.float16) -> None:
+def write_random_safetensors(
+    path: Path,
+    shapes: dict[str, tuple[int, ...]],
+    *,
+    seed: int,
+    preset: str,
+    scales: InitScales = InitScales(),
+    dtype: torch.dtype = torch.float16,
+) -> None:
     """Write every tensor of `shapes` (name -> shape) with seeded random values to `path`."""
     names = sorted(shapes)
     item = torch.empty((), dtype=dtype).element_size()
-    header: Dict[str, object] = {"__metadata__": {"format": "pt"}}
+    header: dict[str, object] = {"__metadata__": {"format": "pt"}}
     offset = 0
     for name in names:
         nbytes = math.prod(shapes[name]) * item
-        header[name] = {"dtype": _DTYPES[dtype], "shape": list(shapes[name]), "data_offsets": [offset, offset + nbytes]}
+        header[name] = {
+            "dtype": _DTYPES[dtype],
+            "shape": list(shapes[name]),
+            "data_offsets": [offset, offset + nbytes],
+        }
         offset += nbytes
     blob = json.dumps(header, separators=(",", ":"), sort_keys=False).encode("utf-8")
     blob += b" " * (-len(blob) % 8)

@@ -6,38 +6,78 @@ padding (rows of different lengths in one batch), states longer than the sliding
 long enough to hit `max_len`, conversation (list) and dict states, 1 to 20 options, all three
 question types, option_order, and batches of 1 to 12 rows.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any
 
 import numpy as np
 
-_TEAMS = {"billing": "payments, invoices and refunds", "technical": "bugs, crashes and outages",
-          "sales": "pricing, plans and quotes", "legal": "contracts and privacy",
-          "shipping": "deliveries and returns"}
-_INTENTS = ["refund", "cancel subscription", "change address", "report bug", "ask price", "complaint",
-            "account locked", "invoice question", "delivery late", "feature request", "spam",
-            "password reset", "upgrade plan", "data deletion", "speak to manager", "warranty claim",
-            "order status", "duplicate charge", "gift card", "other"]
+_TEAMS = {
+    "billing": "payments, invoices and refunds",
+    "technical": "bugs, crashes and outages",
+    "sales": "pricing, plans and quotes",
+    "legal": "contracts and privacy",
+    "shipping": "deliveries and returns",
+}
+_INTENTS = [
+    "refund",
+    "cancel subscription",
+    "change address",
+    "report bug",
+    "ask price",
+    "complaint",
+    "account locked",
+    "invoice question",
+    "delivery late",
+    "feature request",
+    "spam",
+    "password reset",
+    "upgrade plan",
+    "data deletion",
+    "speak to manager",
+    "warranty claim",
+    "order status",
+    "duplicate charge",
+    "gift card",
+    "other",
+]
 
-QUESTIONS: Dict[str, Dict[str, Any]] = {
+QUESTIONS: dict[str, dict[str, Any]] = {
     "team": {"type": "choice", "instructions": "Which team should handle this message?", "criteria": _TEAMS},
-    "urgency": {"type": "score", "instructions": "How urgent is this request?",
-                "criteria": ["not urgent", "low", "medium", "high", "critical"]},
+    "urgency": {
+        "type": "score",
+        "instructions": "How urgent is this request?",
+        "criteria": ["not urgent", "low", "medium", "high", "critical"],
+    },
     "refund": {"type": "noul", "instructions": "The customer asks for money back."},
     "only": {"type": "choice", "instructions": "Is there anything to do?", "criteria": ["escalate"]},
-    "pair": {"type": "choice", "instructions": "Reply or close?", "criteria": ["reply", "close"],
-             "option_order": [1, 0]},
+    "pair": {
+        "type": "choice",
+        "instructions": "Reply or close?",
+        "criteria": ["reply", "close"],
+        "option_order": [1, 0],
+    },
     "intent": {"type": "choice", "instructions": "What does the customer want?", "criteria": _INTENTS},
-    "eleven": {"type": "choice", "instructions": "Pick the product line.",
-               "criteria": {f"line {i}": f"products of family {i}" for i in range(11)}},
-    "polite": {"type": "noul", "instructions": "The message is polite.",
-               "criteria": {"true": "courteous wording", "false": "rude or curt"},
-               "labels": {"false": "rude", "true": "polite"}},
-    "stars": {"type": "score", "instructions": "Rate the satisfaction from 0 to 9.",
-              "criteria": [f"{i} stars" for i in range(10)]},
+    "eleven": {
+        "type": "choice",
+        "instructions": "Pick the product line.",
+        "criteria": {f"line {i}": f"products of family {i}" for i in range(11)},
+    },
+    "polite": {
+        "type": "noul",
+        "instructions": "The message is polite.",
+        "criteria": {"true": "courteous wording", "false": "rude or curt"},
+        "labels": {"false": "rude", "true": "polite"},
+    },
+    "stars": {
+        "type": "score",
+        "instructions": "Rate the satisfaction from 0 to 9.",
+        "criteria": [f"{i} stars" for i in range(10)],
+    },
 }
 
 _SHORT = [
@@ -46,8 +86,10 @@ _SHORT = [
     "Hi",
     "Can I get a quote for 300 units delivered to Berlin?",
 ]
-_PARAGRAPH = ("The delivery was late again and the box was damaged. I have written to support three times "
-              "and nobody answered; I want a refund or a replacement before the end of the week. ")
+_PARAGRAPH = (
+    "The delivery was late again and the box was damaged. I have written to support three times "
+    "and nobody answered; I want a refund or a replacement before the end of the week. "
+)
 
 
 def _long_text(words: int) -> str:
@@ -63,11 +105,11 @@ class Call:
     states: Sequence[Any]
     question_ids: Sequence[str]
 
-    def questions(self) -> Dict[str, Dict[str, Any]]:
+    def questions(self) -> dict[str, dict[str, Any]]:
         return {q: QUESTIONS[q] for q in self.question_ids}
 
 
-CALLS: List[Call] = [
+CALLS: list[Call] = [
     Call("single row, one 3-level question", [_SHORT[0]], ["refund"]),
     Call("one state, three question types", [_SHORT[1]], ["team", "urgency", "refund"]),
     Call("four short states padded together", _SHORT, ["team", "urgency", "refund"]),
@@ -75,15 +117,20 @@ CALLS: List[Call] = [
     Call("20 and 11 options, 10 levels", [_SHORT[0], _long_text(60)], ["intent", "eleven", "stars"]),
     Call("states past the sliding window", [_long_text(40), _long_text(120), _SHORT[2]], ["team", "polite"]),
     Call("truncated to max_len, with a short row", [_long_text(2000), _SHORT[1]], ["urgency", "refund"]),
-    Call("conversation and dict states",
-         [[{"role": "user", "content": _long_text(900)}, {"role": "assistant", "content": "Let me check."}],
-          {"ticket": 1042, "channel": "email", "text": _SHORT[0], "priority": "high"}],
-         ["team", "pair"]),
+    Call(
+        "conversation and dict states",
+        [
+            [{"role": "user", "content": _long_text(900)}, {"role": "assistant", "content": "Let me check."}],
+            {"ticket": 1042, "channel": "email", "text": _SHORT[0], "priority": "high"},
+        ],
+        ["team", "pair"],
+    ),
 ]
 
 
-def encode_calls(tokenizer_dir: Path, max_len: int, head_max_len: int,
-                 calls: Sequence[Call] = CALLS) -> List[Dict[str, Any]]:
+def encode_calls(
+    tokenizer_dir: Path, max_len: int, head_max_len: int, calls: Sequence[Call] = CALLS
+) -> list[dict[str, Any]]:
     """[{"name", "rows", "feeds"}] for each call, built by the runtime core."""
     from laya_onnx.questions import normalize_questions
     from laya_onnx.sequences import collate, encode_state
@@ -93,13 +140,16 @@ def encode_calls(tokenizer_dir: Path, max_len: int, head_max_len: int,
     out = []
     for call in calls:
         questions = normalize_questions(call.questions())
-        rows = [row for state in call.states
-                for row in encode_state(tok, state, questions, max_len, head_max_len)]
+        rows = [
+            row for state in call.states for row in encode_state(tok, state, questions, max_len, head_max_len)
+        ]
         out.append({"name": call.name, "rows": len(rows), "feeds": collate(rows, tok.pad_token_id)})
     return out
 
 
-def trace_feeds(tokenizer_dir: Path, max_len: int, head_max_len: int, min_length: int) -> Dict[str, np.ndarray]:
+def trace_feeds(
+    tokenizer_dir: Path, max_len: int, head_max_len: int, min_length: int
+) -> dict[str, np.ndarray]:
     """A small batch for tracing: >= 2 rows, >= 2 markers, padding, longer than `min_length`."""
     words = 40
     while True:

@@ -11,6 +11,7 @@ Steps (each printed with its timing):
    beyond `tolerance` nothing is written;
 6. assemble the bundle in a temporary sibling directory and rename it into place.
 """
+
 from __future__ import annotations
 
 import gc
@@ -22,13 +23,23 @@ import shutil
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 import numpy as np
 
 from laya_onnx import __version__ as LAYA_ONNX_VERSION
-from laya_onnx.bundle import (CONFIG_FILE, GRAPH_FILE, GRAPH_INPUTS, GRAPH_OUTPUTS, MANIFEST_FILE, TOKENIZER_DIR,
-                              WEIGHTS_FILE, sha256_file, staged_directory, write_manifest)
+from laya_onnx.bundle import (
+    CONFIG_FILE,
+    GRAPH_FILE,
+    GRAPH_INPUTS,
+    GRAPH_OUTPUTS,
+    MANIFEST_FILE,
+    TOKENIZER_DIR,
+    WEIGHTS_FILE,
+    sha256_file,
+    staged_directory,
+    write_manifest,
+)
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 #: Profiles shipped in the repository's top-level `export/profiles/` (documentation of defaults).
@@ -75,8 +86,8 @@ def peak_rss_mb() -> float:
     return round(peak / (1024 * 1024 if platform.system() == "Darwin" else 1024), 1)
 
 
-def tool_versions() -> Dict[str, Optional[str]]:
-    versions: Dict[str, Optional[str]] = {"laya_onnx": LAYA_ONNX_VERSION}
+def tool_versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {"laya_onnx": LAYA_ONNX_VERSION}
     for name in ("torch", "transformers", "onnx", "onnxruntime"):
         try:
             versions[name] = __import__(name).__version__
@@ -85,19 +96,19 @@ def tool_versions() -> Dict[str, Optional[str]]:
     return versions
 
 
-def dynamic_axes() -> Dict[str, Dict[int, str]]:
+def dynamic_axes() -> dict[str, dict[int, str]]:
     spec = dict(GRAPH_INPUTS)
     spec.update(GRAPH_OUTPUTS)
     return {name: {i: axis for i, axis in enumerate(axes)} for name, (_dtype, axes) in spec.items()}
 
 
-def _to_torch(feeds: Dict[str, np.ndarray]):
+def _to_torch(feeds: dict[str, np.ndarray]):
     import torch
 
     return tuple(torch.from_numpy(np.ascontiguousarray(feeds[name])) for name in GRAPH_INPUTS)
 
 
-def _export_graph(model, feeds: Dict[str, np.ndarray], path: Path, *, opset: int, dynamo: bool) -> str:
+def _export_graph(model, feeds: dict[str, np.ndarray], path: Path, *, opset: int, dynamo: bool) -> str:
     """Trace `model` to `path`; returns a description of the exporter used."""
     import torch
 
@@ -111,20 +122,41 @@ def _export_graph(model, feeds: Dict[str, np.ndarray], path: Path, *, opset: int
             # transformers evaluates at trace time; neither affects the graph we validate.
             warnings.simplefilter("ignore")
             with torch.no_grad():
-                torch.onnx.export(model, args, str(path), dynamo=False, opset_version=opset,
-                                  input_names=input_names, output_names=output_names,
-                                  dynamic_axes=dynamic_axes(), do_constant_folding=True)
+                torch.onnx.export(
+                    model,
+                    args,
+                    str(path),
+                    dynamo=False,
+                    opset_version=opset,
+                    input_names=input_names,
+                    output_names=output_names,
+                    dynamic_axes=dynamic_axes(),
+                    do_constant_folding=True,
+                )
         return "torch.onnx.export (TorchScript)"
     from torch.export import Dim
 
     batch, seq = Dim("batch", min=1), Dim("sequence", min=2)
     markers = Dim("markers", min=2)
-    shapes = {"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq},
-              "marker_pos": {0: batch, 1: markers}, "marker_mask": {0: batch, 1: markers}, "qtype": {0: batch}}
+    shapes = {
+        "input_ids": {0: batch, 1: seq},
+        "attention_mask": {0: batch, 1: seq},
+        "marker_pos": {0: batch, 1: markers},
+        "marker_mask": {0: batch, 1: markers},
+        "qtype": {0: batch},
+    }
     with torch.no_grad():
-        program = torch.onnx.export(model, args, dynamo=True, opset_version=opset, input_names=input_names,
-                                    output_names=output_names, dynamic_shapes=shapes, optimize=True,
-                                    external_data=False)
+        program = torch.onnx.export(
+            model,
+            args,
+            dynamo=True,
+            opset_version=opset,
+            input_names=input_names,
+            output_names=output_names,
+            dynamic_shapes=shapes,
+            optimize=True,
+            external_data=False,
+        )
     program.save(str(path), external_data=False)
     return "torch.onnx.export (dynamo)"
 
@@ -137,7 +169,7 @@ def _session(path: Path):
     return ort.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
 
 
-def reference_outputs(model, cases: List[Dict[str, Any]]) -> List[tuple]:
+def reference_outputs(model, cases: list[dict[str, Any]]) -> list[tuple]:
     """Torch's (logits, act_logits) for every case, so the model can be freed before ONNX Runtime
     loads its own copy of the weights (two full copies at once is what sets peak RSS)."""
     import torch
@@ -149,18 +181,25 @@ def reference_outputs(model, cases: List[Dict[str, Any]]) -> List[tuple]:
     return out
 
 
-def validate_graph(graph: Path, cases: List[Dict[str, Any]], expected: List[tuple], tolerance: float,
-                   steps: Optional[_Steps] = None) -> Dict[str, Any]:
+def validate_graph(
+    graph: Path,
+    cases: list[dict[str, Any]],
+    expected: list[tuple],
+    tolerance: float,
+    steps: _Steps | None = None,
+) -> dict[str, Any]:
     """Compare ONNX Runtime with torch's outputs on every encoded case; returns the validation record."""
     session = _session(graph)
     worst_logit = worst_act = 0.0
     rows = 0
-    for case, (t_logits, t_act) in zip(cases, expected):
+    for case, (t_logits, t_act) in zip(cases, expected, strict=False):
         feeds = case["feeds"]
         o_logits, o_act = session.run(list(GRAPH_OUTPUTS), {k: feeds[k] for k in GRAPH_INPUTS})
         if o_logits.shape != t_logits.shape or o_act.shape != t_act.shape:
-            raise ValidationError(f"case {case['name']!r}: ONNX output shapes {o_logits.shape}/{o_act.shape} "
-                                  f"differ from torch's {t_logits.shape}/{t_act.shape}")
+            raise ValidationError(
+                f"case {case['name']!r}: ONNX output shapes {o_logits.shape}/{o_act.shape} "
+                f"differ from torch's {t_logits.shape}/{t_act.shape}"
+            )
         d_logit = float(np.max(np.abs(o_logits.astype(np.float64) - t_logits)))
         d_act = float(np.max(np.abs(o_act.astype(np.float64) - t_act)))
         if not (np.isfinite(d_logit) and np.isfinite(d_act)):
@@ -169,11 +208,19 @@ def validate_graph(graph: Path, cases: List[Dict[str, Any]], expected: List[tupl
         rows += case["rows"]
         if steps is not None:
             shape = "x".join(str(s) for s in feeds["input_ids"].shape)
-            steps.say(f"    {case['name']:<42} rows x len {shape:<8} markers {feeds['marker_pos'].shape[1]:>2}"
-                      f"  |dlogit| {d_logit:.2e}  |dact| {d_act:.2e}")
+            steps.say(
+                f"    {case['name']:<42} rows x len {shape:<8} markers {feeds['marker_pos'].shape[1]:>2}"
+                f"  |dlogit| {d_logit:.2e}  |dact| {d_act:.2e}"
+            )
     passed = worst_logit <= tolerance and worst_act <= tolerance
-    return {"cases": len(cases), "rows": rows, "max_abs_logit_diff": worst_logit,
-            "max_abs_act_diff": worst_act, "tolerance": tolerance, "passed": passed}
+    return {
+        "cases": len(cases),
+        "rows": rows,
+        "max_abs_logit_diff": worst_logit,
+        "max_abs_act_diff": worst_act,
+        "tolerance": tolerance,
+        "passed": passed,
+    }
 
 
 def _check_out_dir(out_dir: Path, force: bool) -> None:
@@ -181,7 +228,9 @@ def _check_out_dir(out_dir: Path, force: bool) -> None:
         if not out_dir.is_dir():
             raise ExportError(f"output {str(out_dir)!r} exists and is not a directory")
         if any(out_dir.iterdir()) and not force:
-            raise ExportError(f"output {str(out_dir)!r} is not empty; pass force=True (--force) to replace it")
+            raise ExportError(
+                f"output {str(out_dir)!r} is not empty; pass force=True (--force) to replace it"
+            )
 
 
 def _copy_tokenizer(src: Path, dst: Path) -> None:
@@ -193,10 +242,19 @@ def _copy_tokenizer(src: Path, dst: Path) -> None:
             shutil.copyfile(src / name, dst / name)
 
 
-def export_bundle(checkpoint, out_dir, *, revision: Optional[str] = None, opset: int = DEFAULT_OPSET,
-                  tolerance: float = DEFAULT_TOLERANCE, dynamo: bool = False, force: bool = False,
-                  verbose: bool = True, cache_dir: Optional[os.PathLike] = None,
-                  name: Optional[str] = None) -> Dict[str, Any]:
+def export_bundle(
+    checkpoint,
+    out_dir,
+    *,
+    revision: str | None = None,
+    opset: int = DEFAULT_OPSET,
+    tolerance: float = DEFAULT_TOLERANCE,
+    dynamo: bool = False,
+    force: bool = False,
+    verbose: bool = True,
+    cache_dir: os.PathLike | None = None,
+    name: str | None = None,
+) -> dict[str, Any]:
     """Export `checkpoint` (directory or Hub id) to the bundle directory `out_dir`; returns the manifest.
 
     `name` is the checkpoint name the bundle answers to (a server's `model`/`routing` name);
@@ -218,19 +276,25 @@ def export_bundle(checkpoint, out_dir, *, revision: Optional[str] = None, opset:
     with steps.run(f"resolving checkpoint {os.fspath(checkpoint)!r}"):
         source = fetch_checkpoint(checkpoint, revision=revision, cache_dir=cache_dir)
         ckpt = source.path
-        steps.say(f"    {ckpt}" + (f" (repo {source.repo}, revision {source.revision})" if source.repo else ""))
+        steps.say(
+            f"    {ckpt}" + (f" (repo {source.repo}, revision {source.revision})" if source.repo else "")
+        )
     with steps.run("loading the decision model (strict key and shape checks)"):
         model, cfg = load_decision_model(ckpt)
         ecfg = model.encoder.config
         n_params = sum(p.numel() for p in model.parameters())
-        steps.say(f"    {n_params / 1e6:.1f}M parameters; encoder {ecfg.num_hidden_layers} x {ecfg.hidden_size}, "
-                  f"window {ecfg.local_attention}, head layers {cfg.get('head_layers', 2)}")
+        steps.say(
+            f"    {n_params / 1e6:.1f}M parameters; encoder {ecfg.num_hidden_layers} x {ecfg.hidden_size}, "
+            f"window {ecfg.local_attention}, head layers {cfg.get('head_layers', 2)}"
+        )
     max_len, head_max_len = int(cfg.get("max_len", 512)), int(cfg.get("head_max_len", 192))
     with steps.run(f"encoding built-in requests (max_len {max_len}, head_max_len {head_max_len})"):
         cases = encode_calls(ckpt / TOKENIZER_DIR, max_len, head_max_len)
         trace = trace_feeds(ckpt / TOKENIZER_DIR, max_len, head_max_len, int(ecfg.local_attention))
-        steps.say(f"    {len(cases)} requests, {sum(c['rows'] for c in cases)} rows; trace batch "
-                  f"{'x'.join(map(str, trace['input_ids'].shape))}")
+        steps.say(
+            f"    {len(cases)} requests, {sum(c['rows'] for c in cases)} rows; trace batch "
+            f"{'x'.join(map(str, trace['input_ids'].shape))}"
+        )
 
     with staged_directory(out_dir) as tmp:
         graph = tmp / GRAPH_FILE
@@ -238,9 +302,13 @@ def export_bundle(checkpoint, out_dir, *, revision: Optional[str] = None, opset:
         if dynamo and opset < DYNAMO_MIN_OPSET:
             # The dynamo exporter translates at opset 18+; converting its graph down to 17 leaves
             # opset-18 attributes behind (e.g. Split's num_outputs) and produces an invalid model.
-            steps.say(f"note: the dynamo exporter needs opset >= {DYNAMO_MIN_OPSET}; using {DYNAMO_MIN_OPSET} instead of {opset}")
+            steps.say(
+                f"note: the dynamo exporter needs opset >= {DYNAMO_MIN_OPSET}; using {DYNAMO_MIN_OPSET} instead of {opset}"
+            )
             opset = DYNAMO_MIN_OPSET
-        with steps.run(f"exporting the graph (opset {opset}, {'dynamo' if dynamo else 'TorchScript'} exporter)"):
+        with steps.run(
+            f"exporting the graph (opset {opset}, {'dynamo' if dynamo else 'TorchScript'} exporter)"
+        ):
             exporter = _export_graph(model, trace, graph, opset=opset, dynamo=dynamo)
             import onnx
 
@@ -252,29 +320,42 @@ def export_bundle(checkpoint, out_dir, *, revision: Optional[str] = None, opset:
             del model
             gc.collect()
             validation = validate_graph(graph, cases, expected, float(tolerance), steps)
-            steps.say(f"    max |dlogit| {validation['max_abs_logit_diff']:.3e}, "
-                      f"max |dact_logit| {validation['max_abs_act_diff']:.3e}")
+            steps.say(
+                f"    max |dlogit| {validation['max_abs_logit_diff']:.3e}, "
+                f"max |dact_logit| {validation['max_abs_act_diff']:.3e}"
+            )
         if not validation["passed"]:
             raise ValidationError(
                 f"ONNX Runtime disagrees with torch beyond tolerance {tolerance:g}: max |dlogit| "
                 f"{validation['max_abs_logit_diff']:.3e}, max |dact_logit| {validation['max_abs_act_diff']:.3e}; "
-                f"no bundle was written to {str(out_dir)!r}")
+                f"no bundle was written to {str(out_dir)!r}"
+            )
         with steps.run(f"writing the bundle to {str(out_dir)!r}"):
             _copy_tokenizer(ckpt / TOKENIZER_DIR, tmp / TOKENIZER_DIR)
             shutil.copyfile(ckpt / CONFIG_FILE, tmp / CONFIG_FILE)
             manifest = write_manifest(
                 tmp,
-                source={**source.as_dict(), **({"name": name} if name else {}),
-                        "weights_sha256": sha256_file(ckpt / WEIGHTS_FILE)},
+                source={
+                    **source.as_dict(),
+                    **({"name": name} if name else {}),
+                    "weights_sha256": sha256_file(ckpt / WEIGHTS_FILE),
+                },
                 tools=tool_versions(),
-                export={"opset": opset, "exporter": exporter, "seconds": round(export_seconds, 2),
-                        "total_seconds": round(time.perf_counter() - started, 2), "peak_rss_mb": peak_rss_mb()},
+                export={
+                    "opset": opset,
+                    "exporter": exporter,
+                    "seconds": round(export_seconds, 2),
+                    "total_seconds": round(time.perf_counter() - started, 2),
+                    "peak_rss_mb": peak_rss_mb(),
+                },
                 validation=validation,
             )
-    steps.say(f"bundle ready: {out_dir} ({sum(f['bytes'] for f in manifest['files'].values()) / 2**20:.1f} MiB, "
-              f"{time.perf_counter() - started:.1f}s total, peak RSS {manifest['export']['peak_rss_mb']} MiB)")
+    steps.say(
+        f"bundle ready: {out_dir} ({sum(f['bytes'] for f in manifest['files'].values()) / 2**20:.1f} MiB, "
+        f"{time.perf_counter() - started:.1f}s total, peak RSS {manifest['export']['peak_rss_mb']} MiB)"
+    )
     return manifest
 
 
-def read_manifest(bundle: os.PathLike) -> Dict[str, Any]:
+def read_manifest(bundle: os.PathLike) -> dict[str, Any]:
     return json.loads((Path(bundle) / MANIFEST_FILE).read_text(encoding="utf-8"))

@@ -21,12 +21,13 @@ Everything in `forward` is written with traceable ops: no Python branch depends 
 value and no shape is captured from the example input, so one exported graph serves every
 batch size, sequence length and marker count (>= 2 marker columns, see `MIN_MARKER_COLUMNS`).
 """
+
 from __future__ import annotations
 
 import json
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +45,7 @@ MASKED_LOGIT = -1e4
 
 
 # ----------------------------------------------------------------------------------- the head
+
 
 class HeadAttention(nn.Module):
     """Multi-head self-attention with `nn.MultiheadAttention`'s parameter names.
@@ -66,8 +68,9 @@ class HeadAttention(nn.Module):
     def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         # x: (B, T, d); keep: (B, 1, 1, T) bool, True where a key is a real token.
         qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias)
-        q, k, v = (part.unflatten(-1, (self.nhead, self.head_dim)).transpose(1, 2)
-                   for part in qkv.chunk(3, dim=-1))
+        q, k, v = (
+            part.unflatten(-1, (self.nhead, self.head_dim)).transpose(1, 2) for part in qkv.chunk(3, dim=-1)
+        )
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
         return self.out_proj(out.transpose(1, 2).flatten(-2))
 
@@ -108,6 +111,7 @@ def head_heads(d_model: int) -> int:
 
 # ---------------------------------------------------------------------------------- the model
 
+
 class DecisionModel(nn.Module):
     """Encoder + typed decision head; `forward` returns `(logits, act_logits)`.
 
@@ -127,15 +131,23 @@ class DecisionModel(nn.Module):
             self.head = HeadStack(d, head_heads(d), head_layers) if head_layers > 0 else None
             self.type_emb = nn.Embedding(len(QTYPES), d)
             self.scorer = nn.Sequential(nn.LayerNorm(d), nn.Linear(d, d), nn.GELU(), nn.Linear(d, 1))
-            self.act_head = nn.Sequential(nn.Linear(d + 4, ACT_HIDDEN), nn.GELU(), nn.Linear(ACT_HIDDEN, n_act))
+            self.act_head = nn.Sequential(
+                nn.Linear(d + 4, ACT_HIDDEN), nn.GELU(), nn.Linear(ACT_HIDDEN, n_act)
+            )
         if empty:
             for module in (self.head, self.type_emb, self.scorer, self.act_head):
                 if module is not None:
                     module.to_empty(device="cpu")
         self.register_buffer("temperature", torch.ones(len(QTYPES)))
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, marker_pos: torch.Tensor,
-                marker_mask: torch.Tensor, qtype: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        marker_pos: torch.Tensor,
+        marker_mask: torch.Tensor,
+        qtype: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         h = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         h = h + self.type_emb(qtype)[:, None, :]
         if self.head is not None:
@@ -160,6 +172,7 @@ class DecisionModel(nn.Module):
 
 # ---------------------------------------------------------------------------- config helpers
 
+
 def apply_rope_parameters(encoder_config: Any) -> None:
     """Mirror transformers-5 `rope_parameters` onto `global_rope_theta` / `local_rope_theta`.
 
@@ -173,14 +186,17 @@ def apply_rope_parameters(encoder_config: Any) -> None:
     if not isinstance(rope, dict):
         return
     flat = rope.get("rope_theta")
-    for layer_type, attr in (("full_attention", "global_rope_theta"), ("sliding_attention", "local_rope_theta")):
+    for layer_type, attr in (
+        ("full_attention", "global_rope_theta"),
+        ("sliding_attention", "local_rope_theta"),
+    ):
         params = rope.get(layer_type)
         theta = params.get("rope_theta") if isinstance(params, dict) else flat
         if theta is not None and hasattr(encoder_config, attr):
             setattr(encoder_config, attr, float(theta))
 
 
-def n_actions(cfg: Dict[str, Any]) -> int:
+def n_actions(cfg: dict[str, Any]) -> int:
     """The act head's width: one column per entry of `act_costs`, plus "answer now"."""
     return len(cfg.get("act_costs") or {}) + 1
 
@@ -207,7 +223,7 @@ def load_encoder_config(encoder_dir: Path):
     return ecfg
 
 
-def build_decision_model(cfg: Dict[str, Any], encoder_config: Any, *, device: str = "cpu") -> DecisionModel:
+def build_decision_model(cfg: dict[str, Any], encoder_config: Any, *, device: str = "cpu") -> DecisionModel:
     """An uninitialised DecisionModel for `cfg` + `encoder_config` (every weight must be loaded).
 
     `device="meta"` builds shapes only (no memory), which is how the checkpoint writer and the
@@ -229,22 +245,27 @@ def build_decision_model(cfg: Dict[str, Any], encoder_config: Any, *, device: st
 
 # ------------------------------------------------------------------------------------ loading
 
-def expected_shapes(model: nn.Module) -> Dict[str, Tuple[int, ...]]:
+
+def expected_shapes(model: nn.Module) -> dict[str, tuple[int, ...]]:
     return {k: tuple(v.shape) for k, v in model.state_dict().items()}
 
 
-def _listing(items: List[str], limit: int = 8) -> str:
+def _listing(items: list[str], limit: int = 8) -> str:
     shown = ", ".join(items[:limit])
     return shown + (f", ... and {len(items) - limit} more" if len(items) > limit else "")
 
 
-def check_state_dict_shapes(expected: Dict[str, Tuple[int, ...]], found: Dict[str, Tuple[int, ...]],
-                            where: str) -> None:
+def check_state_dict_shapes(
+    expected: dict[str, tuple[int, ...]], found: dict[str, tuple[int, ...]], where: str
+) -> None:
     """Raise ValueError naming `where` and every missing / unexpected / mismatched key."""
     missing = sorted(k for k in expected if k not in found)
     unexpected = sorted(k for k in found if k not in expected)
-    mismatched = sorted(f"{k} (checkpoint {list(found[k])}, model {list(expected[k])})"
-                        for k in expected if k in found and tuple(found[k]) != tuple(expected[k]))
+    mismatched = sorted(
+        f"{k} (checkpoint {list(found[k])}, model {list(expected[k])})"
+        for k in expected
+        if k in found and tuple(found[k]) != tuple(expected[k])
+    )
     if not (missing or unexpected or mismatched):
         return
     parts = []
@@ -257,31 +278,38 @@ def check_state_dict_shapes(expected: Dict[str, Tuple[int, ...]], found: Dict[st
     raise ValueError(
         f"checkpoint {where!r} does not match the decision model its configs describe: "
         + "; ".join(parts)
-        + ". Is this a Laya checkpoint, and do rl_agent_config.json / encoder/config.json belong to these weights?")
+        + ". Is this a Laya checkpoint, and do rl_agent_config.json / encoder/config.json belong to these weights?"
+    )
 
 
-def read_checkpoint_config(checkpoint_dir: Path) -> Dict[str, Any]:
+def read_checkpoint_config(checkpoint_dir: Path) -> dict[str, Any]:
     path = Path(checkpoint_dir) / CONFIG_FILE
     if not path.is_file():
         raise ValueError(f"checkpoint {str(checkpoint_dir)!r} has no {CONFIG_FILE}; is it a Laya checkpoint?")
     try:
         cfg = json.loads(path.read_text(encoding="utf-8"))
     except ValueError as exc:
-        raise ValueError(f"checkpoint {str(checkpoint_dir)!r}: {CONFIG_FILE} is not valid JSON ({exc})") from None
+        raise ValueError(
+            f"checkpoint {str(checkpoint_dir)!r}: {CONFIG_FILE} is not valid JSON ({exc})"
+        ) from None
     if not isinstance(cfg, dict):
         raise ValueError(f"checkpoint {str(checkpoint_dir)!r}: {CONFIG_FILE} must be a JSON object")
     layout = cfg.get("option_layout", "sequential")
     if layout != "sequential":
-        raise ValueError(f"checkpoint {str(checkpoint_dir)!r}: option_layout={layout!r} is not supported; "
-                         "the exported graph implements the sequential layout only")
+        raise ValueError(
+            f"checkpoint {str(checkpoint_dir)!r}: option_layout={layout!r} is not supported; "
+            "the exported graph implements the sequential layout only"
+        )
     head_layers = cfg.get("head_layers", 2)
     if isinstance(head_layers, bool) or not isinstance(head_layers, int) or head_layers < 0:
-        raise ValueError(f"checkpoint {str(checkpoint_dir)!r}: head_layers must be a non-negative integer, "
-                         f"got {head_layers!r}")
+        raise ValueError(
+            f"checkpoint {str(checkpoint_dir)!r}: head_layers must be a non-negative integer, "
+            f"got {head_layers!r}"
+        )
     return cfg
 
 
-def load_decision_model(checkpoint_dir: Path) -> Tuple[DecisionModel, Dict[str, Any]]:
+def load_decision_model(checkpoint_dir: Path) -> tuple[DecisionModel, dict[str, Any]]:
     """Build the model a checkpoint's configs describe and load its weights, strictly.
 
     Keys and shapes are compared before any tensor is copied: a wrong or partial checkpoint
@@ -303,8 +331,9 @@ def load_decision_model(checkpoint_dir: Path) -> Tuple[DecisionModel, Dict[str, 
     try:
         handle = safe_open(str(weights), framework="pt")
     except Exception as exc:  # safetensors raises its own error types for a damaged header
-        raise ValueError(f"checkpoint {str(checkpoint_dir)!r}: {WEIGHTS_FILE} is not a readable "
-                         f"safetensors file ({exc})") from None
+        raise ValueError(
+            f"checkpoint {str(checkpoint_dir)!r}: {WEIGHTS_FILE} is not a readable safetensors file ({exc})"
+        ) from None
     with handle as f:
         found = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
         check_state_dict_shapes(shapes, found, str(checkpoint_dir))
@@ -314,8 +343,10 @@ def load_decision_model(checkpoint_dir: Path) -> Tuple[DecisionModel, Dict[str, 
             for key in shapes:
                 tensor = f.get_tensor(key)
                 if not tensor.is_floating_point():
-                    raise ValueError(f"checkpoint {str(checkpoint_dir)!r}: tensor {key!r} has dtype "
-                                     f"{tensor.dtype}, expected a floating-point tensor")
+                    raise ValueError(
+                        f"checkpoint {str(checkpoint_dir)!r}: tensor {key!r} has dtype "
+                        f"{tensor.dtype}, expected a floating-point tensor"
+                    )
                 own[key].copy_(tensor.to(torch.float32))
     model.float().eval()
     try:  # ModernBERT may otherwise torch.compile its own forward ("auto")
@@ -325,13 +356,24 @@ def load_decision_model(checkpoint_dir: Path) -> Tuple[DecisionModel, Dict[str, 
     return model, cfg
 
 
-def state_dict_keys_and_shapes(cfg: Dict[str, Any], encoder_config: Any) -> Dict[str, Tuple[int, ...]]:
+def state_dict_keys_and_shapes(cfg: dict[str, Any], encoder_config: Any) -> dict[str, tuple[int, ...]]:
     """The full state dict layout for a config pair, computed on the meta device."""
     return expected_shapes(build_decision_model(cfg, encoder_config, device="meta"))
 
 
 __all__ = [
-    "DecisionModel", "HeadAttention", "HeadLayer", "HeadStack", "QTYPES", "apply_rope_parameters",
-    "build_decision_model", "check_state_dict_shapes", "load_decision_model", "load_encoder_config",
-    "n_actions", "read_checkpoint_config", "state_dict_keys_and_shapes", "head_heads",
+    "DecisionModel",
+    "HeadAttention",
+    "HeadLayer",
+    "HeadStack",
+    "QTYPES",
+    "apply_rope_parameters",
+    "build_decision_model",
+    "check_state_dict_shapes",
+    "load_decision_model",
+    "load_encoder_config",
+    "n_actions",
+    "read_checkpoint_config",
+    "state_dict_keys_and_shapes",
+    "head_heads",
 ]

@@ -3,6 +3,7 @@
 Needs the reference package (and so torch): install the `dev` extra. Nothing in the runtime
 imports this package.
 """
+
 from laya_onnx.parity.runner import ParityReport, run_parity
 from laya_onnx.parity.suite import load_suite
 

@@ -5,15 +5,17 @@ Compared per request: the error (type and text) when the reference refuses it; o
 (max |Δp| against `tolerance`), the act probability, the decision (choice label, most likely score
 level, noul side), and the whole result JSON, key order included, apart from `model`.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -37,11 +39,16 @@ class CaseResult:
     errors_equal: bool = True
     max_abs_dp: float = 0.0
     max_abs_dact: float = 0.0
-    details: List[str] = field(default_factory=list)
+    details: list[str] = field(default_factory=list)
 
     def passed(self, tolerance: float) -> bool:
-        return (self.tokens_equal and self.decisions_equal and self.json_equal and self.errors_equal
-                and self.max_abs_dp <= tolerance)
+        return (
+            self.tokens_equal
+            and self.decisions_equal
+            and self.json_equal
+            and self.errors_equal
+            and self.max_abs_dp <= tolerance
+        )
 
 
 @dataclass
@@ -50,17 +57,19 @@ class ParityReport:
     bundle: str
     suite: str
     tolerance: float
-    cases: List[CaseResult] = field(default_factory=list)
+    cases: list[CaseResult] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
     def passed(self) -> bool:
         return bool(self.cases) and all(c.passed(self.tolerance) for c in self.cases)
 
-    def summary(self) -> Dict[str, Any]:
+    def summary(self) -> dict[str, Any]:
         rows = sum(c.rows for c in self.cases)
         return {
-            "suite": self.suite, "requests": len(self.cases), "rows": rows,
+            "suite": self.suite,
+            "requests": len(self.cases),
+            "rows": rows,
             "tokens_identical": all(c.tokens_equal for c in self.cases),
             "decisions_identical": all(c.decisions_equal for c in self.cases),
             "json_equal": all(c.json_equal for c in self.cases),
@@ -69,29 +78,40 @@ class ParityReport:
             "errors_identical": all(c.errors_equal for c in self.cases),
             "max_abs_dp": max((c.max_abs_dp for c in self.cases), default=0.0),
             "max_abs_dact": max((c.max_abs_dact for c in self.cases), default=0.0),
-            "tolerance": self.tolerance, "passed": self.passed,
+            "tolerance": self.tolerance,
+            "passed": self.passed,
         }
 
-    def as_dict(self) -> Dict[str, Any]:
-        return {"checkpoint": self.checkpoint, "bundle": self.bundle, "seconds": round(self.seconds, 2),
-                "summary": self.summary(), "cases": [asdict(c) for c in self.cases]}
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "checkpoint": self.checkpoint,
+            "bundle": self.bundle,
+            "seconds": round(self.seconds, 2),
+            "summary": self.summary(),
+            "cases": [asdict(c) for c in self.cases],
+        }
 
-    def failures(self) -> List[str]:
-        return [f"{c.name}: {'; '.join(c.details) or 'max |dp| %.3g' % c.max_abs_dp}"
-                for c in self.cases if not c.passed(self.tolerance)]
+    def failures(self) -> list[str]:
+        return [
+            f"{c.name}: {'; '.join(c.details) or 'max |dp| %.3g' % c.max_abs_dp}"
+            for c in self.cases
+            if not c.passed(self.tolerance)
+        ]
 
 
 class _Capture:
     """Rows seen by a forward pass, keyed by their token ids: (option logits, act probabilities)."""
 
     def __init__(self):
-        self.rows: Dict[tuple, List[tuple]] = defaultdict(list)
+        self.rows: dict[tuple, list[tuple]] = defaultdict(list)
 
     def add(self, ids, att, mmask, logits, act) -> None:
         for i in range(ids.shape[0]):
-            key = tuple(int(t) for t in ids[i, :int(att[i].sum())])
+            key = tuple(int(t) for t in ids[i, : int(att[i].sum())])
             k = int(mmask[i].sum())
-            self.rows[key].append((np.array(logits[i, :k], dtype=np.float32), np.array(act[i], dtype=np.float32)))
+            self.rows[key].append(
+                (np.array(logits[i, :k], dtype=np.float32), np.array(act[i], dtype=np.float32))
+            )
 
     def get(self, ids: Sequence[int]):
         found = self.rows.get(tuple(ids))
@@ -103,9 +123,15 @@ def _instrument_reference(ref, capture: _Capture) -> None:
 
     def wrapped(b):
         logits, act = forward(b)
-        capture.add(b["input_ids"].cpu().numpy(), b["attention_mask"].cpu().numpy(),
-                    b["marker_mask"].cpu().numpy(), logits, act)
+        capture.add(
+            b["input_ids"].cpu().numpy(),
+            b["attention_mask"].cpu().numpy(),
+            b["marker_mask"].cpu().numpy(),
+            logits,
+            act,
+        )
         return logits, act
+
     ref._forward = wrapped
 
 
@@ -114,9 +140,15 @@ def _instrument_ours(agent, capture: _Capture) -> None:
 
     def wrapped(feeds):
         logits, act_logits = run(feeds)
-        capture.add(feeds["input_ids"], feeds["attention_mask"], feeds["marker_mask"], logits,
-                    act_probabilities(act_logits))
+        capture.add(
+            feeds["input_ids"],
+            feeds["attention_mask"],
+            feeds["marker_mask"],
+            logits,
+            act_probabilities(act_logits),
+        )
         return logits, act_logits
+
     agent.session.run = wrapped
 
 
@@ -138,6 +170,7 @@ ROUNDING_UNIT = 1e-4
 def _strip_model(results: Any) -> Any:
     def one(r):
         return {k: v for k, v in r.items() if k != "model"} if isinstance(r, dict) else r
+
     return [one(r) for r in results] if isinstance(results, list) else one(results)
 
 
@@ -156,7 +189,7 @@ def compare_json(ref: Any, ours: Any, path: str = "") -> tuple:
         if len(ref) != len(ours):
             return [f"{path}: {len(ref)} items vs {len(ours)}"], 0
         diffs, flips = [], 0
-        for i, (a, b) in enumerate(zip(ref, ours)):
+        for i, (a, b) in enumerate(zip(ref, ours, strict=False)):
             d, f = compare_json(a, b, f"{path}[{i}]")
             diffs += d
             flips += f
@@ -170,11 +203,16 @@ def compare_json(ref: Any, ours: Any, path: str = "") -> tuple:
     return [f"{path}: {ref!r} vs {ours!r}"], 0
 
 
-def _call(agent, req: Dict[str, Any]):
+def _call(agent, req: dict[str, Any]):
     kw = {k: req[k] for k in _CONTROLS if k in req}
     if "states" in req:
-        return agent.predict_batch(req["states"], req["questions"], batch_size=req.get("batch_size"),
-                                   sort_by_length=req.get("sort_by_length", False), **kw)
+        return agent.predict_batch(
+            req["states"],
+            req["questions"],
+            batch_size=req.get("batch_size"),
+            sort_by_length=req.get("sort_by_length", False),
+            **kw,
+        )
     return agent.predict(req["state"], req["questions"], **kw)
 
 
@@ -196,8 +234,9 @@ def _compare_case(req, ref, ours, calib: Calibration, ref_cap: _Capture, our_cap
         return case
     ref_out, our_out = outcome["ref"][1], outcome["ours"][1]
     ref_json, our_json = _strip_model(ref_out), _strip_model(our_out)
-    case.json_strict_equal = (json.dumps(ref_json, ensure_ascii=False, default=repr)
-                              == json.dumps(our_json, ensure_ascii=False, default=repr))
+    case.json_strict_equal = json.dumps(ref_json, ensure_ascii=False, default=repr) == json.dumps(
+        our_json, ensure_ascii=False, default=repr
+    )
     diffs, case.rounding_flips = compare_json(ref_json, our_json)
     case.json_equal = not diffs
     if diffs:
@@ -213,7 +252,7 @@ def _compare_case(req, ref, ours, calib: Calibration, ref_cap: _Capture, our_cap
     for state in req.get("states", [req.get("state")]):
         our_rows = encode_state(ours.tok, state, qs, max_len, head_max_len, heads)
         ref_rows = ref._encode_state(state, list(questions), internal, max_len, head_max_len)
-        for row, ref_row in zip(our_rows, ref_rows):
+        for row, ref_row in zip(our_rows, ref_rows, strict=False):
             case.rows += 1
             if row.ids != list(ref_row["ids"]) or row.markers != list(ref_row["markers"]):
                 case.tokens_equal = False
@@ -236,7 +275,7 @@ def _compare_case(req, ref, ours, calib: Calibration, ref_cap: _Capture, our_cap
     return case
 
 
-def load_runtimes(checkpoint: "str | Path", bundle: "str | Path", **ours_kwargs):
+def load_runtimes(checkpoint: str | Path, bundle: str | Path, **ours_kwargs):
     """(laya.Agent on CPU, ONNXAgent) for one checkpoint and its bundle, offline.
 
     Both warn about clamped temperatures at load; the comparison tools silence that here.
@@ -253,16 +292,24 @@ def load_runtimes(checkpoint: "str | Path", bundle: "str | Path", **ours_kwargs)
         return Agent(str(checkpoint), device="cpu"), ONNXAgent(bundle, **ours_kwargs)
 
 
-def run_parity(checkpoint: "str | Path", bundle: "str | Path", suite: "str | Path" = "core",
-               tolerance: float = 1e-5, providers=None, report_path: Optional["str | Path"] = None,
-               progress=None) -> ParityReport:
+def run_parity(
+    checkpoint: str | Path,
+    bundle: str | Path,
+    suite: str | Path = "core",
+    tolerance: float = 1e-5,
+    providers=None,
+    report_path: str | Path | None = None,
+    progress=None,
+) -> ParityReport:
     """Run `suite` through both runtimes; write the JSON report to `report_path` if given."""
     started = time.perf_counter()
     ref, ours = load_runtimes(checkpoint, bundle, providers=providers)
     ref_cap, our_cap = _Capture(), _Capture()
     _instrument_reference(ref, ref_cap)
     _instrument_ours(ours, our_cap)
-    report = ParityReport(checkpoint=str(checkpoint), bundle=str(bundle), suite=str(suite), tolerance=tolerance)
+    report = ParityReport(
+        checkpoint=str(checkpoint), bundle=str(bundle), suite=str(suite), tolerance=tolerance
+    )
     for req in load_suite(suite, ours.tok.mask_token):
         case = _compare_case(req, ref, ours, ours.calibration, ref_cap, our_cap)
         report.cases.append(case)
@@ -271,6 +318,7 @@ def run_parity(checkpoint: "str | Path", bundle: "str | Path", suite: "str | Pat
     report.seconds = time.perf_counter() - started
     if report_path:
         Path(report_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(report_path).write_text(json.dumps(report.as_dict(), indent=1, ensure_ascii=False, default=repr) + "\n",
-                                     encoding="utf-8")
+        Path(report_path).write_text(
+            json.dumps(report.as_dict(), indent=1, ensure_ascii=False, default=repr) + "\n", encoding="utf-8"
+        )
     return report

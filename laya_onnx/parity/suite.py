@@ -5,12 +5,13 @@ Suites stay declarative and small on disk; two directives build the long inputs:
 `{"$conversation": [turns], "times": n, "tail": [turns]}` (a long conversation list, `{i}` in
 turn contents is the repetition index). `{MASK}` anywhere becomes the checkpoint's mask token.
 """
+
 from __future__ import annotations
 
 import copy
 import json
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any
 
 SUITES_DIR = Path(__file__).resolve().parents[2] / "parity" / "suites"
 
@@ -27,14 +28,15 @@ def _expand(value: Any, mask: str) -> Any:
             turns = []
             for i in range(int(value["times"])):
                 for turn in value["$conversation"]:
-                    turns.append({k: (v.replace("{i}", str(i)) if isinstance(v, str) else v)
-                                  for k, v in turn.items()})
+                    turns.append(
+                        {k: (v.replace("{i}", str(i)) if isinstance(v, str) else v) for k, v in turn.items()}
+                    )
             return _expand(turns + list(value.get("tail", [])), mask)
         return {k: _expand(v, mask) for k, v in value.items()}
     return value
 
 
-def load_suite(path: "str | Path", mask_token: str) -> List[Dict[str, Any]]:
+def load_suite(path: str | Path, mask_token: str) -> list[dict[str, Any]]:
     """The suite's requests with directives expanded; each has name, questions, and state or states."""
     path = Path(path)
     if not path.exists() and not path.suffix:

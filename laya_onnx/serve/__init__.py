@@ -5,6 +5,7 @@
 The contract (routes, error texts, limits, check order) is laya-serve 0.4.15's, written
 down in the project's http.md.
 """
+
 from laya_onnx.serve.app import create_app
 from laya_onnx.serve.server import run_server
 

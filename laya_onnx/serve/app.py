@@ -13,25 +13,43 @@ Layout:
 The model is ONNX Runtime and synchronous, so it never runs on the event loop: one worker
 thread runs one pass at a time, and `/health` answers from the loop meanwhile.
 """
+
 from __future__ import annotations
 
 import asyncio
 import hmac
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Awaitable, Callable, Dict, List, Optional
+from typing import Any
 
 from aiohttp import web
 
 from laya_onnx.serve import validate as v
-from laya_onnx.serve.errors import (BODY_TIMEOUT, BODY_TOO_LARGE, BUSY, INFERENCE_FAILED,
-                                    LONE_SURROGATE, NON_FINITE, UNAUTHORIZED, ApiError)
+from laya_onnx.serve.errors import (
+    BODY_TIMEOUT,
+    BODY_TOO_LARGE,
+    BUSY,
+    INFERENCE_FAILED,
+    LONE_SURROGATE,
+    NON_FINITE,
+    UNAUTHORIZED,
+    ApiError,
+)
 from laya_onnx.serve.settings import Settings
-from laya_onnx.serve.wire import (Checkpoint, cpu_fallbacks, fallback_baseline, preferred_device,
-                                  provider_device, read_fallbacks, render, shape)
+from laya_onnx.serve.wire import (
+    Checkpoint,
+    cpu_fallbacks,
+    fallback_baseline,
+    preferred_device,
+    provider_device,
+    read_fallbacks,
+    render,
+    shape,
+)
 
 log = logging.getLogger("laya_onnx.serve")
 
@@ -47,9 +65,9 @@ class Runtime:
     """Per-run inference machinery, built on the serving loop by `_runtime_ctx`."""
 
     max_concurrent: int
-    executor: Optional[ThreadPoolExecutor] = None
-    gate: Optional[asyncio.Lock] = None
-    admission: Optional[asyncio.Semaphore] = None
+    executor: ThreadPoolExecutor | None = None
+    gate: asyncio.Lock | None = None
+    admission: asyncio.Semaphore | None = None
 
 
 AGENT = web.AppKey("agent", Any)
@@ -57,26 +75,28 @@ CHECKPOINT = web.AppKey("checkpoint", Checkpoint)
 SETTINGS = web.AppKey("settings", Settings)
 RUNTIME = web.AppKey("runtime", Runtime)
 #: Provider fallback counts when the app was built (providers that never attached).
-FALLBACK_BASELINE = web.AppKey("fallback_baseline", Dict[str, int])
+FALLBACK_BASELINE = web.AppKey("fallback_baseline", dict[str, int])
 
 
 # -- responses -----------------------------------------------------------------------------
 
-def json_response(payload: Any, status: int = 200, headers: Optional[Dict[str, str]] = None) -> web.Response:
-    return web.Response(body=render(payload), status=status, headers=headers,
-                        content_type="application/json")
+
+def json_response(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(body=render(payload), status=status, headers=headers, content_type="application/json")
 
 
-def error_response(status: int, detail: str, headers: Optional[Dict[str, str]] = None) -> web.Response:
+def error_response(status: int, detail: str, headers: dict[str, str] | None = None) -> web.Response:
     return json_response({"detail": detail}, status=status, headers=headers)
 
 
 #: Where a handler leaves the measured inference time for `timing_middleware`.
-INFERENCE_MS: Any = (web.RequestKey("inference_ms", float) if hasattr(web, "RequestKey")
-                     else "laya_onnx.inference_ms")  # aiohttp < 3.12 has no RequestKey
+INFERENCE_MS: Any = (
+    web.RequestKey("inference_ms", float) if hasattr(web, "RequestKey") else "laya_onnx.inference_ms"
+)  # aiohttp < 3.12 has no RequestKey
 
 
 # -- middlewares ---------------------------------------------------------------------------
+
 
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -88,17 +108,18 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     except web.HTTPException as exc:
         if exc.status < 400:
             raise  # redirects keep aiohttp's own response
-        headers = {k: val for k, val in exc.headers.items()
-                   if k.lower() not in ("content-type", "content-length")}
+        headers = {
+            k: val for k, val in exc.headers.items() if k.lower() not in ("content-type", "content-length")
+        }
         return error_response(exc.status, exc.reason, headers)
     except asyncio.CancelledError:
         raise
-    except Exception:  # noqa: BLE001 -- a bug must not leak a traceback to the caller
+    except Exception:
         log.exception("unhandled error on %s %s", request.method, request.rel_url.path)
         return error_response(500, "Internal Server Error")
 
 
-def _route_name(request: web.Request) -> Optional[str]:
+def _route_name(request: web.Request) -> str | None:
     route = getattr(request.match_info, "route", None)
     return getattr(route, "name", None)
 
@@ -159,6 +180,7 @@ async def timing_middleware(request: web.Request, handler: Handler) -> web.Strea
 
 # -- body ----------------------------------------------------------------------------------
 
+
 async def read_body(request: web.Request) -> bytes:
     """The raw body, at most MAX_BODY_BYTES, delivered within the read timeout (413/408).
 
@@ -174,7 +196,7 @@ async def read_body(request: web.Request) -> bytes:
             pass
 
     async def collect() -> bytes:
-        chunks: List[bytes] = []
+        chunks: list[bytes] = []
         total = 0
         while True:
             chunk = await request.content.readany()
@@ -193,6 +215,7 @@ async def read_body(request: web.Request) -> bytes:
 
 # -- inference -----------------------------------------------------------------------------
 
+
 async def infer(request: web.Request, fn: Callable[[], Any], what: str) -> Any:
     """Run `fn` on the single worker once the gate is free, and time the pass.
 
@@ -207,7 +230,7 @@ async def infer(request: web.Request, fn: Callable[[], Any], what: str) -> Any:
             result = await loop.run_in_executor(runtime.executor, fn)
         except ValueError as exc:
             raise ApiError(422, str(exc)) from None
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.exception("%s failed for model=%s", what, request.app[CHECKPOINT].name)
             raise ApiError(500, INFERENCE_FAILED) from None
         request[INFERENCE_MS] = (time.perf_counter() - t0) * 1000.0
@@ -220,12 +243,12 @@ def respond(request: web.Request, make_payload: Callable[[], Any], what: str) ->
         return json_response(make_payload())
     except ValueError:
         raise ApiError(422, NON_FINITE) from None
-    except Exception:  # noqa: BLE001
+    except Exception:
         log.exception("%s failed for model=%s", what, request.app[CHECKPOINT].name)
         raise ApiError(500, INFERENCE_FAILED) from None
 
 
-def _agent_controls(body: Dict[str, Any], checkpoint: Checkpoint, settings: Settings) -> Dict[str, Any]:
+def _agent_controls(body: dict[str, Any], checkpoint: Checkpoint, settings: Settings) -> dict[str, Any]:
     """model → max_len → head_max_len → lang → lang_guess → min_confidence, in contract order.
 
     Returns only the controls the caller sent (absent/null are never forwarded, so the bundle's
@@ -233,7 +256,7 @@ def _agent_controls(body: Dict[str, Any], checkpoint: Checkpoint, settings: Sett
     """
     checkpoint.check_model(body.get("model"))
     cap = settings.token_budget()
-    controls: Dict[str, Any] = {}
+    controls: dict[str, Any] = {}
     for key in ("max_len", "head_max_len"):
         value = v.budget(body, key, cap)
         if value is not None:
@@ -263,8 +286,7 @@ async def systemone(request: web.Request) -> web.Response:
 
     result = await infer(request, partial(agent.predict, state, questions, **controls), "inference")
     strict = settings.strict()
-    return respond(request, lambda: shape({**result, "routing": checkpoint.routing()}, strict),
-                   "inference")
+    return respond(request, lambda: shape({**result, "routing": checkpoint.routing()}, strict), "inference")
 
 
 async def systemone_batch(request: web.Request) -> web.Response:
@@ -289,7 +311,7 @@ async def systemone_batch(request: web.Request) -> web.Response:
         controls["sort_by_length"] = True  # False is the agent's own default: not forwarded
     checkpoint.check_task(body.get("task"))
 
-    def run() -> List[Dict[str, Any]]:
+    def run() -> list[dict[str, Any]]:
         if hasattr(agent, "predict_batch"):
             return list(agent.predict_batch(states, questions, **controls))
         per_state = {k: val for k, val in controls.items() if k not in ("batch_size", "sort_by_length")}
@@ -298,12 +320,14 @@ async def systemone_batch(request: web.Request) -> web.Response:
     results = await infer(request, run, "batch inference")
     strict = settings.strict()
 
-    def payload() -> Dict[str, Any]:
+    def payload() -> dict[str, Any]:
         routed = [{**r, "routing": checkpoint.routing()} for r in results]
         total_in = sum((r.get("usage") or {}).get("input_tokens", 0) for r in routed)
         total_out = sum((r.get("usage") or {}).get("output_tokens", 0) for r in routed)
-        return {"results": [shape(r, strict) for r in routed],
-                "total_usage": {"input_tokens": total_in, "output_tokens": total_out}}
+        return {
+            "results": [shape(r, strict) for r in routed],
+            "total_usage": {"input_tokens": total_in, "output_tokens": total_out},
+        }
 
     return respond(request, payload, "batch inference")
 
@@ -321,20 +345,23 @@ async def health(request: web.Request) -> web.Response:
     providers = list(providers) if isinstance(providers, (list, tuple)) else []
     measured = provider_device(providers[0]) if providers else None
     checkpoint_devices = {name: measured} if measured else {}
-    return json_response({
-        "status": "ok",
-        "loaded": [name],
-        "revisions": {name: getattr(agent, "revision", None)},
-        "device": measured or preferred_device(agent),
-        "device_is_preference": measured is None,
-        "checkpoint_devices": checkpoint_devices,
-        "cpu_fallbacks": {name: cpu_fallbacks(agent, request.app[FALLBACK_BASELINE])},
-        "providers": {name: providers},
-        "provider_fallbacks": {name: read_fallbacks(agent)},
-    })
+    return json_response(
+        {
+            "status": "ok",
+            "loaded": [name],
+            "revisions": {name: getattr(agent, "revision", None)},
+            "device": measured or preferred_device(agent),
+            "device_is_preference": measured is None,
+            "checkpoint_devices": checkpoint_devices,
+            "cpu_fallbacks": {name: cpu_fallbacks(agent, request.app[FALLBACK_BASELINE])},
+            "providers": {name: providers},
+            "provider_fallbacks": {name: read_fallbacks(agent)},
+        }
+    )
 
 
 # -- lifecycle and factory -----------------------------------------------------------------
+
 
 async def _runtime_ctx(app: web.Application):
     """Start the worker and the loop-bound primitives; drain the worker at shutdown."""
@@ -359,14 +386,20 @@ def create_app(agent: Any, **settings: Any) -> web.Application:
     max_token_budget, max_batch_tokens, jev_strict (see `Settings`).
     """
     config = Settings.from_env(**settings)
-    app = web.Application(middlewares=[
-        error_middleware,
-        web.normalize_path_middleware(append_slash=False, remove_slash=True, merge_slashes=False,
-                                      redirect_class=web.HTTPTemporaryRedirect),
-        auth_middleware,
-        admission_middleware,
-        timing_middleware,
-    ])
+    app = web.Application(
+        middlewares=[
+            error_middleware,
+            web.normalize_path_middleware(
+                append_slash=False,
+                remove_slash=True,
+                merge_slashes=False,
+                redirect_class=web.HTTPTemporaryRedirect,
+            ),
+            auth_middleware,
+            admission_middleware,
+            timing_middleware,
+        ]
+    )
     app[AGENT] = agent
     app[CHECKPOINT] = Checkpoint.of(agent)
     app[SETTINGS] = config

@@ -1,7 +1,8 @@
 """The one error shape the server answers with: `{"detail": "<string>"}`."""
+
 from __future__ import annotations
 
-from typing import Mapping, Optional
+from collections.abc import Mapping
 
 
 class ApiError(Exception):
@@ -12,7 +13,7 @@ class ApiError(Exception):
     that was not written to be read by a caller.
     """
 
-    def __init__(self, status: int, detail: str, headers: Optional[Mapping[str, str]] = None):
+    def __init__(self, status: int, detail: str, headers: Mapping[str, str] | None = None):
         super().__init__(detail)
         self.status = status
         self.detail = detail
@@ -23,8 +24,7 @@ class ApiError(Exception):
 BODY_TOO_LARGE = "request body too large"
 BODY_TIMEOUT = "request body was not received in time"
 INVALID_JSON = "request body must be valid JSON"
-LONE_SURROGATE = ("request body contains an unpaired surrogate escape; "
-                  "those cannot be encoded as UTF-8")
+LONE_SURROGATE = "request body contains an unpaired surrogate escape; those cannot be encoded as UTF-8"
 BUSY = "server busy, try again later"
 UNAUTHORIZED = "invalid or missing bearer token"
 INFERENCE_FAILED = "inference failed"

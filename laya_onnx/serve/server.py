@@ -1,17 +1,22 @@
 """`laya-onnx serve BUNDLE`: load the bundle once, then serve it until SIGINT/SIGTERM."""
+
 from __future__ import annotations
 
 import logging
 import os
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 from laya_onnx.serve.settings import resolve_host, resolve_log_level, resolve_port, threads_from_env
 
 log = logging.getLogger("laya_onnx.serve")
 
 
-def run_server(bundle: "os.PathLike | str", host: Optional[str] = None, port: Optional[int] = None,
-               providers: Optional[Sequence[str]] = None) -> None:
+def run_server(
+    bundle: os.PathLike | str,
+    host: str | None = None,
+    port: int | None = None,
+    providers: Sequence[str] | None = None,
+) -> None:
     """Serve `bundle` over the /v1/systemone wire protocol.
 
     `host`/`port` win over LAYA_HOST/LAYA_PORT (default 0.0.0.0:8000). The configuration is
@@ -38,8 +43,20 @@ def run_server(bundle: "os.PathLike | str", host: Optional[str] = None, port: Op
     except (OSError, ValueError) as exc:
         raise SystemExit(f"laya-onnx: cannot serve {str(bundle)!r}: {exc}") from None
     app = create_app(agent)
-    log.info("serving checkpoint %r (revision %s) from %s on http://%s:%d with %s",
-             getattr(agent, "name", None), getattr(agent, "revision", None), bundle, host, port,
-             ", ".join(getattr(agent, "providers", None) or []) or "default providers")
-    web.run_app(app, host=host, port=port, print=None, access_log=logging.getLogger("laya_onnx.serve.access"),
-                handle_signals=True)
+    log.info(
+        "serving checkpoint %r (revision %s) from %s on http://%s:%d with %s",
+        getattr(agent, "name", None),
+        getattr(agent, "revision", None),
+        bundle,
+        host,
+        port,
+        ", ".join(getattr(agent, "providers", None) or []) or "default providers",
+    )
+    web.run_app(
+        app,
+        host=host,
+        port=port,
+        print=None,
+        access_log=logging.getLogger("laya_onnx.serve.access"),
+        handle_signals=True,
+    )

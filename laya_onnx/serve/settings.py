@@ -6,13 +6,13 @@ image serves a laptop run and a systemd unit alike. The readers follow laya-serv
 except the bind port and the log level, which exit with a message instead — a server bound
 somewhere its operator did not ask for is unreachable, not degraded.
 """
+
 from __future__ import annotations
 
 import logging
 import math
 import os
 from dataclasses import dataclass, fields
-from typing import Optional
 
 log = logging.getLogger("laya_onnx.serve")
 
@@ -26,11 +26,17 @@ DEFAULT_MAX_BATCH_TOKENS = 131072
 
 #: The level names uvicorn (and so laya-serve) accepts for LAYA_LOG_LEVEL; `trace` is below DEBUG.
 TRACE = 5
-LOG_LEVELS = {"critical": logging.CRITICAL, "error": logging.ERROR, "warning": logging.WARNING,
-              "info": logging.INFO, "debug": logging.DEBUG, "trace": TRACE}
+LOG_LEVELS = {
+    "critical": logging.CRITICAL,
+    "error": logging.ERROR,
+    "warning": logging.WARNING,
+    "info": logging.INFO,
+    "debug": logging.DEBUG,
+    "trace": TRACE,
+}
 
 
-def _raw(name: str) -> Optional[str]:
+def _raw(name: str) -> str | None:
     value = os.environ.get(name)
     if value is None or not value.strip():
         return None
@@ -85,7 +91,7 @@ def body_read_timeout_from_env() -> float:
     return seconds if 0.0 < seconds < math.inf else DEFAULT_BODY_READ_TIMEOUT
 
 
-def threads_from_env() -> Optional[int]:
+def threads_from_env() -> int | None:
     """LAYA_THREADS: ONNX Runtime intra-op threads; anything but a positive int leaves ORT's default."""
     value = _raw("LAYA_THREADS")
     if value is None:
@@ -98,19 +104,19 @@ def threads_from_env() -> Optional[int]:
     return n if n > 0 else None
 
 
-def api_key_from_env() -> Optional[str]:
+def api_key_from_env() -> str | None:
     # Not stripped: the key is compared byte for byte, and an empty value means "no auth".
     return os.environ.get("LAYA_API_KEY") or None
 
 
-def resolve_host(cli_value: Optional[str] = None) -> str:
+def resolve_host(cli_value: str | None = None) -> str:
     if cli_value is not None and cli_value.strip():
         return cli_value.strip()
     value = _raw("LAYA_HOST")
     return value.strip() if value is not None else DEFAULT_HOST
 
 
-def resolve_port(cli_value: Optional[int] = None) -> int:
+def resolve_port(cli_value: int | None = None) -> int:
     """`--port` wins over LAYA_PORT; either one outside 1-65535 exits with a message."""
     if cli_value is not None:
         if isinstance(cli_value, bool) or not isinstance(cli_value, int) or not 1 <= cli_value <= 65535:
@@ -132,8 +138,10 @@ def resolve_log_level() -> int:
     raw = os.environ.get("LAYA_LOG_LEVEL", DEFAULT_LOG_LEVEL)
     name = raw.strip().lower() or DEFAULT_LOG_LEVEL
     if name not in LOG_LEVELS:
-        raise SystemExit("laya-onnx: invalid LAYA_LOG_LEVEL %r: must be one of %s"
-                         % (raw.strip(), ", ".join(sorted(LOG_LEVELS))))
+        raise SystemExit(
+            "laya-onnx: invalid LAYA_LOG_LEVEL %r: must be one of %s"
+            % (raw.strip(), ", ".join(sorted(LOG_LEVELS)))
+        )
     return LOG_LEVELS[name]
 
 
@@ -146,23 +154,27 @@ class Settings:
     every request unless given here, as laya-serve reads them (http.md §4, "per request").
     """
 
-    api_key: Optional[str] = None
+    api_key: str | None = None
     max_concurrent: int = DEFAULT_MAX_CONCURRENT
     body_read_timeout: float = DEFAULT_BODY_READ_TIMEOUT
-    max_token_budget: Optional[int] = None
-    max_batch_tokens: Optional[int] = None
-    jev_strict: Optional[bool] = None
+    max_token_budget: int | None = None
+    max_batch_tokens: int | None = None
+    jev_strict: bool | None = None
 
     @classmethod
-    def from_env(cls, **overrides) -> "Settings":
+    def from_env(cls, **overrides) -> Settings:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(overrides) - known)
         if unknown:
-            raise TypeError("create_app() got unknown settings: %s (known: %s)"
-                            % (", ".join(unknown), ", ".join(sorted(known))))
-        values = {"api_key": api_key_from_env(),
-                  "max_concurrent": max_concurrent_from_env(),
-                  "body_read_timeout": body_read_timeout_from_env()}
+            raise TypeError(
+                "create_app() got unknown settings: %s (known: %s)"
+                % (", ".join(unknown), ", ".join(sorted(known)))
+            )
+        values = {
+            "api_key": api_key_from_env(),
+            "max_concurrent": max_concurrent_from_env(),
+            "body_read_timeout": body_read_timeout_from_env(),
+        }
         values.update(overrides)
         if values["api_key"] == "":
             values["api_key"] = None

@@ -4,11 +4,12 @@ Everything here is pure: a function takes parsed JSON and either returns the val
 or raises `ApiError`. The handlers call them in contract order, so the first failing check is
 the one a caller hears about.
 """
+
 from __future__ import annotations
 
 import json
 import re
-from typing import Any, Dict, Optional
+from typing import Any
 
 from laya_onnx.serve.errors import INVALID_JSON, ApiError
 
@@ -42,6 +43,7 @@ def parse_json(raw: bytes) -> Any:
 
 
 # -- size limits ---------------------------------------------------------------------------
+
 
 def _length_lower_bound(state: Any, cap: int) -> int:
     """A lower bound on `len(json.dumps(state))`, returned only once it proves the state is over
@@ -103,22 +105,26 @@ def check_request_limits(state: Any, questions: Any, max_choice_options: int = M
         if kind == "choice" and isinstance(criteria, (dict, list)):
             total += len(criteria)
             if len(criteria) > max_choice_options:
-                raise ApiError(413, "too many choice options for %r (%d > %d)"
-                               % (qid, len(criteria), max_choice_options))
+                raise ApiError(
+                    413, "too many choice options for %r (%d > %d)" % (qid, len(criteria), max_choice_options)
+                )
         elif kind == "score" and isinstance(criteria, list):
             total += len(criteria)
             if len(criteria) > MAX_SCORE_LEVELS:
-                raise ApiError(413, "too many score levels for %r (%d > %d)"
-                               % (qid, len(criteria), MAX_SCORE_LEVELS))
+                raise ApiError(
+                    413, "too many score levels for %r (%d > %d)" % (qid, len(criteria), MAX_SCORE_LEVELS)
+                )
             nulls = [i for i, level in enumerate(criteria) if level is None]
             if nulls:
                 # A hole in the rubric would come back as `legend: {"i": null}`, which a Jev
                 # client cannot parse; it is the caller's document that is wrong.
-                raise ApiError(422, "score question %r has a null level at index %d; give every "
-                                    "level a description" % (qid, nulls[0]))
+                raise ApiError(
+                    422,
+                    "score question %r has a null level at index %d; give every "
+                    "level a description" % (qid, nulls[0]),
+                )
     if total > MAX_TOTAL_OPTIONS:
-        raise ApiError(413, "too many answer options across questions (%d > %d)"
-                       % (total, MAX_TOTAL_OPTIONS))
+        raise ApiError(413, "too many answer options across questions (%d > %d)" % (total, MAX_TOTAL_OPTIONS))
     n = state_length(state)
     if n > MAX_STATE_CHARS:
         raise ApiError(413, "state too large (%d > %d chars)" % (n, MAX_STATE_CHARS))
@@ -135,19 +141,25 @@ def check_batch_limits(states: Any, questions: Any) -> None:
 
 # -- refusals ------------------------------------------------------------------------------
 
-def refuse_hooks(body: Dict[str, Any]) -> None:
+
+def refuse_hooks(body: dict[str, Any]) -> None:
     given = sorted(k for k in HOOK_KEYS if body.get(k) is not None)
     if given:
-        raise ApiError(422, "%s run inside the server process and cannot be sent to this endpoint; "
-                            "install them where laya-serve runs, or drop them" % ", ".join(given))
+        raise ApiError(
+            422,
+            "%s run inside the server process and cannot be sent to this endpoint; "
+            "install them where laya-serve runs, or drop them" % ", ".join(given),
+        )
 
 
-def refuse_out_parameters(body: Dict[str, Any]) -> None:
+def refuse_out_parameters(body: dict[str, Any]) -> None:
     given = sorted(k for k in OUT_PARAMETERS if body.get(k) is not None)
     if given:
-        raise ApiError(422, "%s is filled in place for an in-process caller and cannot be returned "
-                            "over HTTP; read the per-group report from the CLI or a local Router"
-                       % ", ".join(given))
+        raise ApiError(
+            422,
+            "%s is filled in place for an in-process caller and cannot be returned "
+            "over HTTP; read the per-group report from the CLI or a local Router" % ", ".join(given),
+        )
 
 
 def has_lone_surrogate(value: Any) -> bool:
@@ -172,7 +184,8 @@ def has_lone_surrogate(value: Any) -> bool:
 
 # -- controls ------------------------------------------------------------------------------
 
-def budget(body: Dict[str, Any], key: str, cap: int) -> Optional[int]:
+
+def budget(body: dict[str, Any], key: str, cap: int) -> int | None:
     """`max_len` / `head_max_len`: a positive int no larger than the server's cap, or None."""
     value = body.get(key)
     if value is None:
@@ -186,7 +199,7 @@ def budget(body: Dict[str, Any], key: str, cap: int) -> Optional[int]:
     return value
 
 
-def language(body: Dict[str, Any], key: str) -> Optional[str]:
+def language(body: dict[str, Any], key: str) -> str | None:
     value = body.get(key)
     if value is None:
         return None
@@ -195,7 +208,7 @@ def language(body: Dict[str, Any], key: str) -> Optional[str]:
     return value
 
 
-def min_confidence(body: Dict[str, Any]):
+def min_confidence(body: dict[str, Any]):
     """The threshold in the core's validated form, refused with the core's own text."""
     value = body.get("min_confidence")
     if value is None:
@@ -208,7 +221,7 @@ def min_confidence(body: Dict[str, Any]):
         raise ApiError(422, str(exc)) from None
 
 
-def batch_size(body: Dict[str, Any]) -> Optional[int]:
+def batch_size(body: dict[str, Any]) -> int | None:
     value = body.get("batch_size")
     if value is None:
         return None
@@ -219,7 +232,7 @@ def batch_size(body: Dict[str, Any]) -> Optional[int]:
     return value
 
 
-def sort_by_length(body: Dict[str, Any]) -> Optional[bool]:
+def sort_by_length(body: dict[str, Any]) -> bool | None:
     value = body.get("sort_by_length")
     if value is None:
         return None
@@ -228,7 +241,7 @@ def sort_by_length(body: Dict[str, Any]) -> Optional[bool]:
     return value
 
 
-def chunk_plan(n_states: int, n_questions: int, max_len: Any, token_budget: int) -> Optional[int]:
+def chunk_plan(n_states: int, n_questions: int, max_len: Any, token_budget: int) -> int | None:
     """States per forward pass that keep one pass inside `token_budget` tokens, or None.
 
     None means the whole batch fits one pass and no `batch_size` is sent at all, so a batch
@@ -236,8 +249,11 @@ def chunk_plan(n_states: int, n_questions: int, max_len: Any, token_budget: int)
     """
     if n_states <= 0 or n_questions <= 0:
         return None
-    width = (max_len if isinstance(max_len, int) and not isinstance(max_len, bool) and max_len > 0
-             else BATCH_ROW_TOKENS_ASSUMED)
+    width = (
+        max_len
+        if isinstance(max_len, int) and not isinstance(max_len, bool) and max_len > 0
+        else BATCH_ROW_TOKENS_ASSUMED
+    )
     if n_states * n_questions * width <= token_budget:
         return None
     rows = max(1, token_budget // width)

@@ -6,11 +6,12 @@ laya-serve fronts a Router over several checkpoints; this server fronts exactly 
 "routing" always lands on it. The names and aliases below are laya 0.4.15's (router.py), restated
 because the reference package is a dev dependency only.
 """
+
 from __future__ import annotations
 
 import json
 import math
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 from laya_onnx.serve.errors import ApiError
 
@@ -18,10 +19,16 @@ from laya_onnx.serve.errors import ApiError
 BUNDLE_REPO = "convaiinnovations/laya"
 BUILTIN_CHECKPOINTS = ("english", "multilingual", "typed-decisions")
 ALIASES = {
-    "en": "english", "laya": "english", "default": "english",
-    "multi": "multilingual", "ml": "multilingual", "laya-multilingual": "multilingual",
-    "typed": "typed-decisions", "typed_decisions": "typed-decisions",
-    "laya-typed-decisions": "typed-decisions", "decisions": "typed-decisions",
+    "en": "english",
+    "laya": "english",
+    "default": "english",
+    "multi": "multilingual",
+    "ml": "multilingual",
+    "laya-multilingual": "multilingual",
+    "typed": "typed-decisions",
+    "typed_decisions": "typed-decisions",
+    "laya-typed-decisions": "typed-decisions",
+    "decisions": "typed-decisions",
 }
 #: Published standalone ids that pin a checkpoint (case-insensitive).
 PUBLISHED_IDS = {
@@ -51,12 +58,12 @@ class Checkpoint:
         self.repo = repo
 
     @classmethod
-    def of(cls, agent: Any) -> "Checkpoint":
+    def of(cls, agent: Any) -> Checkpoint:
         name = str(getattr(agent, "name", None) or "english")
         return cls(name=name, repo=bundle_source(agent) or name)
 
     @property
-    def aliases(self) -> List[str]:
+    def aliases(self) -> list[str]:
         return sorted(alias for alias, target in ALIASES.items() if target == self.name)
 
     def _unknown(self, value: Any) -> str:
@@ -90,12 +97,17 @@ class Checkpoint:
         if canonical(task) != self.name:
             raise ApiError(422, self._unknown(task))
 
-    def routing(self) -> Dict[str, Any]:
-        return {"model": self.name, "repo": self.repo, "reason": ROUTING_REASON,
-                "detection": None, "workflow": None}
+    def routing(self) -> dict[str, Any]:
+        return {
+            "model": self.name,
+            "repo": self.repo,
+            "reason": ROUTING_REASON,
+            "detection": None,
+            "workflow": None,
+        }
 
 
-def bundle_source(agent: Any) -> Optional[str]:
+def bundle_source(agent: Any) -> str | None:
     """Where the served bundle came from: its Hub repo (`org/repo[/subfolder]`, from the
     manifest's `source`), else the bundle folder's name. Never the absolute bundle path: that
     would publish the host's filesystem layout."""
@@ -124,7 +136,7 @@ _PROVIDER_DEVICES = {
 }
 
 
-def provider_device(provider: Any) -> Optional[str]:
+def provider_device(provider: Any) -> str | None:
     """The device label a provider computes on (`CUDAExecutionProvider` -> `cuda`)."""
     if not isinstance(provider, str) or not provider:
         return None
@@ -142,7 +154,7 @@ def preferred_device(agent: Any) -> str:
     return "cpu"
 
 
-def read_fallbacks(agent: Any) -> Dict[str, Dict[str, Any]]:
+def read_fallbacks(agent: Any) -> dict[str, dict[str, Any]]:
     """The agent's `{provider: {count, last_reason}}` table, copied; {} when it has none.
 
     The worker thread may add a provider to the table while the event loop reads it, so a
@@ -159,12 +171,12 @@ def read_fallbacks(agent: Any) -> Dict[str, Dict[str, Any]]:
     return {}
 
 
-def _count(entry: Dict[str, Any]) -> int:
+def _count(entry: dict[str, Any]) -> int:
     n = entry.get("count") or 0
     return n if isinstance(n, int) and not isinstance(n, bool) else 0
 
 
-def cpu_fallbacks(agent: Any, baseline: Dict[str, int]) -> Dict[str, Any]:
+def cpu_fallbacks(agent: Any, baseline: dict[str, int]) -> dict[str, Any]:
     """laya-serve's `{count, last_reason}`: passes that failed on an accelerator and were retried
     on CPU since the server started.
 
@@ -173,8 +185,10 @@ def cpu_fallbacks(agent: Any, baseline: Dict[str, int]) -> Dict[str, Any]:
     that case is what `device` reports. An agent with laya's own counters is read as is.
     """
     if hasattr(agent, "cpu_fallback_count"):
-        return {"count": getattr(agent, "cpu_fallback_count", 0),
-                "last_reason": getattr(agent, "last_fallback_reason", None)}
+        return {
+            "count": getattr(agent, "cpu_fallback_count", 0),
+            "last_reason": getattr(agent, "last_fallback_reason", None),
+        }
     count, reason = 0, None
     for provider, entry in read_fallbacks(agent).items():
         delta = _count(entry) - baseline.get(provider, 0)
@@ -184,13 +198,14 @@ def cpu_fallbacks(agent: Any, baseline: Dict[str, int]) -> Dict[str, Any]:
     return {"count": count, "last_reason": reason}
 
 
-def fallback_baseline(agent: Any) -> Dict[str, int]:
+def fallback_baseline(agent: Any) -> dict[str, int]:
     return {p: _count(entry) for p, entry in read_fallbacks(agent).items()}
 
 
 # -- response shaping ----------------------------------------------------------------------
 
-def jev_confidence(answer: Dict[str, Any]) -> Optional[float]:
+
+def jev_confidence(answer: dict[str, Any]) -> float | None:
     """TypeSafe Jev's `confidence` for this answer's probabilities, or None if unusable.
 
     choice: (max p - 1/n) / (1 - 1/n); score: max(0, 1 - Σ p_i |i - mode| / D), D the same
@@ -223,7 +238,7 @@ def jev_confidence(answer: Dict[str, Any]) -> Optional[float]:
     return max(0.0, 1.0 - spread / uniform)
 
 
-def with_jev_confidence(result: Dict[str, Any]) -> Dict[str, Any]:
+def with_jev_confidence(result: dict[str, Any]) -> dict[str, Any]:
     """A copy of `result` whose choice/score answers carry `x_jev_confidence` (answers not mutated)."""
     answers = result.get("answers")
     if not isinstance(answers, dict):
@@ -235,7 +250,7 @@ def with_jev_confidence(result: Dict[str, Any]) -> Dict[str, Any]:
     return {**result, "answers": out}
 
 
-def strict_projection(result: Dict[str, Any]) -> Dict[str, Any]:
+def strict_projection(result: dict[str, Any]) -> dict[str, Any]:
     """`LAYA_JEV_STRICT`: exactly the Jev contract's keys; nothing is recomputed.
 
     A typed answer missing its own value key raises KeyError, which the handler reports as the
@@ -245,26 +260,39 @@ def strict_projection(result: Dict[str, Any]) -> Dict[str, Any]:
     for qid, a in (result.get("answers") or {}).items():
         kind = a.get("type") if isinstance(a, dict) else None
         if kind == "choice":
-            answers[qid] = {"type": "choice", "choice": a["choice"], "confidence": a["confidence"],
-                            "probabilities": a["probabilities"]}
+            answers[qid] = {
+                "type": "choice",
+                "choice": a["choice"],
+                "confidence": a["confidence"],
+                "probabilities": a["probabilities"],
+            }
         elif kind == "score":
-            answers[qid] = {"type": "score", "score": a["score"], "confidence": a["confidence"],
-                            "probabilities": a["probabilities"], "legend": a["legend"]}
+            answers[qid] = {
+                "type": "score",
+                "score": a["score"],
+                "confidence": a["confidence"],
+                "probabilities": a["probabilities"],
+                "legend": a["legend"],
+            }
         elif kind == "noul":
             answers[qid] = {"type": "noul", "noul": a["noul"]}
         else:
             answers[qid] = a
     usage = result.get("usage") or {}
-    return {"model": result["model"], "answers": answers,
-            "usage": {"input_tokens": usage.get("input_tokens", 0),
-                      "output_tokens": usage.get("output_tokens", 0)}}
+    return {
+        "model": result["model"],
+        "answers": answers,
+        "usage": {
+            "input_tokens": usage.get("input_tokens", 0),
+            "output_tokens": usage.get("output_tokens", 0),
+        },
+    }
 
 
-def shape(result: Dict[str, Any], strict: bool) -> Dict[str, Any]:
+def shape(result: dict[str, Any], strict: bool) -> dict[str, Any]:
     return strict_projection(result) if strict else with_jev_confidence(result)
 
 
 def render(payload: Any) -> bytes:
     """Compact UTF-8 JSON; a NaN or infinity raises ValueError (JSON has no such numbers)."""
-    return json.dumps(payload, ensure_ascii=False, allow_nan=False,
-                      separators=(",", ":")).encode("utf-8")
+    return json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
