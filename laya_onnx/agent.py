@@ -15,6 +15,7 @@ from typing import Any
 
 from laya_onnx.bundle import Bundle
 from laya_onnx.calibration import Calibration, act_probabilities, decode_state, empty_result
+from laya_onnx.errors import InvalidRequestType
 from laya_onnx.gate import apply_confidence_gate, check_min_confidence
 from laya_onnx.hooks import (
     HookRegistry,
@@ -28,7 +29,7 @@ from laya_onnx.hooks import (
 from laya_onnx.hub import BUNDLE_FILES, fetch_checkpoint
 from laya_onnx.questions import normalize_questions
 from laya_onnx.sequences import build_heads, collate, encode_state
-from laya_onnx.session import GraphSession
+from laya_onnx.session import FallbackEntry, GraphSession
 from laya_onnx.tokenizer import LayaTokenizer
 
 State = str | dict | list | Any
@@ -100,9 +101,10 @@ class ONNXAgent(HookRegistry):
         return list(self.session.info.requested)
 
     @property
-    def fallbacks(self) -> dict[str, dict[str, Any]]:
-        """{provider: {"count", "last_reason"}} for every provider that fell back."""
-        return {p: c.as_dict() for p, c in self.session.info.fallbacks.items()}
+    def fallbacks(self) -> dict[str, FallbackEntry]:
+        """{provider: {"count", "last_reason"}} for every provider that fell back (a copy, safe to
+        read from another thread while a pass runs)."""
+        return self.session.fallback_snapshot()
 
     @property
     def max_len(self) -> int:
@@ -214,21 +216,21 @@ class ONNXAgent(HookRegistry):
         states, questions = ctx.states, ctx.questions
         max_len, head_max_len = ctx.max_len, ctx.head_max_len
         if isinstance(states, (str, bytes, dict)):
-            raise TypeError(
+            raise InvalidRequestType(
                 "predict_batch expects a list of states; pass a single state to predict()/system_one()."
             )
         if not isinstance(questions, dict):
-            raise TypeError(
+            raise InvalidRequestType(
                 "questions must be a dict of question id -> definition, got %s" % type(questions).__name__
             )
         for name, value in (("max_len", max_len), ("head_max_len", head_max_len), ("batch_size", batch_size)):
             # Any int goes through as laya takes it (a budget too small is refused with the marker
             # diagnosis); a non-integer would otherwise fail deep inside slicing.
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                raise TypeError("%s must be an integer or None, got %r" % (name, value))
+                raise InvalidRequestType("%s must be an integer or None, got %r" % (name, value))
         states = list(states)
         if any(s is None for s in states):
-            raise TypeError("state must not be None; pass a string, dict, or list")
+            raise InvalidRequestType("state must not be None; pass a string, dict, or list")
         return self._infer(
             states,
             questions,

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from laya_onnx.errors import InvalidRequest
 from laya_onnx.questions import QTYPE_NAMES, Question
 from laya_onnx.sequences import Row, render_criterion
 
@@ -70,22 +71,24 @@ def resolve_lang_temperatures(
     out: dict[str, dict[str, Any]] = {}
     for lang, cfg in (raw or {}).items():
         if not isinstance(lang, str):
-            raise ValueError("Language override keys must be strings, got %r" % (lang,))
+            raise InvalidRequest("Language override keys must be strings, got %r" % (lang,))
         norm = lang.split("-")[0].lower()
         cfg = {} if cfg is None else cfg
         if not isinstance(cfg, dict):
-            raise ValueError("Language override %r must be a mapping, got %s" % (lang, type(cfg).__name__))
+            raise InvalidRequest(
+                "Language override %r must be a mapping, got %s" % (lang, type(cfg).__name__)
+            )
         t_raw = cfg.get("temperature")
         inherited = t_raw is None
         if inherited:
             t_raw = base
         if not isinstance(t_raw, (list, tuple)) or len(t_raw) != 3:
-            raise ValueError(
+            raise InvalidRequest(
                 "Language override %r temperature must be a list of 3 floats, got %r" % (lang, t_raw)
             )
         tbo_raw = cfg.get("temperature_by_options") or {}
         if not isinstance(tbo_raw, dict):
-            raise ValueError(
+            raise InvalidRequest(
                 "Language override %r temperature_by_options must be a mapping of "
                 "bucket -> float, got %s" % (lang, type(tbo_raw).__name__)
             )

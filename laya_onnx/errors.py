@@ -10,6 +10,9 @@ and only these two types become a 422 with their text.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 
 class LayaInputError(Exception):
     """Base of every caller mistake the core reports; never raised by itself."""
@@ -23,6 +26,21 @@ class InvalidRequestType(LayaInputError, TypeError):
     """A value the caller passed has the wrong type (reference type: TypeError)."""
 
 
+@contextmanager
+def caller_value() -> Iterator[None]:
+    """Where the core hands a caller's value to a library (json.dumps of a state, the tokenizer
+    on a text), what the library refuses is the caller's mistake: its TypeError/ValueError is
+    re-raised as InvalidRequestType/InvalidRequest with the library's text unchanged."""
+    try:
+        yield
+    except LayaInputError:
+        raise
+    except TypeError as exc:
+        raise InvalidRequestType(str(exc)) from exc
+    except ValueError as exc:
+        raise InvalidRequest(str(exc)) from exc
+
+
 def reference_kind(exc: BaseException) -> str:
     """The exception class name the reference would raise for `exc` ("ValueError", ...).
 
@@ -34,4 +52,4 @@ def reference_kind(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-__all__ = ["InvalidRequest", "InvalidRequestType", "LayaInputError", "reference_kind"]
+__all__ = ["InvalidRequest", "InvalidRequestType", "LayaInputError", "caller_value", "reference_kind"]

@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 from laya_onnx.calibration import size_class
+from laya_onnx.errors import InvalidRequest
 
 QTYPE_NAMES = ("choice", "score", "noul")
 SIZE_CLASSES = ("2", "3-5", "6-10", "11+")
@@ -26,7 +27,7 @@ def bucket_keys() -> set:
 
 def _threshold(v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0.0 or v > 1.0:
-        raise ValueError("min_confidence must be a float in [0.0, 1.0], got %r" % (v,))
+        raise InvalidRequest("min_confidence must be a float in [0.0, 1.0], got %r" % (v,))
     return float(v)
 
 
@@ -35,12 +36,14 @@ def check_min_confidence(v: Any) -> Threshold:
     if not isinstance(v, dict):
         return _threshold(v)
     if not v:
-        raise ValueError("a min_confidence map must be a non-empty dict of bucket -> float, got %r" % (v,))
+        raise InvalidRequest(
+            "a min_confidence map must be a non-empty dict of bucket -> float, got %r" % (v,)
+        )
     allowed = bucket_keys() | {DEFAULT_KEY}
     out = {}
     for key, val in v.items():
         if not isinstance(key, str) or key not in allowed:
-            raise ValueError(
+            raise InvalidRequest(
                 "min_confidence map keys must be a bucket like 'choice:3-5' or 'default', got %r" % (key,)
             )
         out[key] = _threshold(val)

@@ -21,6 +21,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from laya_onnx.errors import InvalidRequest, InvalidRequestType
+
 HOOK_EVENTS = ("on_predict_start", "on_predict_end", "on_route", "on_load", "on_evict", "on_error")
 
 
@@ -50,6 +52,7 @@ class PredictContext:
             and isinstance(results, (list, tuple))
             and len(results) not in (1, len(self.states))
         ):
+            # A hook's misuse, not the caller's request: a plain ValueError (a 500 when served).
             raise ValueError(
                 "ctx.skip() takes one result for the whole call or one per state in "
                 "ctx.states (%d); got %d" % (len(self.states), len(results))
@@ -86,7 +89,7 @@ class _Callable:
 
     def __init__(self, fn: Callable[[PredictContext], Any], event: str):
         if not callable(fn):
-            raise TypeError("%s must be callable, got %s" % (event, type(fn).__name__))
+            raise InvalidRequestType("%s must be callable, got %s" % (event, type(fn).__name__))
         self.fn = fn
 
 
@@ -111,11 +114,11 @@ def normalise_hooks(hooks: Any = None, on_predict_start: Any = None, on_predict_
     out: list[Any] = []
     for hook in _many(hooks):
         if isinstance(hook, type):
-            raise TypeError(
+            raise InvalidRequestType(
                 "hooks entries must be instances, not classes; got %s. Instantiate it first." % hook.__name__
             )
         if not any(hasattr(hook, e) for e in HOOK_EVENTS):
-            raise TypeError(
+            raise InvalidRequestType(
                 "hooks entries must implement at least one of %s; got %s. Pass a plain "
                 "callable as on_predict_start=/on_predict_end= instead."
                 % (", ".join(HOOK_EVENTS), type(hook).__name__)
@@ -123,7 +126,7 @@ def normalise_hooks(hooks: Any = None, on_predict_start: Any = None, on_predict_
         for event in HOOK_EVENTS:
             method = getattr(hook, event, None)
             if method is not None and not callable(method):
-                raise TypeError(
+                raise InvalidRequestType(
                     "hooks entry %s.%s must be callable, got %s"
                     % (type(hook).__name__, event, type(method).__name__)
                 )
@@ -175,17 +178,17 @@ def validate_timeout(value: Any) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool):
-        raise ValueError(
+        raise InvalidRequest(
             "hooks_timeout must be a positive finite number or None, not a bool; got %r" % (value,)
         )
     try:
         seconds = float(value)
     except (TypeError, ValueError):
-        raise ValueError(
+        raise InvalidRequest(
             "hooks_timeout must be a positive finite number or None; got %r" % (value,)
         ) from None
     if not math.isfinite(seconds) or seconds <= 0:
-        raise ValueError("hooks_timeout must be a positive finite number or None; got %r" % (value,))
+        raise InvalidRequest("hooks_timeout must be a positive finite number or None; got %r" % (value,))
     return seconds
 
 

@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from laya_onnx.names import published_name
+
 #: Reviewed commit SHAs of the published checkpoints (laya 0.4.15 revisions.py). Opt-in only.
 PINNED_REVISIONS = {
     "convaiinnovations/laya": "55cf4c4ebb4ebe31b2550e8bdf3bd21b99753851",
@@ -93,16 +95,6 @@ def split_repo_id(arg: str) -> tuple[str, str | None]:
     return m.group("repo"), m.group("sub")
 
 
-#: Registry names of the published checkpoints: (repo, subfolder) -> name.
-PUBLISHED_NAMES = {
-    ("convaiinnovations/laya", None): "english",
-    ("convaiinnovations/laya", "multilingual"): "multilingual",
-    ("convaiinnovations/laya", "typed-decisions"): "typed-decisions",
-    ("convaiinnovations/laya-multilingual", None): "multilingual",
-    ("convaiinnovations/laya-typed-decisions", None): "typed-decisions",
-}
-
-
 @dataclass(frozen=True)
 class CheckpointSource:
     """Where a checkpoint came from and where its files are now."""
@@ -118,9 +110,7 @@ class CheckpointSource:
         """The checkpoint's name as servers report it: a published checkpoint's registry name
         (english, multilingual, typed-decisions), else the subfolder, repo or directory name."""
         if self.repo:
-            known = PUBLISHED_NAMES.get(
-                (self.repo.lower(), (self.subfolder or "").strip("/").lower() or None)
-            )
+            known = published_name(self.repo, self.subfolder)
             if known:
                 return known
             return (self.subfolder or self.repo).rstrip("/").rsplit("/", 1)[-1]

@@ -2,7 +2,8 @@
 
 Every rule and error text here is the reference's contract (laya 0.4.15 `Agent._check_question`,
 core.md §2): a caller moving between laya and laya-onnx must get the same `ValueError` for the
-same bad question, and the HTTP edge turns these into 422s verbatim.
+same bad question. They are raised as `InvalidRequest` / `InvalidRequestType` (ValueError /
+TypeError subclasses, laya_onnx.errors), which the HTTP edge turns into 422s verbatim.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from laya_onnx.errors import InvalidRequest, InvalidRequestType, caller_value
 
 QTYPES: dict[str, int] = {"choice": 0, "score": 1, "noul": 2}
 QTYPE_NAMES: dict[int, str] = {v: k for k, v in QTYPES.items()}
@@ -45,17 +48,17 @@ class Question:
 
 
 def noul_labels(labels: Any) -> tuple[str, str]:
-    """The stripped (false, true) labels a noul renders with; ValueError if they are unusable."""
+    """The stripped (false, true) labels a noul renders with; InvalidRequest if they are unusable."""
     if labels is None:
         labels = DEFAULT_NOUL_LABELS
     if not isinstance(labels, dict) or set(labels) != {"false", "true"}:
-        raise ValueError(NOUL_LABELS_ERROR)
+        raise InvalidRequest(NOUL_LABELS_ERROR)
     f, t = labels["false"], labels["true"]
     if not isinstance(f, str) or not isinstance(t, str):
-        raise ValueError(NOUL_LABELS_ERROR)
+        raise InvalidRequest(NOUL_LABELS_ERROR)
     f, t = f.strip(), t.strip()
     if not f or not t or f == t:
-        raise ValueError(NOUL_LABELS_ERROR)
+        raise InvalidRequest(NOUL_LABELS_ERROR)
     return f, t
 
 
@@ -71,16 +74,16 @@ def _is_scalar_label(label: Any) -> bool:
 
 
 def check_question(qid: Any, qdef: Any) -> None:
-    """Raise ValueError naming `qid` and the fix if the question cannot be answered."""
+    """Raise InvalidRequest naming `qid` and the fix if the question cannot be answered."""
     if qid is None:
-        raise ValueError("question id must not be None")
+        raise InvalidRequest("question id must not be None")
     if not isinstance(qid, (str, int)) or (isinstance(qid, str) and not qid.strip()):
-        raise ValueError("question id must be a non-empty string, got %r" % (qid,))
+        raise InvalidRequest("question id must be a non-empty string, got %r" % (qid,))
     if not isinstance(qdef, dict):
-        raise ValueError("question %r: definition must be a dict, got %s" % (qid, type(qdef).__name__))
+        raise InvalidRequest("question %r: definition must be a dict, got %s" % (qid, type(qdef).__name__))
     t = qdef.get("type")
     if not isinstance(t, str) or t not in QTYPES:
-        raise ValueError("question %r: unknown type %r; use one of %s" % (qid, t, sorted(QTYPES)))
+        raise InvalidRequest("question %r: unknown type %r; use one of %s" % (qid, t, sorted(QTYPES)))
     _check_instructions(qid, qdef)
     crit = qdef.get("criteria")
     if t == "choice":
@@ -97,50 +100,50 @@ def check_question(qid: Any, qdef: Any) -> None:
             else None
         )
         if slots is None or len(order) != n or slots != list(range(n)):
-            raise ValueError(
+            raise InvalidRequest(
                 "question %r: 'option_order' must be a permutation of range(%d) -- one slot per "
                 "option, each option once -- got %r" % (qid, n, order)
             )
     if "labels" in qdef:
         if t != "noul":
-            raise ValueError("question %r: 'labels' is only supported for noul questions" % (qid,))
+            raise InvalidRequest("question %r: 'labels' is only supported for noul questions" % (qid,))
         try:
             noul_labels(qdef["labels"])
-        except ValueError as exc:
-            raise ValueError("question %r: %s" % (qid, exc)) from exc
+        except InvalidRequest as exc:
+            raise InvalidRequest("question %r: %s" % (qid, exc)) from exc
 
 
 def _check_instructions(qid: Any, qdef: Mapping[str, Any]) -> None:
     if "instructions" not in qdef:
-        raise ValueError("question %r: no 'instructions'; %s" % (qid, _ADD_TEXT))
+        raise InvalidRequest("question %r: no 'instructions'; %s" % (qid, _ADD_TEXT))
     ins = qdef["instructions"]
     if ins is None:
-        raise ValueError("question %r: 'instructions' must not be None; %s" % (qid, _ADD_TEXT))
+        raise InvalidRequest("question %r: 'instructions' must not be None; %s" % (qid, _ADD_TEXT))
     if (isinstance(ins, str) and not ins.strip()) or (isinstance(ins, (list, dict)) and not ins):
-        raise ValueError("question %r: 'instructions' must not be empty; %s" % (qid, _ADD_TEXT))
+        raise InvalidRequest("question %r: 'instructions' must not be empty; %s" % (qid, _ADD_TEXT))
     if not isinstance(ins, (str, dict, list, int, float)):
-        raise ValueError(
+        raise InvalidRequest(
             "question %r: 'instructions' must be a string, dict, or list, got %s" % (qid, type(ins).__name__)
         )
 
 
 def _check_choice(qid: Any, crit: Any) -> None:
     if not isinstance(crit, (dict, list)):
-        raise ValueError(
+        raise InvalidRequest(
             "question %r: a choice question takes 'criteria' as a dict of "
             "label -> description, or a list of labels" % (qid,)
         )
     if not crit:
-        raise ValueError("question %r: a choice question needs at least one criterion" % (qid,))
+        raise InvalidRequest("question %r: a choice question needs at least one criterion" % (qid,))
     for i, label in enumerate(crit if isinstance(crit, list) else crit.keys()):
         if label is not None and not _is_scalar_label(label):
-            raise ValueError(
+            raise InvalidRequest(
                 "question %r: choice label %d is a %s; a label is rendered as option text "
                 "and used as the answer key, so it must be a scalar (a string, number or "
                 "bool), got %r" % (qid, i, type(label).__name__, label)
             )
         if label is None:
-            raise ValueError(
+            raise InvalidRequest(
                 "question %r: choice label %d is null; a label is rendered as option text "
                 "and used as the answer key, so it must be a string, number or bool -- a "
                 'null label renders as the text "None" while its answer key is "null"' % (qid, i)
@@ -150,7 +153,7 @@ def _check_choice(qid: Any, crit: Any) -> None:
         seen: dict[Any, int] = {}
         for i, label in enumerate(crit):
             if label in seen:
-                raise ValueError(
+                raise InvalidRequest(
                     "question %r: choice label %d (%r) repeats label %d; the labels are the "
                     "answer keys, so every option needs its own (1, 1.0 and True are one "
                     "key)" % (qid, i, label, seen[label])
@@ -160,30 +163,39 @@ def _check_choice(qid: Any, crit: Any) -> None:
 
 def _check_score(qid: Any, crit: Any) -> None:
     if not isinstance(crit, list):
-        raise ValueError(
+        raise InvalidRequest(
             "question %r: a score question takes 'criteria' as a list of level "
             "descriptions, index 0 first" % (qid,)
         )
     if not crit:
-        raise ValueError("question %r: a score question needs at least one level" % (qid,))
-    if None in crit:
-        raise ValueError(
-            "question %r: score level %d is null; give every level a description, "
-            "index 0 first" % (qid, crit.index(None))
+        raise InvalidRequest("question %r: a score question needs at least one level" % (qid,))
+    null = null_level(crit)
+    if null is not None:
+        raise InvalidRequest(
+            "question %r: score level %d is null; give every level a description, index 0 first" % (qid, null)
         )
+
+
+def null_level(levels: list[Any]) -> int | None:
+    """The index of a score rubric's first null level, or None when every level is described.
+
+    The one home of this rule: the core refuses such a question with its text above, and the
+    HTTP edge refuses it earlier, among its size limits, with laya-serve's own wording.
+    """
+    return levels.index(None) if None in levels else None
 
 
 def _check_noul(qid: Any, crit: Any) -> None:
     if crit is None:
         return
     if not isinstance(crit, dict):
-        raise ValueError(
+        raise InvalidRequest(
             "question %r: a noul question takes 'criteria' as a dict with optional "
             "'true'/'false' descriptions, or omits it" % (qid,)
         )
     keys = {str(k).lower() for k in crit}
     if not keys <= {"true", "false"}:
-        raise ValueError(
+        raise InvalidRequest(
             "question %r: a noul question takes 'criteria' keyed only 'true'/'false' (either "
             "or both, and omitted is fine), got %s. Those keys are the option texts the model "
             "reads; any other key was silently dropped and replaced with the defaults. If you "
@@ -202,7 +214,8 @@ def to_question(qid: Any, qdef: Mapping[str, Any]) -> Question:
         crit = {str(k).lower(): v for k, v in crit.items()}  # last spelling wins, as in laya
     ins = qdef["instructions"]
     if not isinstance(ins, str):
-        ins = json.dumps(ins, ensure_ascii=False)
+        with caller_value():  # a structure json cannot encode (a set inside a dict)
+            ins = json.dumps(ins, ensure_ascii=False)
     order = qdef.get("option_order")
     return Question(
         qid=qid,
@@ -215,9 +228,9 @@ def to_question(qid: Any, qdef: Mapping[str, Any]) -> Question:
 
 
 def normalize_questions(questions: Any) -> dict[Any, Question]:
-    """Validate every question (in key order) and normalise them; TypeError for a non-dict."""
+    """Validate every question (in key order) and normalise them; InvalidRequestType for a non-dict."""
     if not isinstance(questions, dict):
-        raise TypeError(
+        raise InvalidRequestType(
             "questions must be a dict of question id -> definition, got %s" % type(questions).__name__
         )
     for qid, qdef in questions.items():

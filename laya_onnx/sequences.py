@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from laya_onnx.bundle import GRAPH_INPUTS, MIN_MARKER_COLUMNS
+from laya_onnx.errors import InvalidRequest, caller_value
 from laya_onnx.questions import Question, noul_labels
 from laya_onnx.tokenizer import OPTION_MAX_TOKENS, LayaTokenizer
 
@@ -34,7 +35,10 @@ _NOUL_DEFAULTS = ("no, the statement does not hold", "yes, the statement holds")
 
 def serialize_state(state: Any) -> str:
     """A state as the text the model reads: strings verbatim, anything else as JSON."""
-    return state if isinstance(state, str) else json.dumps(state, ensure_ascii=False)
+    if isinstance(state, str):
+        return state
+    with caller_value():  # a state json cannot encode (a set, an object) is the caller's
+        return json.dumps(state, ensure_ascii=False)
 
 
 def render_criterion(value: Any) -> str:
@@ -136,7 +140,7 @@ def build_row(
     ids = (head.ids + kept + [tok.sep_token_id])[:max_len]
     markers = [m for m in head.markers if m < max_len]
     if len(markers) != head.options["options"]:
-        raise ValueError(
+        raise InvalidRequest(
             "question %r: only %d of its %d option markers fit in max_len=%d with "
             "head_max_len=%d spent on the question; lower head_max_len, raise max_len, "
             "or use fewer options" % (q.qid, len(markers), head.options["options"], max_len, head_max_len)

@@ -13,6 +13,7 @@ import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import numpy as np
 
@@ -60,12 +61,19 @@ def resolve_providers(requested: Sequence[str] | None, available: Sequence[str])
     return chosen
 
 
+class FallbackEntry(TypedDict):
+    """One provider's fallbacks as reported: how many, and the latest reason."""
+
+    count: int
+    last_reason: str | None
+
+
 @dataclass
 class FallbackCounter:
     count: int = 0
     last_reason: str | None = None
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> FallbackEntry:
         return {"count": self.count, "last_reason": self.last_reason}
 
 
@@ -86,6 +94,8 @@ class GraphSession:
         self._path = str(graph_path)
         self._threads = threads
         self._lock = threading.Lock()
+        # Guards `info.fallbacks`: the inference thread counts while a server thread reads.
+        self._fallbacks_lock = threading.Lock()
         available = ort.get_available_providers()
         requested = resolve_providers(providers, available)
         self.info = SessionInfo(requested=requested, active=[])
@@ -120,9 +130,10 @@ class GraphSession:
         return self._ort.InferenceSession(self._path, sess_options=so, providers=providers)
 
     def _fallback(self, provider: str, reason: str) -> None:
-        counter = self.info.fallbacks.setdefault(provider, FallbackCounter())
-        counter.count += 1
-        counter.last_reason = reason
+        with self._fallbacks_lock:
+            counter = self.info.fallbacks.setdefault(provider, FallbackCounter())
+            counter.count += 1
+            counter.last_reason = reason
         warnings.warn(f"laya-onnx: {reason}", RuntimeWarning, stacklevel=3)
         log.warning("provider fallback: %s", reason)
 
@@ -138,6 +149,12 @@ class GraphSession:
     @property
     def providers(self) -> list[str]:
         return list(self.info.active)
+
+    def fallback_snapshot(self) -> dict[str, FallbackEntry]:
+        """{provider: {"count", "last_reason"}} for every provider that fell back, copied under
+        the lock, so a reader on another thread never sees a half-updated table."""
+        with self._fallbacks_lock:
+            return {p: c.as_dict() for p, c in self.info.fallbacks.items()}
 
     def run(self, feeds: Mapping[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         outputs = list(GRAPH_OUTPUTS)

@@ -14,6 +14,8 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
+from laya_onnx.errors import caller_value
+
 #: laya caps each option's text at the tokenizer with truncation=True, max_length=48.
 OPTION_MAX_TOKENS = 48
 _SPECIALS = ("cls_token", "sep_token", "pad_token", "mask_token", "unk_token")
@@ -103,8 +105,13 @@ class LayaTokenizer:
         )
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of `text` without special tokens, untruncated."""
-        return self._tok.encode(text, add_special_tokens=False).ids
+        """Token ids of `text` without special tokens, untruncated.
+
+        `text` is built from the caller's state, instructions or labels, so what tokenizers
+        refuses (a lone surrogate: "TextInputSequence must be str") is the caller's mistake.
+        """
+        with caller_value():
+            return self._tok.encode(text, add_special_tokens=False).ids
 
     def truncate(self, ids: list[int], max_tokens: int) -> list[int]:
         """HF-style truncation of one sequence to `max_tokens`, honouring truncation_side."""

@@ -65,3 +65,11 @@ def bundle_factory(checkpoint_factory, tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_checkpoint(checkpoint_factory) -> Path:
     return checkpoint_factory("tiny-english")
+
+
+@pytest.fixture
+def no_laya_env(monkeypatch):
+    """Unset every LAYA_* variable for one test, so the developer's shell cannot change it."""
+    for key in list(os.environ):
+        if key.startswith("LAYA_"):
+            monkeypatch.delenv(key)

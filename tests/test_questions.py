@@ -2,7 +2,7 @@
 
 import pytest
 
-from laya_onnx.questions import check_question, normalize_questions, to_question
+from laya_onnx.questions import check_question, normalize_questions, null_level, to_question
 
 Agent = pytest.importorskip("laya.agent").Agent
 
@@ -110,3 +110,9 @@ def test_normalize_keeps_question_order_and_original_labels():
     assert list(qs) == ["b", "a"]
     assert list(qs["b"].criteria) == [1, False, "c"]
     assert qs["a"].n_options == 2 and qs["b"].n_options == 3
+
+
+def test_null_level_finds_the_first_hole():
+    assert null_level(["a", None, "c", None]) == 1
+    assert null_level([None]) == 0
+    assert null_level(["a", "", 0, False]) is None

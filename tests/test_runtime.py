@@ -2,6 +2,7 @@
 
 import json
 import shutil
+import threading
 import warnings
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 
 from laya_onnx import ONNXAgent
 from laya_onnx.bundle import Bundle, BundleError
+from laya_onnx.errors import InvalidRequest, InvalidRequestType, LayaInputError, reference_kind
 from laya_onnx.session import CPU, CUDA, ProviderError, resolve_providers
 
 QUESTIONS = {
@@ -168,3 +170,76 @@ def test_predict_cli_answers_and_names_bad_requests(bundle_factory):
     )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert "laya-onnx predict: error: question 'r': no 'instructions'" in bad.stderr
+
+
+@pytest.mark.parametrize(
+    "call,kind,text",
+    [
+        (lambda a: a.predict("x", {"q": {"type": "X", "instructions": "x"}}), InvalidRequest, "unknown type"),
+        (lambda a: a.predict("x", QUESTIONS, max_len=0), InvalidRequest, "option markers fit"),
+        (lambda a: a.predict("x", QUESTIONS, min_confidence=2), InvalidRequest, "min_confidence must be"),
+        (lambda a: a.predict("x", QUESTIONS, hooks_timeout=-1), InvalidRequest, "hooks_timeout must be"),
+        (lambda a: a.predict("x", [QUESTIONS]), InvalidRequestType, "questions must be a dict"),
+        (lambda a: a.predict(None, QUESTIONS), InvalidRequestType, "state must not be None"),
+        (lambda a: a.predict("x", QUESTIONS, max_len="5"), InvalidRequestType, "max_len must be an integer"),
+        (lambda a: a.predict("x", QUESTIONS, hooks=[object]), InvalidRequestType, "must be instances"),
+        (lambda a: a.predict("x", QUESTIONS, on_predict_end=5), InvalidRequestType, "must be callable"),
+        (lambda a: a.predict({1, 2}, QUESTIONS), InvalidRequestType, "Object of type set is not JSON"),
+        (lambda a: a.predict("a\ud800", QUESTIONS), InvalidRequestType, "TextInputSequence must be str"),
+    ],
+)
+def test_caller_mistakes_raise_the_caller_mistake_types(agent, call, kind, text):
+    # The server answers exactly these with a 422; reference_kind is what parity compares.
+    with pytest.raises(kind, match=text) as caught:
+        call(agent)
+    assert reference_kind(caught.value) == ("ValueError" if kind is InvalidRequest else "TypeError")
+
+
+def test_a_hooks_own_errors_are_not_caller_mistakes(agent):
+    class Broken:
+        def on_predict_start(self, ctx):
+            ctx.skip([{}, {}, {}])  # three results for one state: the hook's mistake
+
+    with pytest.raises(ValueError, match="ctx.skip") as caught:
+        agent.predict("x", QUESTIONS, hooks=[Broken()])
+    assert not isinstance(caught.value, LayaInputError)
+
+
+def test_bad_lang_temperatures_are_caller_mistakes(bundle_factory):
+    with pytest.raises(InvalidRequest, match="Language override keys must be strings, got 5"):
+        ONNXAgent(bundle_factory("tiny-english"), lang_temperatures={5: {}})
+
+
+def test_fallback_snapshot_is_a_copy_taken_under_the_lock(bundle_factory):
+    with pytest.warns(RuntimeWarning):
+        a = ONNXAgent(bundle_factory("tiny-english"), providers=["cuda"])
+    snap = a.fallbacks
+    snap[CUDA]["count"] = 99
+    snap.clear()
+    assert a.fallbacks[CUDA]["count"] == 1
+    session = a.session
+    # A counter that lands while a reader copies waits for the copy to finish.
+    with pytest.warns(RuntimeWarning, match="retried on CPU"):
+        with session._fallbacks_lock:
+            counting = threading.Thread(target=session._fallback, args=(CUDA, "run failed, retried on CPU"))
+            counting.start()
+            counting.join(0.2)
+            assert counting.is_alive() and session.info.fallbacks[CUDA].count == 1
+        counting.join(5)
+    assert a.fallbacks[CUDA] == {"count": 2, "last_reason": "run failed, retried on CPU"}
+
+
+def test_predict_cli_reports_a_type_mistake_in_one_line(bundle_factory, capsys):
+    from laya_onnx.cli import main
+
+    bundle = str(bundle_factory("tiny-english"))
+    for request, text in (
+        (
+            {"state": "x", "questions": QUESTIONS, "max_len": "5"},
+            "max_len must be an integer or None, got '5'",
+        ),
+        ({"state": "a\ud800", "questions": QUESTIONS}, "TextInputSequence must be str"),
+    ):
+        assert main(["predict", bundle, "--request", json.dumps(request)]) == 2
+        err = capsys.readouterr().err
+        assert err == f"laya-onnx predict: error: {text}\n"

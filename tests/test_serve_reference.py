@@ -23,7 +23,7 @@ pytest.importorskip("laya.serve")
 
 from fastapi.testclient import TestClient
 
-from tests.test_serve import BATCH, BODY, URL, FakeAgent, Q, served
+from tests.serve_support import BATCH, BODY, URL, FakeAgent, Q, served
 
 ROUTING = {
     "model": "english",

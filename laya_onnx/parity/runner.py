@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from laya_onnx.calibration import Calibration, act_probabilities, softmax_f32, unpermute
+from laya_onnx.errors import reference_kind
 from laya_onnx.parity.suite import load_suite
 from laya_onnx.questions import normalize_questions
 from laya_onnx.sequences import build_heads, encode_state
@@ -223,7 +224,7 @@ def _compare_case(req, ref, ours, calib: Calibration, ref_cap: _Capture, our_cap
         try:
             outcome[side] = ("ok", _call(agent, req))
         except (ValueError, TypeError) as exc:
-            outcome[side] = ("error", f"{type(exc).__name__}: {exc}")
+            outcome[side] = ("error", f"{reference_kind(exc)}: {exc}")
     if outcome["ref"][0] == "error" or outcome["ours"][0] == "error":
         case.errors_equal = outcome["ref"] == outcome["ours"]
         if not case.errors_equal:

@@ -28,6 +28,8 @@ from typing import Any
 
 from aiohttp import web
 
+from laya_onnx.errors import LayaInputError
+from laya_onnx.hooks import aggregate_usage
 from laya_onnx.serve import validate as v
 from laya_onnx.serve.errors import (
     BODY_TIMEOUT,
@@ -39,14 +41,15 @@ from laya_onnx.serve.errors import (
     UNAUTHORIZED,
     ApiError,
 )
+from laya_onnx.serve.protocol import ServedAgent
 from laya_onnx.serve.settings import Settings
 from laya_onnx.serve.wire import (
     Checkpoint,
+    NonFiniteNumber,
     cpu_fallbacks,
     fallback_baseline,
     preferred_device,
     provider_device,
-    read_fallbacks,
     render,
     shape,
 )
@@ -70,7 +73,8 @@ class Runtime:
     admission: asyncio.Semaphore | None = None
 
 
-AGENT = web.AppKey("agent", Any)
+# Subscripted rather than given the type: a Protocol is not a concrete class.
+AGENT = web.AppKey[ServedAgent]("agent")
 CHECKPOINT = web.AppKey("checkpoint", Checkpoint)
 SETTINGS = web.AppKey("settings", Settings)
 RUNTIME = web.AppKey("runtime", Runtime)
@@ -219,8 +223,9 @@ async def read_body(request: web.Request) -> bytes:
 async def infer(request: web.Request, fn: Callable[[], Any], what: str) -> Any:
     """Run `fn` on the single worker once the gate is free, and time the pass.
 
-    A ValueError is the caller's request (422, its text verbatim); anything else is ours and is
-    logged with its traceback but answered with a fixed 500 so nothing about the host leaks.
+    A `LayaInputError` (InvalidRequest/InvalidRequestType) is the caller's request: 422 with its
+    text verbatim. Anything else — numpy, onnxruntime, a hook's own ValueError — is ours and is
+    logged with its traceback but answered with a fixed 500, so nothing about the host leaks.
     """
     runtime = request.app[RUNTIME]
     loop = asyncio.get_running_loop()
@@ -228,7 +233,7 @@ async def infer(request: web.Request, fn: Callable[[], Any], what: str) -> Any:
         t0 = time.perf_counter()
         try:
             result = await loop.run_in_executor(runtime.executor, fn)
-        except ValueError as exc:
+        except LayaInputError as exc:
             raise ApiError(422, str(exc)) from None
         except Exception:
             log.exception("%s failed for model=%s", what, request.app[CHECKPOINT].name)
@@ -238,10 +243,10 @@ async def infer(request: web.Request, fn: Callable[[], Any], what: str) -> Any:
 
 
 def respond(request: web.Request, make_payload: Callable[[], Any], what: str) -> web.Response:
-    """Shape and render after inference: a non-finite float is a 422, a broken result a 500."""
+    """Shape and render after inference: a non-finite float is a 422, anything else a logged 500."""
     try:
         return json_response(make_payload())
-    except ValueError:
+    except NonFiniteNumber:
         raise ApiError(422, NON_FINITE) from None
     except Exception:
         log.exception("%s failed for model=%s", what, request.app[CHECKPOINT].name)
@@ -311,23 +316,14 @@ async def systemone_batch(request: web.Request) -> web.Response:
         controls["sort_by_length"] = True  # False is the agent's own default: not forwarded
     checkpoint.check_task(body.get("task"))
 
-    def run() -> list[dict[str, Any]]:
-        if hasattr(agent, "predict_batch"):
-            return list(agent.predict_batch(states, questions, **controls))
-        per_state = {k: val for k, val in controls.items() if k not in ("batch_size", "sort_by_length")}
-        return [agent.predict(s, questions, **per_state) for s in states]
-
-    results = await infer(request, run, "batch inference")
+    results = await infer(
+        request, partial(agent.predict_batch, states, questions, **controls), "batch inference"
+    )
     strict = settings.strict()
 
     def payload() -> dict[str, Any]:
         routed = [{**r, "routing": checkpoint.routing()} for r in results]
-        total_in = sum((r.get("usage") or {}).get("input_tokens", 0) for r in routed)
-        total_out = sum((r.get("usage") or {}).get("output_tokens", 0) for r in routed)
-        return {
-            "results": [shape(r, strict) for r in routed],
-            "total_usage": {"input_tokens": total_in, "output_tokens": total_out},
-        }
+        return {"results": [shape(r, strict) for r in routed], "total_usage": aggregate_usage(routed)}
 
     return respond(request, payload, "batch inference")
 
@@ -335,27 +331,28 @@ async def systemone_batch(request: web.Request) -> web.Response:
 async def health(request: web.Request) -> web.Response:
     """Liveness for anyone; the full payload only without a key or with the right bearer.
 
-    Reads attributes only — no lock, no worker — so it answers while a pass is running.
+    Reads attributes and the agent's fallback snapshot — never the worker or the inference
+    gate — so it answers while a pass is running.
     """
     if not _authorized(request):
         return json_response(LIVENESS_ONLY)
     agent, checkpoint = request.app[AGENT], request.app[CHECKPOINT]
     name = checkpoint.name
-    providers = getattr(agent, "providers", None)
-    providers = list(providers) if isinstance(providers, (list, tuple)) else []
+    providers = list(agent.providers)
+    fallbacks = agent.fallbacks  # one snapshot for both fields
     measured = provider_device(providers[0]) if providers else None
     checkpoint_devices = {name: measured} if measured else {}
     return json_response(
         {
             "status": "ok",
             "loaded": [name],
-            "revisions": {name: getattr(agent, "revision", None)},
-            "device": measured or preferred_device(agent),
+            "revisions": {name: agent.revision},
+            "device": measured or preferred_device(agent.requested_providers),
             "device_is_preference": measured is None,
             "checkpoint_devices": checkpoint_devices,
-            "cpu_fallbacks": {name: cpu_fallbacks(agent, request.app[FALLBACK_BASELINE])},
+            "cpu_fallbacks": {name: cpu_fallbacks(fallbacks, request.app[FALLBACK_BASELINE])},
             "providers": {name: providers},
-            "provider_fallbacks": {name: read_fallbacks(agent)},
+            "provider_fallbacks": {name: fallbacks},
         }
     )
 
@@ -379,7 +376,7 @@ async def _runtime_ctx(app: web.Application):
         await asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True)
 
 
-def create_app(agent: Any, **settings: Any) -> web.Application:
+def create_app(agent: ServedAgent, **settings: Any) -> web.Application:
     """Build the server for one loaded agent.
 
     `settings` override the environment: api_key, max_concurrent, body_read_timeout,
@@ -404,7 +401,7 @@ def create_app(agent: Any, **settings: Any) -> web.Application:
     app[CHECKPOINT] = Checkpoint.of(agent)
     app[SETTINGS] = config
     app[RUNTIME] = Runtime(max_concurrent=config.max_concurrent)
-    app[FALLBACK_BASELINE] = fallback_baseline(agent)
+    app[FALLBACK_BASELINE] = fallback_baseline(agent.fallbacks)
     app.cleanup_ctx.append(_runtime_ctx)
     app.router.add_get("/health", health, name="health", allow_head=False)
     app.router.add_post("/v1/systemone", systemone, name="systemone")

@@ -11,6 +11,9 @@ import json
 import re
 from typing import Any
 
+from laya_onnx.errors import InvalidRequest
+from laya_onnx.gate import check_min_confidence
+from laya_onnx.questions import null_level
 from laya_onnx.serve.errors import INVALID_JSON, ApiError
 
 MAX_QUESTIONS = 64
@@ -114,14 +117,15 @@ def check_request_limits(state: Any, questions: Any, max_choice_options: int = M
                 raise ApiError(
                     413, "too many score levels for %r (%d > %d)" % (qid, len(criteria), MAX_SCORE_LEVELS)
                 )
-            nulls = [i for i, level in enumerate(criteria) if level is None]
-            if nulls:
+            null = null_level(criteria)
+            if null is not None:
                 # A hole in the rubric would come back as `legend: {"i": null}`, which a Jev
-                # client cannot parse; it is the caller's document that is wrong.
+                # client cannot parse. The core refuses it too, later and in laya's words;
+                # here it is refused among the limits, in laya-serve's.
                 raise ApiError(
                     422,
                     "score question %r has a null level at index %d; give every "
-                    "level a description" % (qid, nulls[0]),
+                    "level a description" % (qid, null),
                 )
     if total > MAX_TOTAL_OPTIONS:
         raise ApiError(413, "too many answer options across questions (%d > %d)" % (total, MAX_TOTAL_OPTIONS))
@@ -213,11 +217,9 @@ def min_confidence(body: dict[str, Any]):
     value = body.get("min_confidence")
     if value is None:
         return None
-    from laya_onnx.gate import check_min_confidence
-
     try:
         return check_min_confidence(value)
-    except ValueError as exc:
+    except InvalidRequest as exc:
         raise ApiError(422, str(exc)) from None
 
 

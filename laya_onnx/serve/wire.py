@@ -3,8 +3,7 @@
 (`x_jev_confidence`, the strict Jev projection, JSON rendering).
 
 laya-serve fronts a Router over several checkpoints; this server fronts exactly one bundle, so
-"routing" always lands on it. The names and aliases below are laya 0.4.15's (router.py), restated
-because the reference package is a dev dependency only.
+"routing" always lands on it. The published names and aliases are the core's (`laya_onnx.names`).
 """
 
 from __future__ import annotations
@@ -13,34 +12,13 @@ import json
 import math
 from typing import Any
 
+from laya_onnx.bundle import Bundle
+from laya_onnx.names import BUNDLE_REPO, PUBLISHED_CHECKPOINTS, aliases_of, canonical_name, published_name
 from laya_onnx.serve.errors import ApiError
+from laya_onnx.serve.protocol import ServedAgent
+from laya_onnx.session import FallbackEntry
 
-#: The Hub id whose documented meaning is "let the router choose" (bundle of all checkpoints).
-BUNDLE_REPO = "convaiinnovations/laya"
-BUILTIN_CHECKPOINTS = ("english", "multilingual", "typed-decisions")
-ALIASES = {
-    "en": "english",
-    "laya": "english",
-    "default": "english",
-    "multi": "multilingual",
-    "ml": "multilingual",
-    "laya-multilingual": "multilingual",
-    "typed": "typed-decisions",
-    "typed_decisions": "typed-decisions",
-    "laya-typed-decisions": "typed-decisions",
-    "decisions": "typed-decisions",
-}
-#: Published standalone ids that pin a checkpoint (case-insensitive).
-PUBLISHED_IDS = {
-    "convaiinnovations/laya-multilingual": "multilingual",
-    "convaiinnovations/laya-typed-decisions": "typed-decisions",
-}
 ROUTING_REASON = "served bundle"
-
-
-def canonical(name: Any) -> str:
-    key = str(name).strip().lower()
-    return ALIASES.get(key, key)
 
 
 def names_a_path(text: str) -> bool:
@@ -58,13 +36,12 @@ class Checkpoint:
         self.repo = repo
 
     @classmethod
-    def of(cls, agent: Any) -> Checkpoint:
-        name = str(getattr(agent, "name", None) or "english")
-        return cls(name=name, repo=bundle_source(agent) or name)
+    def of(cls, agent: ServedAgent) -> Checkpoint:
+        return cls(name=agent.name, repo=bundle_source(agent.bundle) or agent.name)
 
     @property
     def aliases(self) -> list[str]:
-        return sorted(alias for alias, target in ALIASES.items() if target == self.name)
+        return aliases_of(self.name)
 
     def _unknown(self, value: Any) -> str:
         return "unknown model %r; choose one of %s (or an alias: %s)" % (value, [self.name], self.aliases)
@@ -84,17 +61,17 @@ class Checkpoint:
         low = text.lower()
         if low == BUNDLE_REPO:
             return
-        target = PUBLISHED_IDS.get(low) or canonical(text)
+        target = published_name(low) or canonical_name(text)
         if target == self.name:
             return
-        if target in BUILTIN_CHECKPOINTS or names_a_path(text):
+        if target in PUBLISHED_CHECKPOINTS or names_a_path(text):
             raise ApiError(422, self._unknown(model) + ", or omit model to let the router choose")
 
     def check_task(self, task: Any) -> None:
         """`task` pins a checkpoint by name; anything but this one is the core's unknown-model 422."""
         if task is None:
             return
-        if canonical(task) != self.name:
+        if canonical_name(task) != self.name:
             raise ApiError(422, self._unknown(task))
 
     def routing(self) -> dict[str, Any]:
@@ -107,19 +84,19 @@ class Checkpoint:
         }
 
 
-def bundle_source(agent: Any) -> str | None:
+def bundle_source(bundle: Bundle) -> str | None:
     """Where the served bundle came from: its Hub repo (`org/repo[/subfolder]`, from the
     manifest's `source`), else the bundle folder's name. Never the absolute bundle path: that
-    would publish the host's filesystem layout."""
-    bundle = getattr(agent, "bundle", None)
-    manifest = getattr(bundle, "manifest", None)
-    source = manifest.get("source") if isinstance(manifest, dict) else None
+    would publish the host's filesystem layout.
+
+    The manifest is a file someone may have edited, so its `source` is read defensively.
+    """
+    source = (bundle.manifest or {}).get("source")
     repo = source.get("repo") if isinstance(source, dict) else None
-    if isinstance(repo, str) and repo:
+    if isinstance(source, dict) and isinstance(repo, str) and repo:
         sub = source.get("subfolder")
         return "%s/%s" % (repo, sub) if isinstance(sub, str) and sub else repo
-    root = getattr(bundle, "root", None)
-    return (getattr(root, "name", "") or None) if root is not None else None
+    return bundle.root.name or None
 
 
 # -- device facts for /health --------------------------------------------------------------
@@ -145,61 +122,30 @@ def provider_device(provider: Any) -> str | None:
     return provider.replace("ExecutionProvider", "").lower() or None
 
 
-def preferred_device(agent: Any) -> str:
-    requested = getattr(agent, "requested_providers", None)
-    if isinstance(requested, (list, tuple)) and requested:
-        first = requested[0]
-        name = first[0] if isinstance(first, (list, tuple)) and first else first
-        return provider_device(name) or "cpu"
-    return "cpu"
+def preferred_device(requested: list[str]) -> str:
+    """The device the first requested provider computes on ("cpu" when none was requested)."""
+    return (provider_device(requested[0]) if requested else None) or "cpu"
 
 
-def read_fallbacks(agent: Any) -> dict[str, dict[str, Any]]:
-    """The agent's `{provider: {count, last_reason}}` table, copied; {} when it has none.
-
-    The worker thread may add a provider to the table while the event loop reads it, so a
-    read that races a first fallback is simply retried.
-    """
-    for _ in range(3):
-        try:
-            table = getattr(agent, "fallbacks", None)
-            if not isinstance(table, dict):
-                return {}
-            return {str(p): dict(entry) for p, entry in table.items() if isinstance(entry, dict)}
-        except RuntimeError:  # dictionary changed size during iteration
-            continue
-    return {}
-
-
-def _count(entry: dict[str, Any]) -> int:
-    n = entry.get("count") or 0
-    return n if isinstance(n, int) and not isinstance(n, bool) else 0
-
-
-def cpu_fallbacks(agent: Any, baseline: dict[str, int]) -> dict[str, Any]:
+def cpu_fallbacks(fallbacks: dict[str, FallbackEntry], baseline: dict[str, int]) -> dict[str, Any]:
     """laya-serve's `{count, last_reason}`: passes that failed on an accelerator and were retried
     on CPU since the server started.
 
-    `baseline` is the per-provider count when the app was built: those are the providers that
-    never attached (a CPU-only build, no GPU), which laya-serve does not count as fallbacks —
-    that case is what `device` reports. An agent with laya's own counters is read as is.
+    `fallbacks` is the agent's snapshot; `baseline` is the per-provider count when the app was
+    built: those are the providers that never attached (a CPU-only build, no GPU), which
+    laya-serve does not count as fallbacks — that case is what `device` reports.
     """
-    if hasattr(agent, "cpu_fallback_count"):
-        return {
-            "count": getattr(agent, "cpu_fallback_count", 0),
-            "last_reason": getattr(agent, "last_fallback_reason", None),
-        }
     count, reason = 0, None
-    for provider, entry in read_fallbacks(agent).items():
-        delta = _count(entry) - baseline.get(provider, 0)
+    for provider, entry in fallbacks.items():
+        delta = entry["count"] - baseline.get(provider, 0)
         if delta > 0:
             count += delta
-            reason = entry.get("last_reason")
+            reason = entry["last_reason"]
     return {"count": count, "last_reason": reason}
 
 
-def fallback_baseline(agent: Any) -> dict[str, int]:
-    return {p: _count(entry) for p, entry in read_fallbacks(agent).items()}
+def fallback_baseline(fallbacks: dict[str, FallbackEntry]) -> dict[str, int]:
+    return {provider: entry["count"] for provider, entry in fallbacks.items()}
 
 
 # -- response shaping ----------------------------------------------------------------------
@@ -293,6 +239,43 @@ def shape(result: dict[str, Any], strict: bool) -> dict[str, Any]:
     return strict_projection(result) if strict else with_jev_confidence(result)
 
 
+class NonFiniteNumber(ValueError):
+    """A payload holds a NaN or an infinity, which JSON cannot carry."""
+
+
 def render(payload: Any) -> bytes:
-    """Compact UTF-8 JSON; a NaN or infinity raises ValueError (JSON has no such numbers)."""
-    return json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
+    """Compact UTF-8 JSON; NonFiniteNumber for a NaN or an infinity (JSON has no such numbers).
+
+    json reports a non-finite float with a ValueError it also uses for other failures (a
+    circular reference), so the payload is searched before the refusal is called non-finite.
+    """
+    try:
+        text = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except ValueError as exc:
+        if has_non_finite(payload):
+            raise NonFiniteNumber(str(exc)) from None
+        raise
+    return text.encode("utf-8")
+
+
+def has_non_finite(value: Any) -> bool:
+    """Whether a float anywhere in `value` (dict keys included) is a NaN or an infinity.
+
+    Iterative, and each container is visited once, so deep or self-referencing payloads end.
+    """
+    stack, seen = [value], set()
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return True
+        elif isinstance(item, (dict, list, tuple)):
+            if id(item) in seen:
+                continue
+            seen.add(id(item))
+            if isinstance(item, dict):
+                stack.extend(item.keys())
+                stack.extend(item.values())
+            else:
+                stack.extend(item)
+    return False

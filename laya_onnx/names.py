@@ -1,0 +1,68 @@
+"""The published Laya checkpoints and the names they answer to (laya 0.4.15 `router.py`).
+
+One table, read by the Hub loader (which name a downloaded checkpoint reports) and by the server
+(which `model` / `task` values name the checkpoint it serves). Restated here because the
+reference package is a dev dependency only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: The Hub repo that bundles all three checkpoints: english at its root, the others in
+#: subfolders. As a request's `model` it means "let the router choose".
+BUNDLE_REPO = "convaiinnovations/laya"
+#: name -> where the checkpoint is published: (repo, subfolder) in the bundle repo, then its
+#: standalone repo, if it has one of its own.
+PUBLISHED_CHECKPOINTS: dict[str, tuple[tuple[str, str | None], ...]] = {
+    "english": ((BUNDLE_REPO, None),),
+    "multilingual": ((BUNDLE_REPO, "multilingual"), ("convaiinnovations/laya-multilingual", None)),
+    "typed-decisions": (
+        (BUNDLE_REPO, "typed-decisions"),
+        ("convaiinnovations/laya-typed-decisions", None),
+    ),
+}
+#: Names people are likely to type for a published checkpoint.
+ALIASES = {
+    "en": "english",
+    "laya": "english",
+    "default": "english",
+    "multi": "multilingual",
+    "ml": "multilingual",
+    "laya-multilingual": "multilingual",
+    "typed": "typed-decisions",
+    "typed_decisions": "typed-decisions",
+    "laya-typed-decisions": "typed-decisions",
+    "decisions": "typed-decisions",
+}
+
+_BY_LOCATION = {
+    (repo.lower(), sub): name for name, places in PUBLISHED_CHECKPOINTS.items() for repo, sub in places
+}
+
+
+def canonical_name(name: Any) -> str:
+    """A checkpoint name trimmed, lowercased and with its alias resolved (`" EN "` -> english)."""
+    key = str(name).strip().lower()
+    return ALIASES.get(key, key)
+
+
+def published_name(repo: str, subfolder: str | None = None) -> str | None:
+    """The name of the published checkpoint at `repo[/subfolder]` (case-insensitive), or None."""
+    sub = (subfolder or "").strip("/").lower() or None
+    return _BY_LOCATION.get((repo.strip().lower(), sub))
+
+
+def aliases_of(name: str) -> list[str]:
+    """The aliases that resolve to `name`, sorted."""
+    return sorted(alias for alias, target in ALIASES.items() if target == name)
+
+
+__all__ = [
+    "ALIASES",
+    "BUNDLE_REPO",
+    "PUBLISHED_CHECKPOINTS",
+    "aliases_of",
+    "canonical_name",
+    "published_name",
+]

@@ -1,0 +1,203 @@
+"""What every serve test shares: the request fixtures, the fake agent and the harness.
+
+No pytest plugin: each async test is wrapped by `aio`, which runs it on a fresh loop, and
+`served()` starts the app on aiohttp's in-process TestServer (a real loopback socket).
+The fake agent implements `laya_onnx.serve.protocol.ServedAgent`; it is deterministic, records
+every call and the thread it ran on, and can be made to block on an Event so tests can prove
+that /health answers during inference and that the admission bound refuses the excess.
+
+A serve test module starts with `pytestmark = pytest.mark.usefixtures("no_laya_env")`
+(tests/conftest.py), so a LAYA_* variable in the developer's shell cannot change what it sees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("aiohttp")
+from aiohttp.test_utils import TestClient, TestServer
+
+from laya_onnx.bundle import Bundle
+from laya_onnx.errors import InvalidRequest
+from laya_onnx.gate import apply_confidence_gate
+from laya_onnx.serve import create_app
+from laya_onnx.serve.protocol import ServedAgent
+
+URL = "/v1/systemone"
+BATCH = "/v1/systemone/batch"
+Q = {
+    "queue": {
+        "type": "choice",
+        "instructions": "Which team?",
+        "criteria": {"billing": "billing and refunds", "tech": "login", "other": "else"},
+    },
+    "urgency": {
+        "type": "score",
+        "instructions": "How urgent?",
+        "criteria": ["calm", "firm", "angry", "furious"],
+    },
+    "refund": {"type": "noul", "instructions": "Wants a refund?"},
+}
+BODY = {"state": "I was charged twice this month, I want my money back", "questions": Q}
+
+
+# -- the fake agent ------------------------------------------------------------------------
+
+
+def _answer(qid, q):
+    kind = q.get("type") if isinstance(q, dict) else None
+    if kind not in ("choice", "score", "noul"):
+        raise InvalidRequest(
+            "question %r: unknown type %r; use one of ['choice', 'noul', 'score']" % (qid, kind)
+        )
+    if kind == "noul":
+        return {
+            "type": "noul",
+            "noul": 0.8,
+            "confidence": 0.8,
+            "answer_confidence": 0.8,
+            "action": {"act_probability": 1.0},
+        }
+    crit = q["criteria"]
+    labels = [str(c) for c in crit] if kind == "choice" else [str(i) for i in range(len(crit))]
+    n = len(labels)
+    probs = [1.0] if n == 1 else [0.6] + [round(0.4 / (n - 1), 4)] * (n - 1)
+    if kind == "score" and n > 1:
+        probs = probs[1:2] + probs[:1] + probs[2:]  # peak on level 1
+    p = dict(zip(labels, probs, strict=False))
+    ans = {"type": kind}
+    if kind == "choice":
+        ans["choice"] = labels[probs.index(max(probs))]
+    else:
+        ans["score"] = round(sum(i * v for i, v in enumerate(probs)), 4)
+        ans["legend"] = {str(i): c for i, c in enumerate(crit)}
+    ans.update(
+        {
+            "probabilities": p,
+            "confidence": 0.5,
+            "answer_confidence": max(probs),
+            "action": {"act_probability": 1.0},
+        }
+    )
+    return ans
+
+
+class FakeAgent:
+    """A `ServedAgent` answering from `_answer`; `error` is raised by every pass when set."""
+
+    name = "english"
+    revision = "0123456789abcdef"
+
+    def __init__(self, *, block=False, error=None, result_hook=None):
+        self.calls = []
+        self.threads = []
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        if not block:
+            self.release.set()
+        self.error = error
+        self.result_hook = result_hook
+        self._lock = threading.Lock()
+        self.active = self.max_active = 0
+        self.providers = ["CPUExecutionProvider"]
+        self.requested_providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+        self.fallbacks = {}
+        self.bundle = Bundle(
+            root=Path("/srv/bundles/english"),
+            manifest={"source": {"repo": "convaiinnovations/laya"}},
+            config={},
+        )
+
+    def _one(self, state, questions, min_confidence=None):
+        result = {
+            "model": "laya-rl-agent-onnx",
+            "answers": {qid: _answer(qid, q) for qid, q in questions.items()},
+            "usage": {
+                "input_tokens": 10 * len(questions),
+                "output_tokens": 0,
+                "state_tokens": 5,
+                "state_tokens_dropped": 0,
+                "truncated": False,
+                "truncated_questions": [],
+            },
+        }
+        apply_confidence_gate([result], min_confidence)
+        return self.result_hook(result) if self.result_hook else result
+
+    def _enter(self, call):
+        with self._lock:
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+        try:
+            self.calls.append(call)
+            self.threads.append(threading.current_thread().name)
+            self.entered.set()
+            assert self.release.wait(10), "test never released the fake agent"
+            time.sleep(0.01)  # long enough for an overlapping pass to show up in max_active
+            if self.error is not None:
+                raise self.error
+        finally:
+            with self._lock:
+                self.active -= 1
+
+    def predict(self, state, questions, **kw):
+        self._enter(("predict", state, questions, kw))
+        return self._one(state, questions, kw.get("min_confidence"))
+
+    def predict_batch(self, states, questions, **kw):
+        self._enter(("predict_batch", states, questions, kw))
+        return [self._one(s, questions, kw.get("min_confidence")) for s in states]
+
+
+def kwargs_of(agent, i=-1):
+    """The keyword arguments of the agent's `i`-th call (the last by default)."""
+    return agent.calls[i][3]
+
+
+# -- harness -------------------------------------------------------------------------------
+
+
+def aio(fn):
+    """Run an async test on a fresh event loop, bounded to 60 s."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return asyncio.run(asyncio.wait_for(fn(*args, **kwargs), 60))
+
+    return wrapper
+
+
+@contextlib.asynccontextmanager
+async def served(agent=None, **settings):
+    """A client for `create_app(agent, **settings)` on a loopback port; `client.agent` is the agent."""
+    agent = agent if agent is not None else FakeAgent()
+    # The protocol is what the server relies on; a fake that drifts from it fails here.
+    assert isinstance(agent, ServedAgent), "the served agent must implement ServedAgent"
+    async with TestClient(TestServer(create_app(agent, **settings))) as client:
+        client.agent = agent
+        yield client
+
+
+async def post(client, path, body, **kw):
+    """POST `body` (JSON-encoded unless bytes/str); returns (response, parsed JSON body)."""
+    data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+    resp = await client.post(path, data=data, **kw)
+    return resp, await resp.json(content_type=None)
+
+
+async def raw_request(client, head: bytes, body: bytes = b"") -> bytes:
+    """Send bytes exactly as given and read the reply to EOF (send `Connection: close`)."""
+    reader, writer = await asyncio.open_connection(client.server.host, client.server.port)
+    writer.write(head + body)
+    await writer.drain()
+    data = await asyncio.wait_for(reader.read(), 5)
+    writer.close()
+    return data

@@ -1,0 +1,84 @@
+"""Server settings from the environment and the CLI: port, host, log level, booleans, limits."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from laya_onnx.serve import settings as serve_settings
+
+pytestmark = pytest.mark.usefixtures("no_laya_env")
+
+
+@pytest.mark.parametrize("raw,expect", [(None, 16), ("", 16), ("abc", 16), ("0", 16), ("-3", 16), ("4", 4)])
+def test_max_concurrent_env(monkeypatch, raw, expect):
+    if raw is not None:
+        monkeypatch.setenv("LAYA_MAX_CONCURRENT", raw)
+    assert serve_settings.Settings.from_env().max_concurrent == expect
+
+
+@pytest.mark.parametrize("raw,expect", [(None, 8000), ("", 8000), ("  ", 8000), (" 9000 ", 9000)])
+def test_port_env(monkeypatch, raw, expect):
+    if raw is not None:
+        monkeypatch.setenv("LAYA_PORT", raw)
+    assert serve_settings.resolve_port(None) == expect
+
+
+@pytest.mark.parametrize("raw", ["abc", "0", "70000", "-1", "80.5"])
+def test_bad_port_env_exits_with_a_message(monkeypatch, raw):
+    monkeypatch.setenv("LAYA_PORT", raw)
+    with pytest.raises(SystemExit, match="invalid LAYA_PORT"):
+        serve_settings.resolve_port(None)
+
+
+def test_cli_port_wins_and_is_checked(monkeypatch):
+    monkeypatch.setenv("LAYA_PORT", "nonsense")
+    assert serve_settings.resolve_port(8123) == 8123
+    with pytest.raises(SystemExit, match="invalid --port 70000"):
+        serve_settings.resolve_port(70000)
+    monkeypatch.setenv("LAYA_HOST", " 127.0.0.1 ")
+    assert serve_settings.resolve_host(None) == "127.0.0.1"
+    assert serve_settings.resolve_host("::1") == "::1"
+    monkeypatch.delenv("LAYA_HOST")
+    assert serve_settings.resolve_host(None) == "0.0.0.0"
+
+
+def test_log_level_env(monkeypatch):
+    assert serve_settings.resolve_log_level() == logging.INFO
+    monkeypatch.setenv("LAYA_LOG_LEVEL", " DEBUG ")
+    assert serve_settings.resolve_log_level() == logging.DEBUG
+    monkeypatch.setenv("LAYA_LOG_LEVEL", "loud")
+    with pytest.raises(SystemExit, match="invalid LAYA_LOG_LEVEL 'loud'"):
+        serve_settings.resolve_log_level()
+
+
+def test_env_bool_and_settings(monkeypatch):
+    for raw, want in (
+        ("1", True),
+        ("TRUE", True),
+        (" on ", True),
+        ("yes", True),
+        ("0", False),
+        ("off", False),
+        ("2", False),
+        ("", False),
+    ):
+        monkeypatch.setenv("LAYA_JEV_STRICT", raw)
+        assert serve_settings.env_bool("LAYA_JEV_STRICT") is want
+    monkeypatch.setenv("LAYA_API_KEY", "")
+    assert serve_settings.Settings.from_env().api_key is None
+    monkeypatch.setenv("LAYA_API_KEY", " k ")
+    assert serve_settings.Settings.from_env().api_key == " k "
+    for raw, want in (("abc", 10.0), ("0", 10.0), ("inf", 10.0), ("nan", 10.0), ("2.5", 2.5)):
+        monkeypatch.setenv("LAYA_BODY_READ_TIMEOUT", raw)
+        assert serve_settings.Settings.from_env().body_read_timeout == want
+    with pytest.raises(TypeError, match="unknown settings: nope"):
+        serve_settings.Settings.from_env(nope=1)
+
+
+def test_cli_serve_bad_port_exits_before_loading(tmp_path):
+    from laya_onnx.cli import main
+
+    with pytest.raises(SystemExit, match="invalid --port"):
+        main(["serve", str(tmp_path / "missing"), "--port", "70000"])
