@@ -7,6 +7,7 @@ import pytest
 
 from laya_onnx import ONNXAgent
 from laya_onnx import hooks as H
+from laya_onnx.errors import reference_kind
 
 ref_hooks = pytest.importorskip("laya.hooks")
 Q = {"n": {"type": "noul", "instructions": "Refund?"}}
@@ -25,7 +26,8 @@ class Recorder(H.BaseHook):
         self.events.append(("start", list(ctx.states), ctx.results))
 
     def on_error(self, ctx):
-        self.events.append(("error", type(ctx.error).__name__))
+        # The kind laya would raise: caller mistakes are InvalidRequest, a ValueError subclass.
+        self.events.append(("error", reference_kind(ctx.error)))
 
     def on_predict_end(self, ctx):
         self.events.append(("end", ctx.usage, ctx.elapsed_ms is not None, ctx.error is not None))
