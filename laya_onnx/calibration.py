@@ -113,24 +113,13 @@ def resolve_lang_temperatures(
     return out
 
 
-def apply_binning_map(conf: float, bucket: str, binning_map: Mapping[str, Any]) -> float:
-    entry = binning_map.get(bucket)
-    if not entry:
-        return conf
-    bins, values = int(entry["bins"]), entry["values"]
-    return float(values[min(bins - 1, max(0, int(conf * bins)))])
-
-
 @dataclass
 class Calibration:
-    """The temperatures (and optional binning map) a checkpoint answers with."""
+    """The temperatures a checkpoint answers with."""
 
     temperature: list[float]
     temperature_by_options: dict[str, float]
-    temperature_raw: Any = None
-    temperature_by_options_raw: dict[str, Any] = field(default_factory=dict)
     lang_temperatures: dict[str, dict[str, Any]] = field(default_factory=dict)
-    binning_map: dict[str, Any] | None = None
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any], lang_temperatures=None, warn: bool = True) -> Calibration:
@@ -163,8 +152,6 @@ class Calibration:
         return cls(
             temperature=temps,
             temperature_by_options=by_options,
-            temperature_raw=raw,
-            temperature_by_options_raw=dict(tbo_raw),
             lang_temperatures=resolve_lang_temperatures(lang_temperatures, raw),
         )
 
@@ -229,11 +216,7 @@ def decode_answer(
     """One answer dict, keys in the reference's order."""
     p = unpermute(softmax_f32(logits_row[:k], calibration.temperature_for(q.qtype, k, lang)), q.option_order)
     confidence = round(entropy_confidence(p, k), 4)
-    raw = max_confidence(p, k)
-    if calibration.binning_map and calibration.lang_override(lang) is None:
-        answer_conf = round(apply_binning_map(raw, temp_bucket(q.qtype, k), calibration.binning_map), 4)
-    else:
-        answer_conf = round(raw, 4)
+    answer_conf = round(max_confidence(p, k), 4)
     action = {"act_probability": round(float(act_row[0]), 4)}
     if q.type == "choice":
         keys = list(q.criteria.keys())

@@ -139,8 +139,6 @@ def normalise_hooks(hooks: Any = None, on_predict_start: Any = None, on_predict_
 # -- process-wide defaults ---------------------------------------------------------------------
 _DEFAULTS: list[Any] = []
 _DEFAULTS_LOCK = threading.Lock()
-#: Set by a caller that already ran the defaults at its own level (a router around agents).
-SKIP_DEFAULTS = contextvars.ContextVar("laya_onnx_skip_default_hooks", default=False)
 
 
 def default_hooks() -> list[Any]:
@@ -169,8 +167,7 @@ def compose_hooks(
     installed: Sequence[Any], hooks: Any = None, on_predict_start: Any = None, on_predict_end: Any = None
 ) -> list[Any]:
     """The hooks of one call: defaults (read now), installed, then per-call."""
-    defaults = [] if SKIP_DEFAULTS.get() else default_hooks()
-    return defaults + list(installed) + normalise_hooks(hooks, on_predict_start, on_predict_end)
+    return default_hooks() + list(installed) + normalise_hooks(hooks, on_predict_start, on_predict_end)
 
 
 def validate_timeout(value: Any) -> float | None:

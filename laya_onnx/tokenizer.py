@@ -65,7 +65,6 @@ class LayaTokenizer:
                 raise TokenizerError(
                     f"tokenizer has no {name}; a Laya checkpoint needs cls, sep, pad and mask tokens"
                 )
-        self.specials = dict(specials)
         self.mask_token: str = specials["mask_token"]
         self.mask_token_id = self._id(specials["mask_token"])
         self.cls_token_id = self._id(specials["cls_token"])

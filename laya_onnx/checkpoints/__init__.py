@@ -25,10 +25,6 @@ from laya_onnx.bundle import CONFIG_FILE, WEIGHTS_FILE, staged_directory
 from laya_onnx.checkpoints.presets import PRESETS, Preset, get_preset
 
 
-def preset_names() -> list:
-    return sorted(PRESETS)
-
-
 def build_tokenizer(preset: Preset):
     """(tokenizers.Tokenizer, Specials) for a preset."""
     from laya_onnx.checkpoints import vocab
@@ -178,6 +174,5 @@ __all__ = [
     "encoder_config_dict",
     "get_preset",
     "make_checkpoint",
-    "preset_names",
     "state_dict_shapes",
 ]

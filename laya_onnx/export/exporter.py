@@ -15,7 +15,6 @@ Steps (each printed with its timing):
 from __future__ import annotations
 
 import gc
-import json
 import os
 import platform
 import resource
@@ -33,7 +32,6 @@ from laya_onnx.bundle import (
     GRAPH_FILE,
     GRAPH_INPUTS,
     GRAPH_OUTPUTS,
-    MANIFEST_FILE,
     TOKENIZER_DIR,
     WEIGHTS_FILE,
     sha256_file,
@@ -356,6 +354,3 @@ def export_bundle(
     )
     return manifest
 
-
-def read_manifest(bundle: os.PathLike) -> dict[str, Any]:
-    return json.loads((Path(bundle) / MANIFEST_FILE).read_text(encoding="utf-8"))

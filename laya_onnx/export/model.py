@@ -356,11 +356,6 @@ def load_decision_model(checkpoint_dir: Path) -> tuple[DecisionModel, dict[str, 
     return model, cfg
 
 
-def state_dict_keys_and_shapes(cfg: dict[str, Any], encoder_config: Any) -> dict[str, tuple[int, ...]]:
-    """The full state dict layout for a config pair, computed on the meta device."""
-    return expected_shapes(build_decision_model(cfg, encoder_config, device="meta"))
-
-
 __all__ = [
     "DecisionModel",
     "HeadAttention",
@@ -374,6 +369,5 @@ __all__ = [
     "load_encoder_config",
     "n_actions",
     "read_checkpoint_config",
-    "state_dict_keys_and_shapes",
     "head_heads",
 ]
