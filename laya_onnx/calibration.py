@@ -56,12 +56,30 @@ def temperature_rejected(raw: Any, applied: float) -> bool:
         return True
 
 
-def _replaced(entries) -> list[str]:
-    return [
+def clamp_temperatures(
+    per_type_raw: Sequence[Any],
+    by_options_raw: Mapping[Any, Any],
+    *,
+    report_per_type: bool = True,
+    buckets_first: bool = False,
+) -> tuple[list[float], dict[Any, float], str]:
+    """Clamp the three per-type temperatures and the bucket map.
+
+    Returns them with what the clamp replaced, as "name=raw -> applied, ..." ("" when nothing
+    was). `report_per_type` and `buckets_first` choose which entries that names and in which
+    order, as the reference words its checkpoint and language-override warnings.
+    """
+    per_type = [clamp_temperature(t) for t in per_type_raw]
+    by_options = {k: clamp_temperature(v) for k, v in by_options_raw.items()}
+    pairs = enumerate(zip(per_type_raw, per_type, strict=True)) if report_per_type else ()
+    types = [("temperature[%d]" % i, raw, applied) for i, (raw, applied) in pairs]
+    buckets = [(k, v, by_options[k]) for k, v in by_options_raw.items()]
+    replaced = ", ".join(
         "%s=%r -> %g" % (name, raw, applied)
-        for name, raw, applied in entries
+        for name, raw, applied in (buckets + types if buckets_first else types + buckets)
         if temperature_rejected(raw, applied)
-    ]
+    )
+    return per_type, by_options, replaced
 
 
 def resolve_lang_temperatures(
@@ -92,20 +110,13 @@ def resolve_lang_temperatures(
                 "Language override %r temperature_by_options must be a mapping of "
                 "bucket -> float, got %s" % (lang, type(tbo_raw).__name__)
             )
-        temps = [clamp_temperature(t) for t in t_raw]
-        by_options = {k: clamp_temperature(v) for k, v in tbo_raw.items()}
-        entries = (
-            []
-            if inherited
-            else [("temperature[%d]" % i, r, a) for i, (r, a) in enumerate(zip(t_raw, temps, strict=False))]
-        )
-        entries += [("%s" % k, v, by_options[k]) for k, v in tbo_raw.items()]
-        rejected = _replaced(entries)
-        if rejected:
+        # An inherited list was already reported by the checkpoint's own warning.
+        temps, by_options, replaced = clamp_temperatures(t_raw, tbo_raw, report_per_type=not inherited)
+        if replaced:
             warnings.warn(
                 "laya: language override %r ships invalid temperatures or values outside "
                 "[%g, %g]; using %s. Treat confidence from the affected entries as uncalibrated."
-                % (lang, TEMP_MIN, TEMP_MAX, ", ".join(rejected)),
+                % (lang, TEMP_MIN, TEMP_MAX, replaced),
                 RuntimeWarning,
                 stacklevel=3,
             )
@@ -122,7 +133,7 @@ class Calibration:
     lang_temperatures: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
-    def from_config(cls, cfg: Mapping[str, Any], lang_temperatures=None, warn: bool = True) -> Calibration:
+    def from_config(cls, cfg: Mapping[str, Any], lang_temperatures=None) -> Calibration:
         raw = cfg.get("temperature", [1.0, 1.0, 1.0])
         tbo_raw = cfg.get("temperature_by_options", {}) or {}
         if not isinstance(raw, (list, tuple)) or len(raw) != 3:
@@ -135,20 +146,15 @@ class Calibration:
                 "rl_agent_config.json: temperature_by_options must be a mapping of "
                 "bucket -> float, got %r" % (tbo_raw,)
             )
-        temps = [clamp_temperature(t) for t in raw]
-        by_options = {k: clamp_temperature(v) for k, v in tbo_raw.items()}
-        if warn:
-            entries = [(k, v, by_options[k]) for k, v in tbo_raw.items()]
-            entries += [("temperature[%d]" % i, t, temps[i]) for i, t in enumerate(raw)]
-            rejected = _replaced(entries)
-            if rejected:
-                warnings.warn(
-                    "laya-onnx: this checkpoint ships temperatures outside [%g, %g] which would "
-                    "distort confidence; clamping %s. Treat confidence from the affected buckets "
-                    "as uncalibrated." % (TEMP_MIN, TEMP_MAX, ", ".join(rejected)),
-                    RuntimeWarning,
-                    stacklevel=3,
-                )
+        temps, by_options, replaced = clamp_temperatures(raw, tbo_raw, buckets_first=True)
+        if replaced:
+            warnings.warn(
+                "laya-onnx: this checkpoint ships temperatures outside [%g, %g] which would distort "
+                "confidence; clamping %s. Treat confidence from the affected buckets as uncalibrated."
+                % (TEMP_MIN, TEMP_MAX, replaced),
+                RuntimeWarning,
+                stacklevel=3,
+            )
         return cls(
             temperature=temps,
             temperature_by_options=by_options,

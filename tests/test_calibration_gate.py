@@ -50,11 +50,17 @@ def test_lang_temperatures_match_reference():
         "FR": None,
         "es": {"temperature": None},
     }
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        assert cal.resolve_lang_temperatures(raw, [1.0, 1.2, 0.9]) == common.resolve_lang_temperatures(
-            raw, [1.0, 1.2, 0.9]
-        )
+    with warnings.catch_warnings(record=True) as ours:
+        warnings.simplefilter("always")
+        resolved = cal.resolve_lang_temperatures(raw, [1.0, 1.2, 0.9])
+    with warnings.catch_warnings(record=True) as theirs:
+        warnings.simplefilter("always")
+        assert resolved == common.resolve_lang_temperatures(raw, [1.0, 1.2, 0.9])
+    # One warning per override that replaced something, naming the same entries in the same order.
+    assert [str(w.message) for w in ours] == [str(w.message) for w in theirs]
+    assert len(ours) == 1 and "temperature[1]=0.1 -> 0.5, temperature[2]=True -> 1, choice:2=9" in str(
+        ours[0].message
+    )
     for bad in ({1: {}}, {"de": 3}, {"de": {"temperature": [1, 2]}}, {"de": {"temperature_by_options": [1]}}):
         with pytest.raises(ValueError) as ours:
             cal.resolve_lang_temperatures(bad, [1.0, 1.0, 1.0])
