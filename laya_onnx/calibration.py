@@ -24,6 +24,10 @@ TEMP_MAX = 5.0
 MODEL_NAME = "laya-rl-agent-onnx"
 
 
+#: The option-count classes of the temperature and gate buckets, smallest first.
+SIZE_CLASSES = ("2", "3-5", "6-10", "11+")
+
+
 def size_class(k: int) -> str:
     return "2" if k <= 2 else "3-5" if k <= 5 else "6-10" if k <= 10 else "11+"
 

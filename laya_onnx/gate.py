@@ -10,11 +10,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from laya_onnx.calibration import size_class
+from laya_onnx.calibration import SIZE_CLASSES, temp_bucket
 from laya_onnx.errors import InvalidRequest
+from laya_onnx.questions import QTYPES
 
-QTYPE_NAMES = ("choice", "score", "noul")
-SIZE_CLASSES = ("2", "3-5", "6-10", "11+")
 DEFAULT_KEY = "default"
 PASSED, ABSTAINED, UNEVALUATED = "passed", "abstained", "unevaluated"
 
@@ -22,7 +21,7 @@ Threshold = float | dict[str, float]
 
 
 def bucket_keys() -> set:
-    return {"%s:%s" % (t, s) for t in QTYPE_NAMES for s in SIZE_CLASSES}
+    return {"%s:%s" % (t, s) for t in QTYPES for s in SIZE_CLASSES}
 
 
 def _threshold(v: Any) -> float:
@@ -64,7 +63,7 @@ def gate_number(answer: dict[str, Any]) -> float | None:
 
 def answer_bucket(answer: dict[str, Any]) -> str | None:
     kind = answer.get("type")
-    if kind not in QTYPE_NAMES:
+    if not isinstance(kind, str) or kind not in QTYPES:
         return None
     probs = answer.get("probabilities")
     if isinstance(probs, dict) and probs:
@@ -73,7 +72,7 @@ def answer_bucket(answer: dict[str, Any]) -> str | None:
         k = 2
     else:
         return None
-    return "%s:%s" % (kind, size_class(k))
+    return temp_bucket(QTYPES[kind], k)
 
 
 def threshold_for(answer: dict[str, Any], mc: Threshold) -> float:

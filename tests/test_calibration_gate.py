@@ -130,6 +130,8 @@ def _results():
                     "action": {},
                 },
                 "d": {"type": "choice", "probabilities": {}, "confidence": 0.9, "low_confidence": True},
+                # a hook's rewrite with an unhashable type: no bucket, gated on the default
+                "e": {"type": ["choice"], "probabilities": {"x": 1.0}, "confidence": 0.4},
             }
         },
         "not a dict",
