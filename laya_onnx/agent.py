@@ -28,7 +28,7 @@ from laya_onnx.hooks import (
 )
 from laya_onnx.hub import BUNDLE_FILES, fetch_checkpoint
 from laya_onnx.questions import normalize_questions
-from laya_onnx.sequences import build_heads, collate, encode_state
+from laya_onnx.sequences import build_heads, check_option_layout, collate, encode_state
 from laya_onnx.session import FallbackEntry, GraphSession
 from laya_onnx.tokenizer import LayaTokenizer
 
@@ -76,12 +76,7 @@ class ONNXAgent(HookRegistry):
         located = fetch_checkpoint(bundle, revision=revision, token=token, files=BUNDLE_FILES)
         self.bundle = Bundle.open(located.path, verify=verify)
         self.cfg: dict[str, Any] = self.bundle.config
-        layout = self.cfg.get("option_layout", "sequential")
-        if layout != "sequential":
-            raise ValueError(
-                "option_layout=%r is not supported by the ONNX runtime; the exported graph "
-                "takes the sequential layout only" % (layout,)
-            )
+        check_option_layout(self.cfg, f"bundle {str(self.bundle.root)!r}")
         self.tok = LayaTokenizer.from_dir(self.bundle.tokenizer_dir)
         self.calibration = Calibration.from_config(self.cfg, lang_temperatures=lang_temperatures)
         self.session = GraphSession(str(self.bundle.graph_path), providers=providers, threads=threads)

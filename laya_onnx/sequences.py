@@ -31,6 +31,18 @@ INSTRUCTION_FLOOR = 8
 #: A shrunk option keeps at least this many tokens (its [MASK] included).
 OPTION_FLOOR = 4
 _NOUL_DEFAULTS = ("no, the statement does not hold", "yes, the statement holds")
+#: The option layout rows are built in (laya's default); the exported graph is traced for it.
+OPTION_LAYOUT = "sequential"
+
+
+def check_option_layout(cfg: Mapping[str, Any], source: str) -> None:
+    """Refuse a config (checkpoint or bundle `source`) that asks for another option layout."""
+    layout = cfg.get("option_layout", OPTION_LAYOUT)
+    if layout != OPTION_LAYOUT:
+        raise ValueError(
+            f"{source}: option_layout={layout!r} is not supported; laya-onnx builds rows and "
+            f"traces the graph for the {OPTION_LAYOUT} layout only"
+        )
 
 
 def serialize_state(state: Any) -> str:

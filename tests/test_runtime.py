@@ -61,6 +61,16 @@ def test_tampered_bundle_is_refused(bundle_factory, tmp_path):
         Bundle.open(copy, verify=False)
 
 
+def test_bundle_with_another_option_layout_is_refused(bundle_factory, tmp_path):
+    copy = tmp_path / "bundle"
+    shutil.copytree(bundle_factory("tiny-english"), copy)
+    cfg = json.loads((copy / "rl_agent_config.json").read_text())
+    cfg["option_layout"] = "parallel"
+    (copy / "rl_agent_config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match=r"bundle '.*bundle': option_layout='parallel' is not supported"):
+        ONNXAgent(copy, verify=False)
+
+
 def test_missing_bundle_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="Local model path not found"):
         ONNXAgent(tmp_path / "nope")

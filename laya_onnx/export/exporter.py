@@ -353,4 +353,3 @@ def export_bundle(
         f"{time.perf_counter() - started:.1f}s total, peak RSS {manifest['export']['peak_rss_mb']} MiB)"
     )
     return manifest
-

@@ -35,6 +35,7 @@ from torch import nn
 
 from laya_onnx.bundle import CONFIG_FILE, WEIGHTS_FILE
 from laya_onnx.questions import QTYPES  # row order of `type_emb`
+from laya_onnx.sequences import check_option_layout
 
 ENCODER_DIR = "encoder"
 
@@ -294,12 +295,7 @@ def read_checkpoint_config(checkpoint_dir: Path) -> dict[str, Any]:
         ) from None
     if not isinstance(cfg, dict):
         raise ValueError(f"checkpoint {str(checkpoint_dir)!r}: {CONFIG_FILE} must be a JSON object")
-    layout = cfg.get("option_layout", "sequential")
-    if layout != "sequential":
-        raise ValueError(
-            f"checkpoint {str(checkpoint_dir)!r}: option_layout={layout!r} is not supported; "
-            "the exported graph implements the sequential layout only"
-        )
+    check_option_layout(cfg, f"checkpoint {str(checkpoint_dir)!r}")
     head_layers = cfg.get("head_layers", 2)
     if isinstance(head_layers, bool) or not isinstance(head_layers, int) or head_layers < 0:
         raise ValueError(
