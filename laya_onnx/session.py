@@ -61,6 +61,17 @@ def resolve_providers(requested: Sequence[str] | None, available: Sequence[str])
     return chosen
 
 
+def session_options(threads: int | None = None):
+    """The onnxruntime SessionOptions of every laya-onnx session (the runtime's and the export check's)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if threads:
+        so.intra_op_num_threads = int(threads)
+    return so
+
+
 class FallbackEntry(TypedDict):
     """One provider's fallbacks as reported: how many, and the latest reason."""
 
@@ -123,11 +134,9 @@ class GraphSession:
         self._cpu_session = self._session if self.info.active[0] == CPU else None
 
     def _new_session(self, providers: list[str]):
-        so = self._ort.SessionOptions()
-        so.graph_optimization_level = self._ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        if self._threads:
-            so.intra_op_num_threads = int(self._threads)
-        return self._ort.InferenceSession(self._path, sess_options=so, providers=providers)
+        return self._ort.InferenceSession(
+            self._path, sess_options=session_options(self._threads), providers=providers
+        )
 
     def _fallback(self, provider: str, reason: str) -> None:
         with self._fallbacks_lock:

@@ -38,6 +38,7 @@ from laya_onnx.bundle import (
     staged_directory,
     write_manifest,
 )
+from laya_onnx.session import CPU, session_options
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 #: Profiles shipped in the repository's top-level `export/profiles/` (documentation of defaults).
@@ -162,9 +163,7 @@ def _export_graph(model, feeds: dict[str, np.ndarray], path: Path, *, opset: int
 def _session(path: Path):
     import onnxruntime as ort
 
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return ort.InferenceSession(str(path), sess_options=so, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(str(path), sess_options=session_options(), providers=[CPU])
 
 
 def reference_outputs(model, cases: list[dict[str, Any]]) -> list[tuple]:
