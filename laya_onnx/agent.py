@@ -261,8 +261,16 @@ class ONNXAgent(HookRegistry):
         results: list[dict[str, Any] | None] = [None] * len(states)
         for start in range(0, len(states), window):
             encoded = [
-                encode_state(self.tok, s, qs, max_len, head_max_len, heads)
-                for s in states[start : start + window]
+                encode_state(
+                    self.tok,
+                    s,
+                    qs,
+                    max_len,
+                    head_max_len,
+                    heads,
+                    subject="state" if len(states) == 1 else "states[%d]" % (start + i),
+                )
+                for i, s in enumerate(states[start : start + window])
             ]
             order = list(range(len(encoded)))
             if reorder:

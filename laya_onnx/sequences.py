@@ -45,6 +45,49 @@ def check_option_layout(cfg: Mapping[str, Any], source: str) -> None:
         )
 
 
+def unencodable_at(text: str) -> int | None:
+    """Where `text` first holds a character UTF-8 cannot encode (an unpaired surrogate), or None."""
+    if text.isascii():
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
+
+
+def require_encodable(text: str, subject: str) -> str:
+    """`text` itself, or InvalidRequest naming `subject` when the tokenizer could not take it.
+
+    `tokenizers` takes only text that encodes as UTF-8; an unpaired surrogate (a JSON "\\ud800"
+    escape on its own, or a non-UTF-8 byte decoded with surrogateescape) would otherwise fail
+    inside it as a bare "TextInputSequence must be str" TypeError.
+    """
+    at = unencodable_at(text)
+    if at is None:
+        return text
+    where = "after %r" % (text[max(0, at - 24) : at],) if at else "at its start"
+    raise InvalidRequest(
+        "%s contains an unpaired surrogate %r (%s); text must encode as UTF-8, so a surrogate "
+        "escape such as \\ud800 is only valid as half of a pair" % (subject, text[at], where)
+    )
+
+
+def option_subject(q: Question, index: int) -> str:
+    """Names the part of option `index` of `q` that cannot be encoded (for require_encodable)."""
+    if q.type == "score":
+        return "question %r criterion %d" % (q.qid, index)
+    if q.type == "choice":
+        label = list(q.criteria)[index]
+        part = "label" if unencodable_at(str(label)) is not None else "description"
+        return "question %r criterion %r (its %s)" % (q.qid, label, part)
+    key = ("false", "true")[index]
+    label = noul_labels(q.labels)[index]
+    if unencodable_at(label) is not None:
+        return "question %r labels[%r]" % (q.qid, key)
+    return "question %r criterion %r" % (q.qid, key)
+
+
 def serialize_state(state: Any) -> str:
     """A state as the text the model reads: strings verbatim, anything else as JSON."""
     if isinstance(state, str):
@@ -89,7 +132,11 @@ class Head:
 def build_head(tok: LayaTokenizer, q: Question, head_max_len: int) -> Head:
     mask = tok.mask_token
     texts = render_options(q)
+    for i, text in enumerate(texts):
+        if unencodable_at(text) is not None:
+            require_encodable(text, option_subject(q, i))
     order = q.option_order if q.option_order is not None else range(len(texts))
+    require_encodable(q.instructions, "question %r instructions" % (q.qid,))
     instruction = tok.encode("%s question: %s" % (q.type, q.instructions.replace(mask, " ")))
     spans = [
         [tok.mask_token_id] + tok.truncate(tok.encode(" " + texts[i].replace(mask, " ")), OPTION_MAX_TOKENS)
@@ -120,9 +167,13 @@ def build_heads(tok: LayaTokenizer, questions: Mapping[Any, Question], head_max_
     return {qid: build_head(tok, q, head_max_len) for qid, q in questions.items()}
 
 
-def state_ids(tok: LayaTokenizer, state: Any) -> list[int]:
-    """The state's tokens, once per state (the [MASK] string is blanked so it cannot act as a marker)."""
-    return tok.encode(serialize_state(state).replace(tok.mask_token, " "))
+def state_ids(tok: LayaTokenizer, state: Any, subject: str = "state") -> list[int]:
+    """The state's tokens, once per state (the [MASK] string is blanked so it cannot act as a marker).
+
+    `subject` names the state in an error (an unpaired surrogate anywhere in it).
+    """
+    text = require_encodable(serialize_state(state), subject)
+    return tok.encode(text.replace(tok.mask_token, " "))
 
 
 @dataclass
@@ -173,11 +224,12 @@ def encode_state(
     max_len: int,
     head_max_len: int,
     heads: Mapping[Any, Head] | None = None,
+    subject: str = "state",
 ) -> list[Row]:
-    """This state's rows, one per question in question order."""
+    """This state's rows, one per question in question order (`subject` names it in errors)."""
     if heads is None:
         heads = build_heads(tok, questions, head_max_len)
-    tokens = state_ids(tok, state)
+    tokens = state_ids(tok, state, subject)
     left = isinstance(state, list)
     return [
         build_row(tok, heads[qid], q, tokens, max_len, head_max_len, left) for qid, q in questions.items()

@@ -107,7 +107,8 @@ class LayaTokenizer:
         """Token ids of `text` without special tokens, untruncated.
 
         `text` is built from the caller's state, instructions or labels, so what tokenizers
-        refuses (a lone surrogate: "TextInputSequence must be str") is the caller's mistake.
+        refuses is the caller's mistake. (A lone surrogate, its "TextInputSequence must be str",
+        is refused earlier, naming where it is: `sequences.require_encodable`.)
         """
         with caller_value():
             return self._tok.encode(text, add_special_tokens=False).ids

@@ -136,6 +136,52 @@ def test_budget_too_small_gets_the_marker_diagnosis(agent):
         agent.predict("x", QUESTIONS, max_len=0)
 
 
+NOUL = {"type": "noul", "instructions": "Refund?"}
+
+
+@pytest.mark.parametrize(
+    "states, questions, subject",
+    [
+        (["charged \ud800 twice"], {"n": NOUL}, r"state contains an unpaired surrogate '\\ud800'"),
+        ([{"k\udcff": 1}], {"n": NOUL}, r"state contains an unpaired surrogate '\\udcff'"),
+        (["ok", ["fine", "\udc00"]], {"n": NOUL}, r"states\[1\] contains"),
+        (["ok"], {"n": {**NOUL, "instructions": "Re\ud800fund?"}}, "question 'n' instructions contains"),
+        (
+            ["ok"],
+            {"q": {"type": "choice", "instructions": "Which?", "criteria": ["billing", "te\udfffch"]}},
+            r"question 'q' criterion 'te\\udfffch' \(its label\) contains",
+        ),
+        (
+            ["ok"],
+            {"q": {"type": "choice", "instructions": "Which?", "criteria": {"tech": "lo\ud800gin"}}},
+            r"question 'q' criterion 'tech' \(its description\) contains",
+        ),
+        (
+            ["ok"],
+            {"s": {"type": "score", "instructions": "How?", "criteria": ["low", {"x": "hi\ud800gh"}]}},
+            "question 's' criterion 1 contains",
+        ),
+        (["ok"], {"n": {**NOUL, "criteria": {"TRUE": "y\ud800"}}}, "question 'n' criterion 'true' contains"),
+        (
+            ["ok"],
+            {"n": {**NOUL, "labels": {"false": "n\ud800o", "true": "yes"}}},
+            r"question 'n' labels\['false'\] contains",
+        ),
+    ],
+)
+def test_unencodable_text_is_refused_naming_where_it_is(agent, states, questions, subject):
+    """A lone surrogate never reaches the tokenizer (whose own error is a bare TypeError)."""
+    with pytest.raises(InvalidRequest, match=subject + ".*must encode as UTF-8"):
+        agent.predict_batch(states, questions)
+
+
+def test_paired_surrogates_and_emoji_pass(agent):
+    paired = json.loads('"charged twice \\ud83d\\ude00"')  # a JSON surrogate pair is one emoji
+    assert paired.endswith("\U0001f600")
+    result = agent.predict(paired, {"n": {**NOUL, "labels": {"false": "no 😀", "true": "yes"}}})
+    assert 0.0 <= result["answers"]["n"]["noul"] <= 1.0
+
+
 def test_agent_reports_checkpoint_name_and_source(agent, bundle_factory):
     assert agent.name == "tiny-english"  # exported with name=preset (tests/conftest.py)
     source = agent.bundle.manifest["source"]
@@ -195,7 +241,7 @@ def test_predict_cli_answers_and_names_bad_requests(bundle_factory):
         (lambda a: a.predict("x", QUESTIONS, hooks=[object]), InvalidRequestType, "must be instances"),
         (lambda a: a.predict("x", QUESTIONS, on_predict_end=5), InvalidRequestType, "must be callable"),
         (lambda a: a.predict({1, 2}, QUESTIONS), InvalidRequestType, "Object of type set is not JSON"),
-        (lambda a: a.predict("a\ud800", QUESTIONS), InvalidRequestType, "TextInputSequence must be str"),
+        (lambda a: a.predict("a\ud800", QUESTIONS), InvalidRequest, "state contains an unpaired surrogate"),
     ],
 )
 def test_caller_mistakes_raise_the_caller_mistake_types(agent, call, kind, text):
@@ -248,7 +294,11 @@ def test_predict_cli_reports_a_type_mistake_in_one_line(bundle_factory, capsys):
             {"state": "x", "questions": QUESTIONS, "max_len": "5"},
             "max_len must be an integer or None, got '5'",
         ),
-        ({"state": "a\ud800", "questions": QUESTIONS}, "TextInputSequence must be str"),
+        (
+            {"state": "a\ud800", "questions": QUESTIONS},
+            "state contains an unpaired surrogate '\\ud800' (after 'a'); text must encode as UTF-8, "
+            "so a surrogate escape such as \\ud800 is only valid as half of a pair",
+        ),
     ):
         assert main(["predict", bundle, "--request", json.dumps(request)]) == 2
         err = capsys.readouterr().err

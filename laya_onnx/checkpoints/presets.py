@@ -1,10 +1,23 @@
-"""The checkpoint presets: architecture, tokenizer family, budgets and temperatures."""
+"""The checkpoint presets: architecture, tokenizer family, budgets and temperatures.
+
+Plain data, importable without torch: the CLI reads the preset names for its help.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from laya_onnx.checkpoints.weights import InitScales
+
+@dataclass(frozen=True)
+class InitScales:
+    embedding_std: float = 1.0
+    qk_gain: float = 1.6  # attention logits get std ~ gain**2
+    out_gain: float = 1.0
+    norm_noise: float = 0.1  # LayerNorm weights are 1 + N(0, norm_noise)
+    bias_std: float = 0.02
+    type_std: float = 0.5
+    scorer_gain: float = 4.0  # last scorer layer: logit spread across options
+    act_gain: float = 2.0
 
 
 @dataclass(frozen=True)

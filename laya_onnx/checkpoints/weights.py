@@ -22,22 +22,11 @@ import json
 import math
 import struct
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-
-@dataclass(frozen=True)
-class InitScales:
-    embedding_std: float = 1.0
-    qk_gain: float = 1.6  # attention logits get std ~ gain**2
-    out_gain: float = 1.0
-    norm_noise: float = 0.1  # LayerNorm weights are 1 + N(0, norm_noise)
-    bias_std: float = 0.02
-    type_std: float = 0.5
-    scorer_gain: float = 4.0  # last scorer layer: logit spread across options
-    act_gain: float = 2.0
+from laya_onnx.checkpoints.presets import InitScales
 
 
 def tensor_seed(seed: int, preset: str, name: str) -> int:
@@ -89,7 +78,7 @@ def write_random_safetensors(
     *,
     seed: int,
     preset: str,
-    scales: InitScales = InitScales(),
+    scales: InitScales,
     dtype: torch.dtype = torch.float16,
 ) -> None:
     """Write every tensor of `shapes` (name -> shape) with seeded random values to `path`."""
