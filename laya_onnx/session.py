@@ -39,20 +39,31 @@ def canonical_provider(name: str) -> str:
     return ALIASES.get(name.lower(), name)
 
 
-def resolve_providers(requested: Sequence[str] | None, available: Sequence[str]) -> list[str]:
-    """The provider list to ask for: auto order, or the caller's list, always ending in CPU."""
+def resolve_providers(
+    requested: Sequence[str] | None, available: Sequence[str], known: Sequence[str] | None = None
+) -> list[str]:
+    """The provider list to ask for: auto order, or the caller's list, always ending in CPU.
+
+    A name outside `known` (default: every provider this onnxruntime knows of,
+    `get_all_providers()`) is a typo and a ProviderError; a known one missing from `available`
+    is left in, for the session to count as a fallback.
+    """
     if requested is None:
         chosen = [p for p in AUTO_ORDER if p in available]
     else:
         if isinstance(requested, str):
             requested = [requested]
+        if known is None:
+            import onnxruntime as ort
+
+            known = ort.get_all_providers()
         chosen = []
         for p in requested:
             full = canonical_provider(p)
-            if not full.endswith("ExecutionProvider"):
+            if full not in known:
                 raise ProviderError(
-                    f"unknown execution provider {p!r}; use one of {sorted(set(ALIASES))} or a full "
-                    f"onnxruntime name such as {CUDA!r}"
+                    f"unknown execution provider {p!r}; use an alias ({', '.join(sorted(ALIASES))}) "
+                    f"or a name this onnxruntime knows: {', '.join(sorted(known))}"
                 )
             if full not in chosen:
                 chosen.append(full)

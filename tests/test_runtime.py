@@ -33,6 +33,22 @@ def test_resolve_providers_auto_and_explicit():
         resolve_providers(["tpu"], [CPU])
     with pytest.raises(ProviderError):
         resolve_providers([""], [CPU])
+    # A name onnxruntime does not know is a typo, refused; a known one this build lacks is kept
+    # (the session counts it as a fallback).
+    with pytest.raises(
+        ProviderError, match="unknown execution provider 'FooExecutionProvider'.*CPUExecution"
+    ):
+        resolve_providers(["FooExecutionProvider"], [CPU])
+    assert resolve_providers(["DmlExecutionProvider"], [CPU]) == ["DmlExecutionProvider", CPU]
+    assert resolve_providers(["XExecutionProvider"], [CPU], known=["XExecutionProvider", CPU]) == [
+        "XExecutionProvider",
+        CPU,
+    ]
+
+
+def test_unknown_provider_is_an_error_not_a_silent_cpu_run(bundle_factory):
+    with pytest.raises(ProviderError, match="unknown execution provider 'FooExecutionProvider'"):
+        ONNXAgent(bundle_factory("tiny-english"), providers=["FooExecutionProvider"])
 
 
 def test_unavailable_cuda_falls_back_to_cpu_observably(bundle_factory):
