@@ -91,6 +91,28 @@ def io_signature() -> dict[str, Any]:
     }
 
 
+class OutputExistsError(ValueError):
+    """An output directory that holds something and may not be replaced (nothing was written)."""
+
+    def __init__(self, path: os.PathLike, option: str = "force=True"):
+        self.path = Path(path)
+        super().__init__(self.advice(option))
+
+    def advice(self, option: str) -> str:
+        """The message, telling the caller to pass `option` (the API's force=True, the CLI's --force)."""
+        return f"output {str(self.path)!r} is not empty; pass {option} to replace it"
+
+
+def check_output_dir(out_dir: os.PathLike, force: bool) -> None:
+    """Refuse an output that is a file, or a non-empty directory unless `force` (then it is replaced)."""
+    out = Path(out_dir)
+    if out.exists():
+        if not out.is_dir():
+            raise ValueError(f"output {str(out)!r} exists and is not a directory")
+        if not force and any(out.iterdir()):
+            raise OutputExistsError(out)
+
+
 @contextmanager
 def staged_directory(out_dir: Path) -> Iterator[Path]:
     """Write a directory atomically: yield a sibling temp dir, then swap it in on success.

@@ -40,7 +40,7 @@ def run_demo(workdir: Path, preset: str = "tiny-english") -> int:
 
     checkpoint, bundle = workdir / preset / "checkpoint", workdir / preset / "bundle"
     if not (checkpoint / WEIGHTS_FILE).exists():
-        make_checkpoint(preset, checkpoint, seed=0)
+        make_checkpoint(preset, checkpoint, seed=0, force=True)
     if not (bundle / "manifest.json").exists():
         export_bundle(checkpoint, bundle, force=True, name=preset)
     agent = ONNXAgent(bundle)

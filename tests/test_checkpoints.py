@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 
+from laya_onnx.bundle import OutputExistsError
 from laya_onnx.checkpoints import PRESETS, make_checkpoint, state_dict_shapes
 from laya_onnx.export.cases import encode_calls
 from laya_onnx.export.model import load_decision_model
@@ -95,8 +96,11 @@ def test_same_seed_gives_identical_files(tmp_path):
     assert {k: v for k, v in dc.items() if k != "model.safetensors"} == {
         k: v for k, v in da.items() if k != "model.safetensors"
     }
-    # Regenerating into an existing checkpoint replaces it in place, with the same bytes.
-    assert _digests(make_checkpoint("tiny-english", a, seed=3)) == da
+    # An existing checkpoint is replaced only when asked (as export does), with the same bytes.
+    with pytest.raises(OutputExistsError, match=r"is not empty; pass force=True to replace it"):
+        make_checkpoint("tiny-english", a, seed=4)
+    assert _digests(a) == da
+    assert _digests(make_checkpoint("tiny-english", a, seed=3, force=True)) == da
 
 
 def test_multilingual_is_deterministic_too(tmp_path, checkpoint_factory):
@@ -104,10 +108,13 @@ def test_multilingual_is_deterministic_too(tmp_path, checkpoint_factory):
     assert _digests(again) == _digests(checkpoint_factory("tiny-multilingual"))
 
 
-def test_refuses_to_overwrite_a_directory_that_is_not_a_checkpoint(tmp_path):
+def test_refuses_to_overwrite_a_non_empty_directory_or_a_file(tmp_path):
     (tmp_path / "keep.txt").write_text("precious")
-    with pytest.raises(ValueError, match="not empty"):
+    with pytest.raises(OutputExistsError, match="not empty"):
         make_checkpoint("tiny-english", tmp_path)
+    assert (tmp_path / "keep.txt").read_text() == "precious"
+    with pytest.raises(ValueError, match="exists and is not a directory"):
+        make_checkpoint("tiny-english", tmp_path / "keep.txt", force=True)
     assert (tmp_path / "keep.txt").read_text() == "precious"
     with pytest.raises(ValueError, match="unknown checkpoint preset"):
         make_checkpoint("tiny-klingon", tmp_path / "x")

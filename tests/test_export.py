@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-from laya_onnx.bundle import GRAPH_INPUTS, GRAPH_OUTPUTS, Bundle, sha256_file
-from laya_onnx.export import ExportError, ValidationError, export_bundle
+from laya_onnx.bundle import GRAPH_INPUTS, GRAPH_OUTPUTS, Bundle, OutputExistsError, sha256_file
+from laya_onnx.export import ValidationError, export_bundle
 from laya_onnx.export.cases import CALLS
 from laya_onnx.export.model import load_decision_model
 
@@ -179,7 +179,7 @@ def test_output_directory_rules(checkpoint_factory, bundle_factory, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "stale.txt").write_text("old")
-    with pytest.raises(ExportError, match="not empty"):
+    with pytest.raises(OutputExistsError, match="is not empty; pass force=True to replace it"):
         export_bundle(ckpt, out, verbose=False)
     assert (out / "stale.txt").exists()
     manifest = export_bundle(ckpt, out, force=True, verbose=False)

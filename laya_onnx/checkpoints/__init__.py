@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from laya_onnx.bundle import CONFIG_FILE, WEIGHTS_FILE, staged_directory
+from laya_onnx.bundle import CONFIG_FILE, WEIGHTS_FILE, check_output_dir, staged_directory
 from laya_onnx.checkpoints.presets import PRESETS, Preset, get_preset
 
 
@@ -143,24 +143,18 @@ def _populate(preset: Preset, root: Path, seed: int) -> None:
     write_random_safetensors(root / WEIGHTS_FILE, shapes, seed=seed, preset=preset.name, scales=preset.scales)
 
 
-def make_checkpoint(preset: str, out_dir: Path, seed: int = 0) -> Path:
+def make_checkpoint(preset: str, out_dir: Path, seed: int = 0, *, force: bool = False) -> Path:
     """Write checkpoint `preset` (see PRESETS) to `out_dir`; returns the directory.
 
     The checkpoint is assembled in a temporary sibling and moved into place, so `out_dir` never
-    holds a half-written checkpoint. An existing checkpoint there is replaced; any other
-    non-empty directory is refused.
+    holds a half-written checkpoint. A non-empty `out_dir` is refused unless `force` (then it is
+    replaced), as `export_bundle` does.
     """
     spec = get_preset(preset)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     out_dir = Path(out_dir)
-    if out_dir.exists():
-        if not out_dir.is_dir():
-            raise ValueError(f"{str(out_dir)!r} exists and is not a directory")
-        if any(out_dir.iterdir()) and not (out_dir / CONFIG_FILE).exists():
-            raise ValueError(
-                f"{str(out_dir)!r} is not empty and does not hold a checkpoint; refusing to overwrite it"
-            )
+    check_output_dir(out_dir, force)
     with staged_directory(out_dir) as tmp:
         _populate(spec, tmp, seed)
     return out_dir

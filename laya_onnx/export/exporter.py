@@ -34,6 +34,7 @@ from laya_onnx.bundle import (
     GRAPH_OUTPUTS,
     TOKENIZER_DIR,
     WEIGHTS_FILE,
+    check_output_dir,
     sha256_file,
     staged_directory,
     write_manifest,
@@ -220,16 +221,6 @@ def validate_graph(
     }
 
 
-def _check_out_dir(out_dir: Path, force: bool) -> None:
-    if out_dir.exists():
-        if not out_dir.is_dir():
-            raise ExportError(f"output {str(out_dir)!r} exists and is not a directory")
-        if any(out_dir.iterdir()) and not force:
-            raise ExportError(
-                f"output {str(out_dir)!r} is not empty; pass force=True (--force) to replace it"
-            )
-
-
 def _copy_tokenizer(src: Path, dst: Path) -> None:
     dst.mkdir(parents=True)
     if not (src / "tokenizer.json").is_file():
@@ -266,7 +257,7 @@ def export_bundle(
     if not (isinstance(tolerance, (int, float)) and np.isfinite(tolerance) and tolerance > 0):
         raise ValueError(f"tolerance must be a positive number, got {tolerance!r}")
     out_dir = Path(out_dir)
-    _check_out_dir(out_dir, force)
+    check_output_dir(out_dir, force)
     steps = _Steps(verbose)
     started = time.perf_counter()
 
