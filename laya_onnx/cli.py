@@ -1,61 +1,131 @@
 """`laya-onnx` command line: one entry point, each subcommand imports only the layer it runs.
 
 The runtime core is torch-free, so `predict` and `serve` must work on a box without torch;
-`make-checkpoint` and `export` import torch lazily inside their own modules.
+`make-checkpoint` and `export` import torch lazily inside their own modules, and even the
+preset names `--help` lists come from a torch-free module.
+
+Exit status, the same for every subcommand: 0 success; 1 the command ran and failed (a parity
+or export-validation mismatch, an I/O or onnxruntime failure); 2 bad input, usage or
+configuration (argparse's own code for a bad option); 130 interrupted.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
+import textwrap
 from pathlib import Path
+from typing import Any
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+DESCRIPTION = """\
+Run the Laya decision model (https://huggingface.co/convaiinnovations/laya) on ONNX Runtime,
+without torch: export a checkpoint to a validated ONNX bundle once, then answer typed questions
+about a text with it, from the command line or over HTTP. Answers equal laya 0.4.15's."""
+
+EPILOG = """\
+examples:
+  laya-onnx demo                                   # the whole path on a tiny test checkpoint
+  laya-onnx export convaiinnovations/laya -o work/laya-bundle
+  laya-onnx predict work/laya-bundle --request '{"state": "I was charged twice",
+      "questions": {"refund": {"type": "noul", "instructions": "Refund?"}}}'
+  laya-onnx serve work/laya-bundle --port 8000
+
+'laya-onnx COMMAND --help' describes each command's options.
+
+exit status: 0 success; 1 the command ran and failed (a parity or export-validation mismatch,
+an I/O or onnxruntime failure); 2 bad input, usage or configuration (a bad option or request,
+a missing file, a missing extra); 130 interrupted."""
+
+# A character the terminal's bytes could not be decoded to: on POSIX, Python turns bytes that are
+# not valid UTF-8 in argv into lone surrogates (surrogateescape); a JSON "\ud800" escape is ASCII.
+_UNDECODED = re.compile("[\ud800-\udfff]")
+
+
+class UsageError(ValueError):
+    """A command-line argument that cannot be used (exit 2)."""
+
+
+class CommandFailed(Exception):
+    """The command ran and its outcome is a failure (exit 1)."""
 
 
 def _cmd_make_checkpoint(args: argparse.Namespace) -> int:
     from laya_onnx.checkpoints import make_checkpoint
 
-    out = make_checkpoint(args.preset, Path(args.output), seed=args.seed)
+    out = make_checkpoint(args.preset, Path(args.output), seed=args.seed, force=args.force)
     print(f"checkpoint written: {out}")
-    return 0
+    return EXIT_OK
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from laya_onnx.export import export_bundle
+    from laya_onnx.export import ValidationError, export_bundle
 
-    export_bundle(
-        args.checkpoint,
-        Path(args.output),
-        revision=args.revision,
-        opset=args.opset,
-        tolerance=args.tolerance,
-        dynamo=args.dynamo,
-        force=args.force,
-        name=args.name,
-    )
-    return 0
-
-
-def _read_json_arg(value: str, what: str):
-    """A JSON document given inline, as @file, or as - for stdin."""
     try:
-        if value == "-":
-            text = sys.stdin.read()
-        elif value.startswith("@"):
-            text = Path(value[1:]).read_text(encoding="utf-8")
-        else:
-            text = value
+        export_bundle(
+            args.checkpoint,
+            Path(args.output),
+            revision=args.revision,
+            opset=args.opset,
+            tolerance=args.tolerance,
+            dynamo=args.dynamo,
+            force=args.force,
+            name=args.name,
+        )
+    except ValidationError as exc:
+        raise CommandFailed(str(exc)) from None
+    return EXIT_OK
+
+
+def read_json_argument(value: str, option: str) -> Any:
+    """The JSON document an option gives inline, as @FILE, or as - (stdin).
+
+    Raises UsageError naming the option (and the file) for a file that cannot be read, bytes that
+    are not UTF-8, or text that is not JSON.
+    """
+    if value == "-":
+        source, data = f"{option} - (stdin)", sys.stdin.buffer.read()
+    elif value.startswith("@"):
+        path = Path(value[1:])
+        source = f"{option} file {str(path)!r}"
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise UsageError(f"{source} does not exist") from None
+        except IsADirectoryError:
+            raise UsageError(f"{source} is a directory, not a JSON file") from None
+        except OSError as exc:
+            raise UsageError(f"{source} cannot be read ({exc.strerror or exc})") from None
+    else:
+        source, data = option, None
+        bad = _UNDECODED.search(value)
+        if bad:
+            raise UsageError(
+                f"{option} is not valid UTF-8 (undecodable bytes after {value[: bad.start()]!r})"
+            )
+        text = value
+    if data is not None:
+        try:
+            text = data.decode("utf-8-sig")  # a leading byte-order mark is fine
+        except UnicodeDecodeError as exc:
+            raise UsageError(
+                f"{source} is not valid UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})"
+            ) from None
+    try:
         return json.loads(text)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{what} is not valid JSON ({exc})") from None
+    except ValueError as exc:
+        raise UsageError(f"{source} is not valid JSON ({exc})") from None
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
     from laya_onnx import ONNXAgent
 
-    request = _read_json_arg(args.request, "--request")
+    request = read_json_argument(args.request, "--request")
     if not isinstance(request, dict) or "state" not in request or "questions" not in request:
-        raise ValueError("--request must be an object with 'state' and 'questions'")
+        raise UsageError("--request must be a JSON object with 'state' and 'questions'")
     agent = ONNXAgent(args.bundle, providers=args.providers)
     controls = {
         k: request[k]
@@ -64,14 +134,14 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     }
     result = agent.predict(request["state"], request["questions"], **controls)
     print(json.dumps(result, ensure_ascii=False, indent=None if args.compact else 2))
-    return 0
+    return EXIT_OK
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     from laya_onnx.serve import run_server
 
     run_server(args.bundle, host=args.host, port=args.port, providers=args.providers)
-    return 0
+    return EXIT_OK
 
 
 def _cmd_parity(args: argparse.Namespace) -> int:
@@ -93,7 +163,7 @@ def _cmd_parity(args: argparse.Namespace) -> int:
         progress=show,
     )
     print(json.dumps(report.summary(), indent=2))
-    return 0 if report.passed else 1
+    return EXIT_OK if report.passed else EXIT_FAILED
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -104,7 +174,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
             run_bench(args.checkpoint, args.bundle, repeats=args.repeats, threads=args.threads), indent=2
         )
     )
-    return 0
+    return EXIT_OK
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -119,28 +189,67 @@ def _providers(value: str | None):
     return [p.strip() for p in value.split(",") if p.strip()]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="laya-onnx", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(dest="command", required=True)
+PROVIDERS_HELP = (
+    "comma list of onnxruntime execution providers in order of preference, full names "
+    "(CUDAExecutionProvider) or cpu/cuda/gpu/coreml/tensorrt; CPU is always added last. "
+    "Default 'auto': CUDA, then CoreML, then CPU, whichever this build offers"
+)
 
-    mk = sub.add_parser("make-checkpoint", help="write a deterministic checkpoint in the release layout")
-    mk.add_argument(
-        "--preset",
-        required=True,
-        choices=["tiny-english", "tiny-multilingual", "tiny-typed-decisions", "random-english-large"],
+
+def build_parser() -> argparse.ArgumentParser:
+    from laya_onnx import __version__
+    from laya_onnx.checkpoints.presets import PRESETS
+
+    p = argparse.ArgumentParser(
+        prog="laya-onnx",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    mk.add_argument("-o", "--output", required=True)
-    mk.add_argument("--seed", type=int, default=0)
+    p.add_argument("--version", action="version", version=f"laya-onnx {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    mk = sub.add_parser(
+        "make-checkpoint",
+        help="write a small deterministic test checkpoint in the release layout (needs the export extra)",
+        description=textwrap.fill(
+            "Write a deterministic checkpoint with random weights in the layout laya's training "
+            "writes; for tests, demos and benchmarks (its answers mean nothing).",
+            88,
+        ),
+        epilog="presets:\n"
+        + "\n".join(
+            textwrap.fill(preset.description, 88, initial_indent=f"  {name}: ", subsequent_indent="      ")
+            for name, preset in sorted(PRESETS.items())
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    mk.add_argument(
+        "--preset", required=True, choices=sorted(PRESETS), metavar="PRESET", help="; ".join(sorted(PRESETS))
+    )
+    mk.add_argument("-o", "--output", required=True, help="directory to write the checkpoint to")
+    mk.add_argument(
+        "--seed", type=int, default=0, help="random seed of the weights; the same seed writes the same bytes"
+    )
+    mk.add_argument("--force", action="store_true", help="replace a non-empty output directory")
     mk.set_defaults(func=_cmd_make_checkpoint)
 
-    ex = sub.add_parser("export", help="trace a checkpoint into a validated ONNX bundle (needs torch)")
+    ex = sub.add_parser(
+        "export",
+        help="turn a checkpoint into a validated ONNX bundle (needs the export extra)",
+        description="Trace a checkpoint into one ONNX graph, check ONNX Runtime against torch on "
+        "built-in requests, and write the bundle (graph, tokenizer, config, manifest). Nothing is "
+        "written when the check fails.",
+    )
     ex.add_argument("checkpoint", help="checkpoint directory or Hugging Face repo id[/subfolder]")
-    ex.add_argument("-o", "--output", required=True)
+    ex.add_argument("-o", "--output", required=True, help="directory to write the bundle to")
     ex.add_argument("--revision", default=None, help="Hub revision (commit, tag, or 'reviewed')")
-    ex.add_argument("--opset", type=int, default=17)
-    ex.add_argument("--tolerance", type=float, default=1e-4, help="max |Δlogit| allowed vs torch")
+    ex.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17; dynamo uses 18+)")
+    ex.add_argument(
+        "--tolerance", type=float, default=1e-4, help="max |Δlogit| allowed vs torch (default 1e-4)"
+    )
     ex.add_argument("--dynamo", action="store_true", help="use the torch.export-based exporter")
-    ex.add_argument("--force", action="store_true", help="overwrite a non-empty output directory")
+    ex.add_argument("--force", action="store_true", help="replace a non-empty output directory")
     ex.add_argument(
         "--name",
         default=None,
@@ -148,44 +257,110 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ex.set_defaults(func=_cmd_export)
 
-    pr = sub.add_parser("predict", help="answer one request with a bundle")
-    pr.add_argument("bundle")
-    pr.add_argument(
-        "--request", required=True, help='JSON {"state":..., "questions":...} inline, @file or - for stdin'
+    pr = sub.add_parser(
+        "predict",
+        help="answer one request with a bundle and print the JSON result",
+        description="Answer one request with a bundle and print the result as laya.Agent.predict returns it.",
     )
+    pr.add_argument("bundle", help="bundle directory, or a Hub repo id[/subfolder] holding one")
     pr.add_argument(
-        "--providers", type=_providers, default=None, help="comma list of execution providers, or 'auto'"
+        "--request",
+        required=True,
+        help='JSON {"state": ..., "questions": {...}} (optional: max_len, head_max_len, '
+        "min_confidence, lang), inline, as @FILE, or - for stdin",
     )
-    pr.add_argument("--compact", action="store_true")
+    pr.add_argument("--providers", type=_providers, default=None, help=PROVIDERS_HELP)
+    pr.add_argument("--compact", action="store_true", help="print the JSON on one line")
     pr.set_defaults(func=_cmd_predict)
 
-    sv = sub.add_parser("serve", help="serve a bundle over the /v1/systemone wire protocol")
-    sv.add_argument("bundle")
+    sv = sub.add_parser(
+        "serve",
+        help="serve a bundle over HTTP (POST /v1/systemone, /v1/systemone/batch, GET /health)",
+        description="Serve a bundle over TypeSafe Jev's /v1/systemone wire protocol until SIGINT/SIGTERM.",
+    )
+    sv.add_argument("bundle", help="bundle directory, or a Hub repo id[/subfolder] holding one")
     sv.add_argument("--host", default=None, help="bind address (default $LAYA_HOST or 0.0.0.0)")
     sv.add_argument("--port", type=int, default=None, help="port (default $LAYA_PORT or 8000)")
-    sv.add_argument("--providers", type=_providers, default=None)
+    sv.add_argument("--providers", type=_providers, default=None, help=PROVIDERS_HELP)
     sv.set_defaults(func=_cmd_serve)
 
-    pa = sub.add_parser("parity", help="compare a bundle with the reference laya.Agent (needs the dev extra)")
+    pa = sub.add_parser(
+        "parity",
+        help="compare a bundle's answers with the reference laya.Agent (needs the dev extra)",
+        description="Run a request suite through the reference laya.Agent (torch) and the bundle, "
+        "and compare row by row; exits 1 when they differ.",
+    )
     pa.add_argument("checkpoint", help="the checkpoint the bundle was exported from")
-    pa.add_argument("bundle")
+    pa.add_argument("bundle", help="the bundle directory")
     pa.add_argument("--suite", default="core", help="suite name under parity/suites or a JSON path")
-    pa.add_argument("--tolerance", type=float, default=1e-5, help="max |Δp| allowed")
+    pa.add_argument("--tolerance", type=float, default=1e-5, help="max |Δp| allowed (default 1e-5)")
     pa.add_argument("--report", default=None, help="write the JSON report here")
     pa.set_defaults(func=_cmd_parity)
 
-    be = sub.add_parser("bench", help="speed vs the reference laya.Agent, interleaved (needs the dev extra)")
-    be.add_argument("checkpoint")
-    be.add_argument("bundle")
-    be.add_argument("--repeats", type=int, default=10)
-    be.add_argument("--threads", type=int, default=None)
+    be = sub.add_parser(
+        "bench",
+        help="time a bundle against the reference laya.Agent (needs the dev extra)",
+        description="Time the reference laya.Agent (torch, CPU) and the bundle call by call, "
+        "interleaved, and print medians and their ratio.",
+    )
+    be.add_argument("checkpoint", help="the checkpoint the bundle was exported from")
+    be.add_argument("bundle", help="the bundle directory")
+    be.add_argument("--repeats", type=int, default=10, help="timed calls per runtime and workload")
+    be.add_argument(
+        "--threads", type=int, default=None, help="threads for both runtimes (default: torch's count)"
+    )
     be.set_defaults(func=_cmd_bench)
 
-    dm = sub.add_parser("demo", help="make the tiny checkpoint, export it and answer a request")
-    dm.add_argument("--workdir", default="work/demo")
-    dm.add_argument("--preset", default="tiny-english")
+    dm = sub.add_parser(
+        "demo",
+        help="make a tiny checkpoint, export it and answer a request, in one go (needs the export extra)",
+        description="Make a test checkpoint, export it and answer the README's request; a second "
+        "run reuses what the first left in the work directory.",
+    )
+    dm.add_argument("--workdir", default="work/demo", help="where the checkpoint and bundle go")
+    dm.add_argument(
+        "--preset",
+        default="tiny-english",
+        choices=sorted(PRESETS),
+        metavar="PRESET",
+        help="checkpoint preset (default tiny-english; see make-checkpoint --help): "
+        + "; ".join(sorted(PRESETS)),
+    )
     dm.set_defaults(func=_cmd_demo)
     return p
+
+
+# Paths a user names on the command line; their absence is the user's to fix, not a failure.
+_BAD_PATH = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
+
+
+def _exit_status(exc: BaseException) -> tuple[int, str] | None:
+    """(status, message) for an exception the CLI reports in one line; None: let it propagate."""
+    from laya_onnx.bundle import OutputExistsError
+
+    if isinstance(exc, CommandFailed):
+        return EXIT_FAILED, f"failed: {exc}"
+    if isinstance(exc, OutputExistsError):
+        return EXIT_USAGE, f"error: {exc.advice('--force')}"  # the CLI's word for force=True
+    if isinstance(exc, SystemExit):
+        # The serve layer exits with its own message for bad settings (LAYA_PORT, --port, ...).
+        return EXIT_USAGE, "error: " + str(exc.code).removeprefix("laya-onnx: ")
+    if isinstance(exc, ImportError):
+        hint = (
+            f" (is the extra that provides {exc.name!r} installed? see README 'Install')" if exc.name else ""
+        )
+        return EXIT_USAGE, f"error: {exc}{hint}"
+    hub_errors = sys.modules.get("huggingface_hub.errors")
+    bad_hub_reference = hub_errors is not None and isinstance(
+        exc, (hub_errors.RepositoryNotFoundError, hub_errors.RevisionNotFoundError)
+    )
+    # ValueError and TypeError cover the caller-mistake types (InvalidRequest, BundleError,
+    # TokenizerError, ProviderError, UsageError, the exporter's refusals).
+    if isinstance(exc, (ValueError, TypeError, *_BAD_PATH)) or bad_hub_reference:
+        return EXIT_USAGE, f"error: {exc}"
+    if isinstance(exc, (OSError, RuntimeError)) or type(exc).__module__.startswith("onnxruntime"):
+        return EXIT_FAILED, f"failed: {type(exc).__name__}: {exc}"
+    return None  # anything else is a bug: Python's traceback (and exit 1) says where
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -194,16 +369,16 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except KeyboardInterrupt:
         print("laya-onnx: interrupted", file=sys.stderr)
-        return 130
-    except (ValueError, TypeError, OSError, ImportError) as exc:
-        # Bad input (a wrong checkpoint, a tampered bundle, a missing extra) is reported as one
-        # line naming what is at fault, never as a traceback. ValueError covers BundleError,
-        # TokenizerError, ProviderError and the exporter's refusals.
-        hint = ""
-        if isinstance(exc, ImportError) and exc.name:
-            hint = f" (is the extra that provides {exc.name!r} installed? see README 'Install')"
-        print(f"laya-onnx {args.command}: error: {exc}{hint}", file=sys.stderr)
-        return 2
+        return EXIT_INTERRUPTED
+    except (Exception, SystemExit) as exc:
+        if isinstance(exc, SystemExit) and not isinstance(exc.code, str):
+            raise
+        reported = _exit_status(exc)
+        if reported is None:
+            raise
+        status, message = reported
+        print(f"laya-onnx {args.command}: {message}", file=sys.stderr)
+        return status
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -77,8 +77,8 @@ def test_env_bool_and_settings(monkeypatch):
         serve_settings.Settings.from_env(nope=1)
 
 
-def test_cli_serve_bad_port_exits_before_loading(tmp_path):
-    from laya_onnx.cli import main
+def test_cli_serve_bad_port_exits_before_loading(tmp_path, capsys):
+    from laya_onnx.cli import EXIT_USAGE, main
 
-    with pytest.raises(SystemExit, match="invalid --port"):
-        main(["serve", str(tmp_path / "missing"), "--port", "70000"])
+    assert main(["serve", str(tmp_path / "missing"), "--port", "70000"]) == EXIT_USAGE
+    assert "invalid --port 70000" in capsys.readouterr().err

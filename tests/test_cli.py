@@ -1,0 +1,227 @@
+"""The `laya-onnx` command line: help, version, reading requests, and one exit-status rule for all.
+
+0 success; 1 the command ran and failed; 2 bad input, usage or configuration (argparse's code).
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from laya_onnx import __version__
+from laya_onnx.cli import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    CommandFailed,
+    UsageError,
+    _exit_status,
+    build_parser,
+    main,
+    read_json_argument,
+)
+
+REQUEST = {"state": "I was charged twice", "questions": {"r": {"type": "noul", "instructions": "Refund?"}}}
+
+
+def _subcommands():
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    return sub.choices
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.strip() == f"laya-onnx {__version__}"
+
+
+@pytest.mark.parametrize("command", sorted(_subcommands()))
+def test_every_option_says_what_it_does(command):
+    parser = _subcommands()[command]
+    for action in parser._actions:
+        assert action.help and action.help.strip(), f"{command} {action.option_strings or action.dest}"
+
+
+def test_top_level_help_speaks_to_a_user(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for command in _subcommands():
+        assert command in out
+    assert "examples:" in out and "laya-onnx predict" in out
+    assert "exit status: 0 success; 1 the command ran and failed" in out and "2 bad input" in out
+    assert "layer" not in out and "import" not in out
+
+
+BLOCKED_HELP = textwrap.dedent("""
+    import sys
+
+    class Block:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in ("torch", "transformers", "onnx", "aiohttp", "laya"):
+                raise ImportError("blocked in this test: " + name)
+
+    sys.meta_path.insert(0, Block())
+    from laya_onnx.cli import main
+    main(sys.argv[1:])
+""")
+
+
+def test_help_lists_the_presets_without_torch():
+    from laya_onnx.checkpoints.presets import PRESETS
+
+    proc = subprocess.run(
+        [sys.executable, "-c", BLOCKED_HELP, "make-checkpoint", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    for name in PRESETS:
+        assert name in proc.stdout
+
+
+# -- reading --request ---------------------------------------------------------------------------
+def test_request_from_a_missing_file_or_a_directory(tmp_path):
+    with pytest.raises(UsageError, match=r"--request file '.*missing.json' does not exist"):
+        read_json_argument(f"@{tmp_path / 'missing.json'}", "--request")
+    with pytest.raises(UsageError, match="is a directory"):
+        read_json_argument(f"@{tmp_path}", "--request")
+
+
+def test_request_that_is_not_utf8(tmp_path, monkeypatch):
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b'{"state": "x\xff", "questions": {}}')
+    with pytest.raises(
+        UsageError, match=r"--request file '.*bad.json' is not valid UTF-8 \(byte 0xff at offset 12\)"
+    ):
+        read_json_argument(f"@{bad}", "--request")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(bad.read_bytes())))
+    with pytest.raises(UsageError, match=r"--request - \(stdin\) is not valid UTF-8"):
+        read_json_argument("-", "--request")
+    # What POSIX Python makes of a non-UTF-8 byte in argv (surrogateescape).
+    undecoded = b'{"state": "x\xff"}'.decode("utf-8", "surrogateescape")
+    with pytest.raises(UsageError, match="--request is not valid UTF-8"):
+        read_json_argument(undecoded, "--request")
+
+
+def test_request_that_is_not_json_and_one_that_is(tmp_path, monkeypatch):
+    with pytest.raises(UsageError, match=r"--request is not valid JSON \(Expecting"):
+        read_json_argument('{"state": ', "--request")
+    with_bom = tmp_path / "bom.json"
+    with_bom.write_bytes(b"\xef\xbb\xbf" + json.dumps(REQUEST).encode())
+    assert read_json_argument(f"@{with_bom}", "--request") == REQUEST
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(json.dumps(REQUEST).encode())))
+    assert read_json_argument("-", "--request") == REQUEST
+    # A JSON surrogate escape is ASCII on the command line: it parses, and the core refuses it.
+    assert read_json_argument('"\\ud800"', "--request") == "\ud800"
+
+
+# -- exit status ---------------------------------------------------------------------------------
+def _run(capsys, argv):
+    status = main(argv)
+    return status, capsys.readouterr()
+
+
+def test_predict_exit_statuses(bundle_factory, tmp_path, capsys):
+    bundle = str(bundle_factory("tiny-english"))
+    status, out = _run(capsys, ["predict", bundle, "--compact", "--request", json.dumps(REQUEST)])
+    assert status == 0 and set(json.loads(out.out)["answers"]) == {"r"}
+
+    status, out = _run(capsys, ["predict", bundle, "--request", f"@{tmp_path / 'nope.json'}"])
+    assert status == EXIT_USAGE
+    assert out.err.strip().endswith("nope.json' does not exist") and "not valid JSON" not in out.err
+
+    lone = json.dumps({**REQUEST, "state": "charged \ud800 twice"})  # json.dumps writes "\ud800"
+    assert "\\ud800" in lone
+    status, out = _run(capsys, ["predict", bundle, "--request", lone])
+    assert status == EXIT_USAGE
+    assert out.err.startswith("laya-onnx predict: error: state contains an unpaired surrogate")
+    assert "TextInputSequence" not in out.err and len(out.err.strip().splitlines()) == 1
+
+    status, out = _run(
+        capsys, ["predict", bundle, "--request", json.dumps(REQUEST), "--providers", "FooExecutionProvider"]
+    )
+    assert status == EXIT_USAGE and out.out == ""
+    assert out.err.startswith("laya-onnx predict: error: unknown execution provider 'FooExecutionProvider'")
+    assert len(out.err.strip().splitlines()) == 1
+
+    status, out = _run(capsys, ["predict", bundle, "--request", "[1]"])
+    assert status == EXIT_USAGE and "must be a JSON object with 'state' and 'questions'" in out.err
+
+
+def test_make_checkpoint_refuses_a_non_empty_directory_in_cli_words(tmp_path, capsys):
+    (tmp_path / "keep.txt").write_text("precious")
+    status, out = _run(capsys, ["make-checkpoint", "--preset", "tiny-english", "-o", str(tmp_path)])
+    assert status == EXIT_USAGE
+    assert out.err.strip() == (
+        f"laya-onnx make-checkpoint: error: output {str(tmp_path)!r} is not empty; pass --force to replace it"
+    )
+    assert (tmp_path / "keep.txt").read_text() == "precious"
+
+
+def test_export_refuses_a_non_empty_directory_in_cli_words(checkpoint_factory, tmp_path, capsys):
+    (tmp_path / "keep.txt").write_text("precious")
+    status, out = _run(capsys, ["export", str(checkpoint_factory("tiny-english")), "-o", str(tmp_path)])
+    assert status == EXIT_USAGE
+    assert (
+        out.err.strip().endswith("is not empty; pass --force to replace it") and "force=True" not in out.err
+    )
+
+
+def test_export_validation_failure_is_a_runtime_failure(monkeypatch, tmp_path, capsys):
+    from laya_onnx import export
+    from laya_onnx.export import ValidationError
+
+    def disagrees(*args, **kwargs):
+        raise ValidationError("ONNX Runtime disagrees with torch beyond tolerance 1e-06")
+
+    monkeypatch.setattr(export, "export_bundle", disagrees)
+    status, out = _run(capsys, ["export", str(tmp_path), "-o", str(tmp_path / "b")])
+    assert status == EXIT_FAILED
+    assert (
+        out.err.strip()
+        == "laya-onnx export: failed: ONNX Runtime disagrees with torch beyond tolerance 1e-06"
+    )
+
+
+def test_serve_settings_errors_are_usage_errors(tmp_path, capsys):
+    status, out = _run(capsys, ["serve", str(tmp_path / "missing"), "--port", "70000"])
+    assert status == EXIT_USAGE
+    assert out.err.strip() == "laya-onnx serve: error: invalid --port 70000: must be an integer 1-65535"
+
+
+def test_argparse_usage_errors_exit_2(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["predict"])
+    assert exit_.value.code == EXIT_USAGE
+
+
+@pytest.mark.parametrize(
+    "exc, status",
+    [
+        (CommandFailed("mismatch"), EXIT_FAILED),
+        (RuntimeError("CUDA failure 2: out of memory"), EXIT_FAILED),
+        (OSError(errno.ENOSPC, "No space left on device"), EXIT_FAILED),
+        (OSError(errno.EADDRINUSE, "address already in use"), EXIT_FAILED),
+        (FileNotFoundError("Local model path not found: 'x'."), EXIT_USAGE),
+        (PermissionError(errno.EACCES, "Permission denied"), EXIT_USAGE),
+        (ValueError("bad"), EXIT_USAGE),
+        (TypeError("bad"), EXIT_USAGE),
+        (ModuleNotFoundError("No module named 'torch'", name="torch"), EXIT_USAGE),
+    ],
+    ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else str(v),
+)
+def test_exit_status_classes(exc, status):
+    assert _exit_status(exc)[0] == status
+
+
+def test_a_bug_keeps_its_traceback():
+    assert _exit_status(AttributeError("'NoneType' object has no attribute 'x'")) is None
