@@ -56,6 +56,17 @@ class BundleError(ValueError):
     """A bundle that is missing, incomplete, or does not match its manifest."""
 
 
+def read_json_object(path: Path, owner: str, error: type[ValueError] = ValueError) -> dict[str, Any]:
+    """The JSON object in `path`; `error` naming `owner` (e.g. "bundle 'b'") and the file otherwise."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:  # UnicodeDecodeError included
+        raise error(f"{owner}: {path.name} is not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise error(f"{owner}: {path.name} must be a JSON object")
+    return data
+
+
 def sha256_file(path: os.PathLike, chunk: int = 1 << 20) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -176,13 +187,8 @@ class Bundle:
         manifest = None
         mpath = root / MANIFEST_FILE
         if mpath.exists():
-            try:
-                manifest = json.loads(mpath.read_text(encoding="utf-8"))
-            except ValueError as exc:
-                raise BundleError(
-                    f"bundle {str(root)!r}: {MANIFEST_FILE} is not valid JSON ({exc})"
-                ) from None
-            if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+            manifest = read_json_object(mpath, f"bundle {str(root)!r}", BundleError)
+            if manifest.get("format") != FORMAT:
                 raise BundleError(f"bundle {str(root)!r}: {MANIFEST_FILE} is not a {FORMAT} manifest")
             if manifest.get("format_version") != FORMAT_VERSION:
                 raise BundleError(
@@ -194,12 +200,7 @@ class Bundle:
         for need in (GRAPH_FILE, CONFIG_FILE, TOKENIZER_DIR + "/tokenizer.json"):
             if not (root / need).exists():
                 raise BundleError(f"bundle {str(root)!r} has no {need}; is it a laya-onnx export?")
-        try:
-            config = json.loads((root / CONFIG_FILE).read_text(encoding="utf-8"))
-        except ValueError as exc:
-            raise BundleError(f"bundle {str(root)!r}: {CONFIG_FILE} is not valid JSON ({exc})") from None
-        if not isinstance(config, dict):
-            raise BundleError(f"bundle {str(root)!r}: {CONFIG_FILE} must be a JSON object")
+        config = read_json_object(root / CONFIG_FILE, f"bundle {str(root)!r}", BundleError)
         return cls(root=root, manifest=manifest, config=config)
 
 

@@ -189,11 +189,23 @@ def _providers(value: str | None):
     return [p.strip() for p in value.split(",") if p.strip()]
 
 
-PROVIDERS_HELP = (
-    "comma list of onnxruntime execution providers in order of preference, full names "
-    "(CUDAExecutionProvider) or cpu/cuda/gpu/coreml/tensorrt; CPU is always added last. "
-    "Default 'auto': CUDA, then CoreML, then CPU, whichever this build offers"
-)
+def _add_bundle_and_providers(parser: argparse.ArgumentParser) -> None:
+    """The bundle and execution providers of the commands that run one (predict, serve)."""
+    parser.add_argument("bundle", help="bundle directory, or a Hub repo id[/subfolder] holding one")
+    parser.add_argument(
+        "--providers",
+        type=_providers,
+        default=None,
+        help="comma list of onnxruntime execution providers in order of preference, full names "
+        "(CUDAExecutionProvider) or cpu/cuda/gpu/coreml/tensorrt; CPU is always added last. "
+        "Default 'auto': CUDA, then CoreML, then CPU, whichever this build offers",
+    )
+
+
+def _add_checkpoint_and_bundle(parser: argparse.ArgumentParser) -> None:
+    """The two positionals of the commands that hold a bundle against the reference."""
+    parser.add_argument("checkpoint", help="the checkpoint the bundle was exported from")
+    parser.add_argument("bundle", help="the bundle directory")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -262,14 +274,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="answer one request with a bundle and print the JSON result",
         description="Answer one request with a bundle and print the result as laya.Agent.predict returns it.",
     )
-    pr.add_argument("bundle", help="bundle directory, or a Hub repo id[/subfolder] holding one")
+    _add_bundle_and_providers(pr)
     pr.add_argument(
         "--request",
         required=True,
         help='JSON {"state": ..., "questions": {...}} (optional: max_len, head_max_len, '
         "min_confidence, lang), inline, as @FILE, or - for stdin",
     )
-    pr.add_argument("--providers", type=_providers, default=None, help=PROVIDERS_HELP)
     pr.add_argument("--compact", action="store_true", help="print the JSON on one line")
     pr.set_defaults(func=_cmd_predict)
 
@@ -278,10 +289,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve a bundle over HTTP (POST /v1/systemone, /v1/systemone/batch, GET /health)",
         description="Serve a bundle over TypeSafe Jev's /v1/systemone wire protocol until SIGINT/SIGTERM.",
     )
-    sv.add_argument("bundle", help="bundle directory, or a Hub repo id[/subfolder] holding one")
+    _add_bundle_and_providers(sv)
     sv.add_argument("--host", default=None, help="bind address (default $LAYA_HOST or 0.0.0.0)")
     sv.add_argument("--port", type=int, default=None, help="port (default $LAYA_PORT or 8000)")
-    sv.add_argument("--providers", type=_providers, default=None, help=PROVIDERS_HELP)
     sv.set_defaults(func=_cmd_serve)
 
     pa = sub.add_parser(
@@ -290,8 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a request suite through the reference laya.Agent (torch) and the bundle, "
         "and compare row by row; exits 1 when they differ.",
     )
-    pa.add_argument("checkpoint", help="the checkpoint the bundle was exported from")
-    pa.add_argument("bundle", help="the bundle directory")
+    _add_checkpoint_and_bundle(pa)
     pa.add_argument("--suite", default="core", help="suite name under parity/suites or a JSON path")
     pa.add_argument("--tolerance", type=float, default=1e-5, help="max |Δp| allowed (default 1e-5)")
     pa.add_argument("--report", default=None, help="write the JSON report here")
@@ -303,8 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Time the reference laya.Agent (torch, CPU) and the bundle call by call, "
         "interleaved, and print medians and their ratio.",
     )
-    be.add_argument("checkpoint", help="the checkpoint the bundle was exported from")
-    be.add_argument("bundle", help="the bundle directory")
+    _add_checkpoint_and_bundle(be)
     be.add_argument("--repeats", type=int, default=10, help="timed calls per runtime and workload")
     be.add_argument(
         "--threads", type=int, default=None, help="threads for both runtimes (default: torch's count)"

@@ -24,7 +24,6 @@ batch size, sequence length and marker count (>= 2 marker columns, see `MIN_MARK
 
 from __future__ import annotations
 
-import json
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from laya_onnx.bundle import CONFIG_FILE, WEIGHTS_FILE
+from laya_onnx.bundle import CONFIG_FILE, WEIGHTS_FILE, read_json_object
 from laya_onnx.questions import QTYPES  # row order of `type_emb`
 from laya_onnx.sequences import check_option_layout
 
@@ -287,14 +286,7 @@ def read_checkpoint_config(checkpoint_dir: Path) -> dict[str, Any]:
     path = Path(checkpoint_dir) / CONFIG_FILE
     if not path.is_file():
         raise ValueError(f"checkpoint {str(checkpoint_dir)!r} has no {CONFIG_FILE}; is it a Laya checkpoint?")
-    try:
-        cfg = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as exc:
-        raise ValueError(
-            f"checkpoint {str(checkpoint_dir)!r}: {CONFIG_FILE} is not valid JSON ({exc})"
-        ) from None
-    if not isinstance(cfg, dict):
-        raise ValueError(f"checkpoint {str(checkpoint_dir)!r}: {CONFIG_FILE} must be a JSON object")
+    cfg = read_json_object(path, f"checkpoint {str(checkpoint_dir)!r}")
     check_option_layout(cfg, f"checkpoint {str(checkpoint_dir)!r}")
     head_layers = cfg.get("head_layers", 2)
     if isinstance(head_layers, bool) or not isinstance(head_layers, int) or head_layers < 0:
