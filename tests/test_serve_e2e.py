@@ -206,8 +206,8 @@ def test_serve_refuses_a_missing_bundle_with_a_message(tmp_path):
         env=env,
         timeout=60,
     )
-    assert done.returncode != 0
-    assert "laya-onnx: cannot serve" in done.stderr and "Traceback" not in done.stderr
+    assert done.returncode == 2  # bad input, as for every subcommand
+    assert "laya-onnx serve: error: cannot serve" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_parity_suite_through_the_server_equals_the_agent(server):
