@@ -26,22 +26,22 @@ def test_port_env(monkeypatch, raw, expect):
 
 
 @pytest.mark.parametrize("raw", ["abc", "0", "70000", "-1", "80.5"])
-def test_bad_port_env_exits_with_a_message(monkeypatch, raw):
+def test_bad_port_env_is_a_config_error(monkeypatch, raw):
     monkeypatch.setenv("LAYA_PORT", raw)
-    with pytest.raises(SystemExit, match="invalid LAYA_PORT"):
+    with pytest.raises(serve_settings.ConfigError, match="invalid LAYA_PORT"):
         serve_settings.resolve_port(None)
 
 
 def test_cli_port_wins_and_is_checked(monkeypatch):
     monkeypatch.setenv("LAYA_PORT", "nonsense")
     assert serve_settings.resolve_port(8123) == 8123
-    with pytest.raises(SystemExit, match="invalid --port 70000"):
+    with pytest.raises(serve_settings.ConfigError, match="invalid --port 70000"):
         serve_settings.resolve_port(70000)
     monkeypatch.setenv("LAYA_HOST", " 127.0.0.1 ")
     assert serve_settings.resolve_host(None) == "127.0.0.1"
     assert serve_settings.resolve_host("::1") == "::1"
     monkeypatch.delenv("LAYA_HOST")
-    assert serve_settings.resolve_host(None) == "0.0.0.0"
+    assert serve_settings.resolve_host(None) == "127.0.0.1"  # reachable from elsewhere only on request
 
 
 def test_log_level_env(monkeypatch):
@@ -49,7 +49,7 @@ def test_log_level_env(monkeypatch):
     monkeypatch.setenv("LAYA_LOG_LEVEL", " DEBUG ")
     assert serve_settings.resolve_log_level() == logging.DEBUG
     monkeypatch.setenv("LAYA_LOG_LEVEL", "loud")
-    with pytest.raises(SystemExit, match="invalid LAYA_LOG_LEVEL 'loud'"):
+    with pytest.raises(serve_settings.ConfigError, match="invalid LAYA_LOG_LEVEL 'loud'"):
         serve_settings.resolve_log_level()
 
 
@@ -81,4 +81,5 @@ def test_cli_serve_bad_port_exits_before_loading(tmp_path, capsys):
     from laya_onnx.cli import EXIT_USAGE, main
 
     assert main(["serve", str(tmp_path / "missing"), "--port", "70000"]) == EXIT_USAGE
-    assert "invalid --port 70000" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "invalid --port 70000" in err and "missing" not in err  # the bundle was never looked at

@@ -4,14 +4,17 @@ Layout:
   * state lives under typed `web.AppKey`s; the inference runtime (one-thread executor, the
     inference gate, the admission semaphore) is created and torn down by a `cleanup_ctx`, so
     it binds to the loop that actually runs the app;
-  * middlewares, outermost first: errors (every refusal becomes `{"detail": ...}`), the
-    trailing-slash redirect, bearer auth, admission, inference timing headers — auth and
-    admission apply to the two decision routes only, and run before a body byte is read;
+  * middlewares, outermost first: the LAYA_ROOT_PATH prefix, the request id (`X-Request-Id` on
+    every response, the id in every log line), errors (every refusal becomes
+    `{"detail": ...}`), the trailing-slash redirect, bearer auth, admission (and the drain),
+    inference timing headers — auth and admission apply to the two decision routes only, and
+    run before a body byte is read;
   * handlers are thin: read the body, run the checks in contract order, hand the agent call
     to the worker thread, shape and render the result.
 
 The model is ONNX Runtime and synchronous, so it never runs on the event loop: one worker
-thread runs one pass at a time, and `/health` answers from the loop meanwhile.
+thread runs one pass at a time, and `/health` answers from the loop meanwhile. How a SIGTERM
+drains the requests in flight is `drain.py`'s; the connection-level limits are `connection.py`'s.
 """
 
 from __future__ import annotations
@@ -27,13 +30,16 @@ from functools import partial
 from typing import Any
 
 from aiohttp import web
+from yarl import URL
 
 from laya_onnx.errors import LayaInputError
 from laya_onnx.hooks import aggregate_usage
 from laya_onnx.serve import validate as v
+from laya_onnx.serve.drain import Drain, InferenceGate
 from laya_onnx.serve.errors import (
     BODY_TIMEOUT,
     BODY_TOO_LARGE,
+    BODY_UNDECODABLE,
     BUSY,
     INFERENCE_FAILED,
     LONE_SURROGATE,
@@ -41,6 +47,7 @@ from laya_onnx.serve.errors import (
     UNAUTHORIZED,
     ApiError,
 )
+from laya_onnx.serve.logs import REQUEST_ID_HEADER, accept_request_id, current_request_id
 from laya_onnx.serve.protocol import ServedAgent
 from laya_onnx.serve.settings import Settings
 from laya_onnx.serve.wire import (
@@ -69,7 +76,7 @@ class Runtime:
 
     max_concurrent: int
     executor: ThreadPoolExecutor | None = None
-    gate: asyncio.Lock | None = None
+    gate: InferenceGate | None = None
     admission: asyncio.Semaphore | None = None
 
 
@@ -78,6 +85,8 @@ AGENT = web.AppKey[ServedAgent]("agent")
 CHECKPOINT = web.AppKey("checkpoint", Checkpoint)
 SETTINGS = web.AppKey("settings", Settings)
 RUNTIME = web.AppKey("runtime", Runtime)
+#: Shutdown state: the server's signal handler starts the drain, admission and the gate obey it.
+DRAIN = web.AppKey("drain", Drain)
 #: Provider fallback counts when the app was built (providers that never attached).
 FALLBACK_BASELINE = web.AppKey("fallback_baseline", dict[str, int])
 
@@ -93,13 +102,80 @@ def error_response(status: int, detail: str, headers: dict[str, str] | None = No
     return json_response({"detail": detail}, status=status, headers=headers)
 
 
+def _request_key(name: str, kind: type) -> Any:
+    # aiohttp < 3.12 has no RequestKey; a plain string key works the same there
+    return web.RequestKey(name, kind) if hasattr(web, "RequestKey") else "laya_onnx." + name
+
+
 #: Where a handler leaves the measured inference time for `timing_middleware`.
-INFERENCE_MS: Any = (
-    web.RequestKey("inference_ms", float) if hasattr(web, "RequestKey") else "laya_onnx.inference_ms"
-)  # aiohttp < 3.12 has no RequestKey
+INFERENCE_MS: Any = _request_key("inference_ms", float)
+#: The request's id (the caller's X-Request-Id when acceptable, else generated).
+REQUEST_ID: Any = _request_key("request_id", str)
+#: Set on the request routed again without LAYA_ROOT_PATH, so it is stripped once only.
+_ROOT_STRIPPED: Any = _request_key("root_path_stripped", bool)
 
 
 # -- middlewares ---------------------------------------------------------------------------
+
+
+def _under_root(path: str, root: str) -> bool:
+    return path == root or path.startswith(root + "/")
+
+
+@web.middleware
+async def root_path_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """LAYA_ROOT_PATH=/laya: `/laya/health` answers as `/health` does; `/health` still answers.
+
+    That is laya-serve's (Starlette's root_path) behaviour. aiohttp routes a request before any
+    middleware runs, so a prefixed path that matched no route is routed again without the prefix,
+    through the whole middleware chain; a route that really lives under the prefix keeps it.
+    A redirect (the trailing-slash one) from that second pass gets the prefix back.
+    """
+    root = request.app[SETTINGS].root_path
+    raw_path = request.rel_url.raw_path
+    unmatched = getattr(request.match_info.http_exception, "status", None) == 404
+    if not (root and unmatched and _under_root(raw_path, root) and not request.get(_ROOT_STRIPPED)):
+        return await handler(request)
+    inner = request.clone(
+        rel_url=URL.build(
+            path=raw_path[len(root) :] or "/",
+            query_string=request.rel_url.raw_query_string,
+            encoded=True,
+        )
+    )
+    inner[_ROOT_STRIPPED] = True
+    try:
+        # Application._handle routes and runs the middleware chain: the one entry point aiohttp
+        # has for "handle this request", unchanged from 3.0 through 4.0.
+        return await request.app._handle(inner)
+    except web.HTTPException as exc:
+        location = exc.headers.get("Location", "")
+        if exc.status < 400 and location.startswith("/"):
+            exc.headers["Location"] = root + location
+        raise
+
+
+@web.middleware
+async def request_context_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """`X-Request-Id` on every response, the id on every log line about the request.
+
+    Also closes the connection after each response once the server is draining, so a keep-alive
+    client moves to another instance instead of sending its next request here.
+    """
+    request_id = request.get(REQUEST_ID) or accept_request_id(request.headers.get(REQUEST_ID_HEADER))
+    request[REQUEST_ID] = request_id
+    token = current_request_id.set(request_id)
+    try:
+        response = await handler(request)
+    except web.HTTPException as exc:  # a redirect: error_middleware turned every error into a response
+        exc.headers[REQUEST_ID_HEADER] = request_id
+        raise
+    finally:
+        current_request_id.reset(token)
+    response.headers[REQUEST_ID_HEADER] = request_id
+    if request.app[DRAIN].draining:
+        response.force_close()
+    return response
 
 
 @web.middleware
@@ -109,6 +185,11 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return await handler(request)
     except ApiError as exc:
         return error_response(exc.status, exc.detail, exc.headers)
+    except web.RequestPayloadError:
+        # aiohttp could not de-chunk or decompress the body: the caller's bytes, not our fault
+        response = error_response(400, BODY_UNDECODABLE)
+        response.force_close()  # the rest of the stream cannot be framed either
+        return response
     except web.HTTPException as exc:
         if exc.status < 400:
             raise  # redirects keep aiohttp's own response
@@ -156,14 +237,20 @@ async def admission_middleware(request: web.Request, handler: Handler) -> web.St
 
     The slot is taken before the body is read and held through inference, which bounds how many
     bodies are buffered at once; Retry-After: 1 because slots turn over at inference speed.
+    Once the server is draining a new decision request is refused (503, Retry-After), and an
+    admitted one is answered or refused by the drain (`Drain.run`), never left hanging.
     """
     if _route_name(request) not in DECISION_ROUTES:
         return await handler(request)
-    runtime = request.app[RUNTIME]
+    runtime, drain = request.app[RUNTIME], request.app[DRAIN]
+    if drain.draining:
+        refusal = drain.refuse("arrived after the drain began")
+        log.info("503 while draining: %s", refusal.reason)
+        raise refusal
     if runtime.admission is None or runtime.admission.locked():
         raise ApiError(503, BUSY, {"Retry-After": "1"})
     async with runtime.admission:
-        return await handler(request)
+        return await drain.run(handler(request))
 
 
 @web.middleware
@@ -362,9 +449,10 @@ async def health(request: web.Request) -> web.Response:
 
 async def _runtime_ctx(app: web.Application):
     """Start the worker and the loop-bound primitives; drain the worker at shutdown."""
-    runtime = app[RUNTIME]
+    runtime, drain = app[RUNTIME], app[DRAIN]
     runtime.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=WORKER_THREAD_PREFIX)
-    runtime.gate = asyncio.Lock()
+    runtime.gate = InferenceGate(drain)
+    drain.bind(runtime.gate)
     runtime.admission = asyncio.Semaphore(runtime.max_concurrent)
     try:
         yield
@@ -372,19 +460,22 @@ async def _runtime_ctx(app: web.Application):
         executor, runtime.executor = runtime.executor, None
         runtime.admission = None
         # A pass already on the worker finishes; queued ones are dropped. Off the loop so the
-        # loop keeps turning while it drains.
-        await asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True)
+        # loop keeps turning while it drains. A pass the drain gave up on at its stop time is
+        # not waited for: its client has its 503 and the process is due to exit.
+        await asyncio.to_thread(executor.shutdown, wait=not drain.abandoned, cancel_futures=True)
 
 
 def create_app(agent: ServedAgent, **settings: Any) -> web.Application:
     """Build the server for one loaded agent.
 
-    `settings` override the environment: api_key, max_concurrent, body_read_timeout,
+    `settings` override the environment: api_key, max_concurrent, body_read_timeout, root_path,
     max_token_budget, max_batch_tokens, jev_strict (see `Settings`).
     """
     config = Settings.from_env(**settings)
     app = web.Application(
         middlewares=[
+            root_path_middleware,
+            request_context_middleware,
             error_middleware,
             web.normalize_path_middleware(
                 append_slash=False,
@@ -401,6 +492,7 @@ def create_app(agent: ServedAgent, **settings: Any) -> web.Application:
     app[CHECKPOINT] = Checkpoint.of(agent)
     app[SETTINGS] = config
     app[RUNTIME] = Runtime(max_concurrent=config.max_concurrent)
+    app[DRAIN] = Drain()
     app[FALLBACK_BASELINE] = fallback_baseline(agent.fallbacks)
     app.cleanup_ctx.append(_runtime_ctx)
     app.router.add_get("/health", health, name="health", allow_head=False)

@@ -23,9 +23,12 @@ class ApiError(Exception):
 #: Details shared by both decision routes, written once so the routes cannot drift apart.
 BODY_TOO_LARGE = "request body too large"
 BODY_TIMEOUT = "request body was not received in time"
+BODY_UNDECODABLE = "request body could not be decoded (transfer or content encoding)"
 INVALID_JSON = "request body must be valid JSON"
 LONE_SURROGATE = "request body contains an unpaired surrogate escape; those cannot be encoded as UTF-8"
 BUSY = "server busy, try again later"
 UNAUTHORIZED = "invalid or missing bearer token"
 INFERENCE_FAILED = "inference failed"
 NON_FINITE = "Out of range float values are not JSON compliant"
+SHUTTING_DOWN = "server is shutting down, try again later"
+HEADERS_TIMEOUT = "request headers were not received in time"

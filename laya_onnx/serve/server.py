@@ -1,14 +1,120 @@
-"""`laya-onnx serve BUNDLE`: load the bundle once, then serve it until SIGINT/SIGTERM."""
+"""`laya-onnx serve BUNDLE`: load the bundle once, serve it, drain it on SIGTERM/SIGINT.
+
+The order matters to an operator:
+
+  1. configuration (host, port, log level, limits, root path) is read and refused with a
+     `ConfigError` before anything else — `laya-onnx serve` exits 2 in milliseconds;
+  2. the address is bound (not yet listened on): a port in use exits 1 with one line, before
+     the model is loaded, and the "serving ..." line is never printed for a server that is not;
+  3. the bundle is loaded and verified (a bad one exits 1 with the loader's message);
+  4. the socket listens and "serving ... on http://HOST:PORT" is logged;
+  5. on the first SIGTERM or SIGINT the server drains (`drain.py`): it stops accepting
+     connections, closes idle ones, answers every admitted request that can finish within
+     LAYA_SHUTDOWN_GRACE_SECONDS and refuses the rest with 503 + Retry-After, logs each step,
+     and exits 0 within the grace. A second signal brings the stop time forward to now.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import signal
+import socket
+import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from laya_onnx.serve.settings import resolve_host, resolve_log_level, resolve_port, threads_from_env
+from aiohttp import web
+
+from laya_onnx.serve.app import DRAIN, create_app
+from laya_onnx.serve.logs import ACCESS_LOGGERS, configure_logging
+from laya_onnx.serve.connection import LayaRequestHandler, handler_factory
+from laya_onnx.serve.settings import (
+    ConfigError,
+    ServerLimits,
+    resolve_host,
+    resolve_log_level,
+    resolve_port,
+    root_path_from_env,
+    threads_from_env,
+)
 
 log = logging.getLogger("laya_onnx.serve")
+
+#: Connections the kernel queues before the server accepts them.
+BACKLOG = 128
+#: At most this many seconds of the grace are kept for writing the last answers and closing.
+MAX_CLOSING_MARGIN = 1.0
+
+
+@dataclass
+class _Plan:
+    """Everything decided before the model is loaded."""
+
+    limits: ServerLimits
+    access_log: logging.Logger | None
+    sockets: list[socket.socket]
+
+    def urls(self) -> list[str]:
+        out = []
+        for sock in self.sockets:
+            host, port = sock.getsockname()[:2]
+            out.append("http://%s:%d" % ("[%s]" % host if ":" in host else host, port))
+        return out
+
+
+def _bind(host: str, port: int) -> list[socket.socket]:
+    """Bind (without listening) every address `host` resolves to; a port in use exits 1 here.
+
+    Bound but not listening, the port is held while the model loads and a client is refused
+    outright instead of waiting in a queue for a server that is not up yet.
+    """
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ConfigError("invalid --host/LAYA_HOST %r: %s" % (host, exc.strerror)) from None
+    sockets: list[socket.socket] = []
+    seen = set()
+    try:
+        for family, kind, proto, _, address in infos:
+            if (family, address) in seen:
+                continue
+            seen.add((family, address))
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            if os.name == "posix":
+                # a restart must not wait out the old process's TIME_WAIT connections
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind(address)
+            except OSError as exc:
+                raise _cannot_listen(address, exc) from None
+            sock.setblocking(False)
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
+def _cannot_listen(address: Any, exc: OSError) -> SystemExit:
+    host, port = address[:2]
+    where = "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
+    return SystemExit("laya-onnx serve: error: cannot listen on %s: %s" % (where, exc.strerror or exc))
+
+
+def _prepare(host: str | None, port: int | None) -> _Plan:
+    host = resolve_host(host)
+    port = resolve_port(port)
+    level = resolve_log_level()
+    limits = ServerLimits.from_env()
+    root_path_from_env()  # refused here, before the model is loaded, rather than at create_app
+    access_log = configure_logging(level, limits.access_log)
+    return _Plan(limits=limits, access_log=access_log, sockets=_bind(host, port))
 
 
 def run_server(
@@ -17,46 +123,203 @@ def run_server(
     port: int | None = None,
     providers: Sequence[str] | None = None,
 ) -> None:
-    """Serve `bundle` over the /v1/systemone wire protocol.
+    """Serve `bundle` over the /v1/systemone wire protocol until SIGTERM/SIGINT, then drain.
 
-    `host`/`port` win over LAYA_HOST/LAYA_PORT (default 0.0.0.0:8000). The configuration is
-    checked before the bundle is loaded, so a typo exits in milliseconds with a message rather
-    than after the model is up; a bundle that cannot be loaded exits with the loader's message.
+    `host`/`port` win over LAYA_HOST/LAYA_PORT (default 127.0.0.1:8000). Raises `ConfigError`
+    (a ValueError) for a bad setting; exits 1 (SystemExit) when the port cannot be bound or the
+    bundle cannot be loaded.
     """
-    host = resolve_host(host)
-    port = resolve_port(port)
-    level = resolve_log_level()
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("laya_onnx").setLevel(level)
-
-    from aiohttp import web
-
-    from laya_onnx import ONNXAgent
-    from laya_onnx.serve.app import create_app
-
-    options = {}
-    threads = threads_from_env()
-    if threads is not None:
-        options["threads"] = threads
+    plan = _prepare(host, port)
     try:
-        agent = ONNXAgent(bundle, providers=list(providers) if providers else None, **options)
-    except (OSError, ValueError) as exc:
-        raise SystemExit(f"laya-onnx: cannot serve {str(bundle)!r}: {exc}") from None
-    app = create_app(agent)
-    log.info(
-        "serving checkpoint %r (revision %s) from %s on http://%s:%d with %s",
-        getattr(agent, "name", None),
-        getattr(agent, "revision", None),
-        bundle,
-        host,
-        port,
-        ", ".join(getattr(agent, "providers", None) or []) or "default providers",
-    )
-    web.run_app(
-        app,
-        host=host,
-        port=port,
-        print=None,
-        access_log=logging.getLogger("laya_onnx.serve.access"),
-        handle_signals=True,
-    )
+        from laya_onnx import ONNXAgent
+
+        options = {}
+        threads = threads_from_env()
+        if threads is not None:
+            options["threads"] = threads
+        try:
+            agent = ONNXAgent(bundle, providers=list(providers) if providers else None, **options)
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"laya-onnx: cannot serve {str(bundle)!r}: {exc}") from None
+    except BaseException:
+        for sock in plan.sockets:
+            sock.close()
+        raise
+    _run(agent, plan, source=str(bundle))
+
+
+def serve_agent(agent: Any, host: str | None = None, port: int | None = None, **settings: Any) -> None:
+    """Serve an agent that is already built, exactly as `run_server` serves a loaded bundle.
+
+    For embedding a custom agent (and for the drain tests, which serve a deliberately slow one).
+    `settings` go to `create_app`.
+    """
+    _run(agent, _prepare(host, port), source=None, settings=settings)
+
+
+def _run(agent: Any, plan: _Plan, source: str | None, settings: dict[str, Any] | None = None) -> None:
+    try:
+        app = create_app(agent, **(settings or {}))
+    except BaseException:
+        for sock in plan.sockets:
+            sock.close()
+        raise
+    drain = app[DRAIN]
+    asyncio.run(_serve(app, agent, plan, source))
+    if drain.abandoned:
+        # ThreadPoolExecutor threads are joined at interpreter exit: waiting for a pass the
+        # drain already answered for would break the grace the operator configured.
+        log.warning("exiting with %d abandoned pass(es) still on the worker thread", drain.abandoned)
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
+class RunningServer:
+    """The app listening on bound sockets, through `LayaRequestHandler`; drained, then closed.
+
+    `start` → (serve) → `drain` → `close`: what `laya-onnx serve` does between its signals, and
+    what the tests drive in-process.
+    """
+
+    def __init__(self, app: web.Application, runner: web.AppRunner, limits: ServerLimits) -> None:
+        self.app = app
+        self.runner = runner
+        self.limits = limits
+        self.listeners: list[asyncio.AbstractServer] = []
+
+    @classmethod
+    async def start(
+        cls,
+        app: web.Application,
+        sockets: Sequence[socket.socket],
+        limits: ServerLimits,
+        access_log: logging.Logger | None = None,
+    ) -> RunningServer:
+        handler_options: dict[str, Any] = {
+            # aiohttp's own keep-alive timer is only a backstop: LayaRequestHandler closes an idle
+            # connection after idle_timeout and a slow head after header_read_timeout, sooner.
+            "keepalive_timeout": limits.keepalive_timeout + limits.header_read_timeout,
+            "access_log_class": ACCESS_LOGGERS.get(limits.access_log, ACCESS_LOGGERS["text"]),
+            "access_log": access_log,
+        }
+        runner = web.AppRunner(
+            app, handle_signals=False, shutdown_timeout=_closing_margin(limits), **handler_options
+        )
+        await runner.setup()
+        server = cls(app, runner, limits)
+        try:
+            factory = handler_factory(
+                runner,
+                idle_timeout=limits.keepalive_timeout,
+                header_read_timeout=limits.header_read_timeout,
+                **handler_options,
+            )
+            loop = asyncio.get_running_loop()
+            for sock in sockets:
+                try:
+                    server.listeners.append(await loop.create_server(factory, sock=sock, backlog=BACKLOG))
+                except OSError as exc:
+                    raise _cannot_listen(sock.getsockname(), exc) from None
+        except BaseException:
+            await server.close()
+            raise
+        return server
+
+    async def drain(self, reason: str) -> None:
+        """Stop accepting, close idle connections, answer or refuse every admitted request.
+
+        Returns once every admitted decision request has its answer, at the latest at the end of
+        the grace less the closing margin. Each step is logged.
+        """
+        loop = asyncio.get_running_loop()
+        grace = self.limits.shutdown_grace
+        drain = self.app[DRAIN]
+        gate = drain.gate
+        began = loop.time()
+        running = int(gate is not None and gate.busy)
+        waiting = gate.waiting if gate is not None else 0
+        log.info(
+            "%s: draining for up to %gs; %d decision request(s) in flight "
+            "(%d running, %d waiting for the worker, %d being read)",
+            reason,
+            grace,
+            drain.in_flight,
+            running,
+            waiting,
+            max(0, drain.in_flight - running - waiting),
+        )
+        for listener in self.listeners:
+            listener.close()
+        closed = 0
+        for conn in self.runner.server.connections if self.runner.server is not None else []:
+            if isinstance(conn, LayaRequestHandler) and conn.begin_drain():
+                closed += 1
+        log.info("stopped accepting connections; closed %d idle connection(s)", closed)
+        drain.begin(began + grace - _closing_margin(self.limits))
+        if drain.refused:
+            log.info(
+                "refused %d queued request(s) that could not finish within the grace (503, Retry-After)",
+                drain.refused,
+            )
+        finished = await drain.wait_idle(began + grace - loop.time())
+        log.info(
+            "drained in %.1fs: %d answered, %d refused%s",
+            loop.time() - began,
+            drain.answered,
+            drain.refused,
+            "" if finished else "; %d still unanswered at the deadline" % drain.in_flight,
+        )
+
+    async def close(self) -> None:
+        """Close every connection and run the app's cleanup (the worker is shut down there)."""
+        for listener in self.listeners:
+            listener.close()
+        await self.runner.cleanup()
+
+
+def _closing_margin(limits: ServerLimits) -> float:
+    """Seconds kept at the end of the grace to write the last answers and close down."""
+    return min(MAX_CLOSING_MARGIN, limits.shutdown_grace / 4)
+
+
+async def _serve(app: web.Application, agent: Any, plan: _Plan, source: str | None) -> None:
+    loop = asyncio.get_running_loop()
+    signals: list[int] = []
+    stop = asyncio.Event()
+
+    def on_signal(signum: int) -> None:
+        signals.append(signum)
+        if len(signals) == 1:
+            stop.set()
+        else:
+            log.warning(
+                "received %s again: refusing everything still unanswered now", signal.Signals(signum).name
+            )
+            app[DRAIN].begin(loop.time())
+
+    try:
+        server = await RunningServer.start(app, plan.sockets, plan.limits, plan.access_log)
+        try:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, on_signal, signum)
+            log.info(
+                "serving checkpoint %r (revision %s)%s on %s with %s; shutdown grace %gs",
+                getattr(agent, "name", None),
+                getattr(agent, "revision", None),
+                " from %s" % source if source else "",
+                ", ".join(plan.urls()),
+                ", ".join(getattr(agent, "providers", None) or []) or "default providers",
+                plan.limits.shutdown_grace,
+            )
+            await stop.wait()
+            await server.drain("received %s" % signal.Signals(signals[0]).name)
+        finally:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(signum)
+            await server.close()
+    finally:
+        for sock in plan.sockets:
+            sock.close()
+    log.info("stopped")

@@ -1,10 +1,16 @@
 """Server configuration: environment variables, parsed once and validated.
 
 Everything is an environment variable (plus `--host/--port` on the command line), so one
-image serves a laptop run and a systemd unit alike. The readers follow laya-serve 0.4.15
-(http.md §4): blank means unset; a number that cannot be read falls back to its default,
-except the bind port and the log level, which exit with a message instead — a server bound
-somewhere its operator did not ask for is unreachable, not degraded.
+image serves a laptop run and a systemd unit alike. laya-serve's variables follow laya-serve
+0.4.15 (http.md §4): blank means unset; a number that cannot be read falls back to its default,
+except the bind port and the log level, which are refused with a `ConfigError` instead — a server
+bound somewhere its operator did not ask for is unreachable, not degraded. The variables that are
+ours alone (timeouts, the shutdown grace, the access log, the root path) are refused the same way
+when they cannot be read: there is no compatibility to keep, and a typo in a limit should not
+silently become another limit.
+
+Unlike laya-serve, the default bind address is 127.0.0.1: a server is reachable from other
+hosts only when its operator says so (`--host 0.0.0.0`; the images and the unit do).
 """
 
 from __future__ import annotations
@@ -12,17 +18,28 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 from dataclasses import dataclass, fields
 
 log = logging.getLogger("laya_onnx.serve")
 
-DEFAULT_HOST = "0.0.0.0"
+DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 DEFAULT_LOG_LEVEL = "info"
 DEFAULT_MAX_CONCURRENT = 16
 DEFAULT_BODY_READ_TIMEOUT = 10.0
 DEFAULT_MAX_TOKEN_BUDGET = 8192
 DEFAULT_MAX_BATCH_TOKENS = 131072
+#: Seconds a SIGTERM/SIGINT drain may take, signal to exit; the unit's TimeoutStopSec is above it.
+DEFAULT_SHUTDOWN_GRACE = 30.0
+#: Seconds an idle connection (no request started) is kept open. Above the idle timeouts of the
+#: usual proxies in front (nginx upstream keepalive 60 s, AWS ALB 60 s), so the proxy closes
+#: first and never reuses a connection this server is closing.
+DEFAULT_KEEPALIVE_TIMEOUT = 75.0
+#: Seconds from a request's first byte to the end of its headers before a 408 (slowloris).
+DEFAULT_HEADER_READ_TIMEOUT = 10.0
+ACCESS_LOG_MODES = ("text", "json", "off")
+DEFAULT_ACCESS_LOG = "text"
 
 #: The level names uvicorn (and so laya-serve) accepts for LAYA_LOG_LEVEL; `trace` is below DEBUG.
 TRACE = 5
@@ -34,6 +51,14 @@ LOG_LEVELS = {
     "debug": logging.DEBUG,
     "trace": TRACE,
 }
+
+
+class ConfigError(ValueError):
+    """A setting the server cannot start with; the message names the variable or flag at fault.
+
+    A ValueError, so `laya-onnx serve` reports it as one line and exits 2 like every other
+    usage mistake, and a library caller of `run_server`/`create_app` gets an exception, not an exit.
+    """
 
 
 def _raw(name: str) -> str | None:
@@ -91,6 +116,59 @@ def body_read_timeout_from_env() -> float:
     return seconds if 0.0 < seconds < math.inf else DEFAULT_BODY_READ_TIMEOUT
 
 
+def seconds_from_env(name: str, default: float, *, allow_zero: bool = False) -> float:
+    """A finite, positive number of seconds (0 too when `allow_zero`); blank gives `default`."""
+    value = _raw(name)
+    if value is None:
+        return default
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        seconds = math.nan
+    low_ok = seconds >= 0.0 if allow_zero else seconds > 0.0
+    if not (low_ok and seconds < math.inf):
+        raise ConfigError(
+            "invalid %s %r: must be a number of seconds %s" % (name, value, ">= 0" if allow_zero else "> 0")
+        )
+    return seconds
+
+
+def access_log_from_env() -> str:
+    """LAYA_ACCESS_LOG: `text` (one line per request), `json` (one JSON object per line) or `off`."""
+    value = _raw("LAYA_ACCESS_LOG")
+    if value is None:
+        return DEFAULT_ACCESS_LOG
+    mode = value.strip().lower()
+    if mode not in ACCESS_LOG_MODES:
+        raise ConfigError(
+            "invalid LAYA_ACCESS_LOG %r: must be one of %s" % (value, ", ".join(ACCESS_LOG_MODES))
+        )
+    return mode
+
+
+#: One or more path segments of URL-safe characters (RFC 3986 pchar); no query, no spaces.
+_ROOT_PATH = re.compile(r"(/[A-Za-z0-9._~!$&'()*+,;=:@%-]+)+")
+
+
+def normalize_root_path(value: str | None, what: str = "LAYA_ROOT_PATH") -> str:
+    """The public URL prefix behind a proxy ("" = none), as laya-serve's LAYA_ROOT_PATH.
+
+    The routes answer both with and without it (Starlette's root_path behaviour, http.md §1).
+    A trailing slash is dropped ("/laya/" is "/laya"); anything that is not an absolute path is
+    refused, where laya-serve would take it and silently never match.
+    """
+    path = (value or "").strip().rstrip("/")
+    if not path:
+        return ""
+    if not _ROOT_PATH.fullmatch(path):
+        raise ConfigError("invalid %s %r: must be an absolute URL path such as /laya" % (what, value))
+    return path
+
+
+def root_path_from_env() -> str:
+    return normalize_root_path(_raw("LAYA_ROOT_PATH"))
+
+
 def threads_from_env() -> int | None:
     """LAYA_THREADS: ONNX Runtime intra-op threads; anything but a positive int leaves ORT's default."""
     value = _raw("LAYA_THREADS")
@@ -117,10 +195,10 @@ def resolve_host(cli_value: str | None = None) -> str:
 
 
 def resolve_port(cli_value: int | None = None) -> int:
-    """`--port` wins over LAYA_PORT; either one outside 1-65535 exits with a message."""
+    """`--port` wins over LAYA_PORT; either one outside 1-65535 is a ConfigError."""
     if cli_value is not None:
         if isinstance(cli_value, bool) or not isinstance(cli_value, int) or not 1 <= cli_value <= 65535:
-            raise SystemExit("laya-onnx: invalid --port %r: must be an integer 1-65535" % (cli_value,))
+            raise ConfigError("invalid --port %r: must be an integer 1-65535" % (cli_value,))
         return cli_value
     value = _raw("LAYA_PORT")
     if value is None:
@@ -130,7 +208,7 @@ def resolve_port(cli_value: int | None = None) -> int:
     except ValueError:
         port = 0
     if not 1 <= port <= 65535:
-        raise SystemExit("laya-onnx: invalid LAYA_PORT %r: must be an integer 1-65535" % (value,))
+        raise ConfigError("invalid LAYA_PORT %r: must be an integer 1-65535" % (value,))
     return port
 
 
@@ -138,18 +216,41 @@ def resolve_log_level() -> int:
     raw = os.environ.get("LAYA_LOG_LEVEL", DEFAULT_LOG_LEVEL)
     name = raw.strip().lower() or DEFAULT_LOG_LEVEL
     if name not in LOG_LEVELS:
-        raise SystemExit(
-            "laya-onnx: invalid LAYA_LOG_LEVEL %r: must be one of %s"
-            % (raw.strip(), ", ".join(sorted(LOG_LEVELS)))
+        raise ConfigError(
+            "invalid LAYA_LOG_LEVEL %r: must be one of %s" % (raw.strip(), ", ".join(sorted(LOG_LEVELS)))
         )
     return LOG_LEVELS[name]
+
+
+@dataclass(frozen=True)
+class ServerLimits:
+    """What the process around the app runs with: connection timeouts, drain, access log.
+
+    Read by `run_server` before the bundle is loaded, so a bad value exits in milliseconds.
+    """
+
+    shutdown_grace: float = DEFAULT_SHUTDOWN_GRACE
+    keepalive_timeout: float = DEFAULT_KEEPALIVE_TIMEOUT
+    header_read_timeout: float = DEFAULT_HEADER_READ_TIMEOUT
+    access_log: str = DEFAULT_ACCESS_LOG
+
+    @classmethod
+    def from_env(cls) -> ServerLimits:
+        return cls(
+            shutdown_grace=seconds_from_env(
+                "LAYA_SHUTDOWN_GRACE_SECONDS", DEFAULT_SHUTDOWN_GRACE, allow_zero=True
+            ),
+            keepalive_timeout=seconds_from_env("LAYA_KEEPALIVE_TIMEOUT", DEFAULT_KEEPALIVE_TIMEOUT),
+            header_read_timeout=seconds_from_env("LAYA_HEADER_READ_TIMEOUT", DEFAULT_HEADER_READ_TIMEOUT),
+            access_log=access_log_from_env(),
+        )
 
 
 @dataclass(frozen=True)
 class Settings:
     """What one app instance runs with.
 
-    `api_key`, `max_concurrent` and `body_read_timeout` are fixed when the app is built.
+    `api_key`, `max_concurrent`, `body_read_timeout` and `root_path` are fixed when the app is built.
     `max_token_budget`, `max_batch_tokens` and `jev_strict` are read from the environment on
     every request unless given here, as laya-serve reads them (http.md §4, "per request").
     """
@@ -157,6 +258,7 @@ class Settings:
     api_key: str | None = None
     max_concurrent: int = DEFAULT_MAX_CONCURRENT
     body_read_timeout: float = DEFAULT_BODY_READ_TIMEOUT
+    root_path: str = ""
     max_token_budget: int | None = None
     max_batch_tokens: int | None = None
     jev_strict: bool | None = None
@@ -176,6 +278,11 @@ class Settings:
             "body_read_timeout": body_read_timeout_from_env(),
         }
         values.update(overrides)
+        values["root_path"] = (
+            normalize_root_path(overrides["root_path"], "root_path")
+            if "root_path" in overrides
+            else root_path_from_env()
+        )
         if values["api_key"] == "":
             values["api_key"] = None
         return cls(**values)

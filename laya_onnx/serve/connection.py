@@ -1,0 +1,299 @@
+"""The HTTP connection: timeouts before a request starts, and the parser's own refusals.
+
+aiohttp's `RequestHandler` is the asyncio protocol behind every connection. `LayaRequestHandler`
+adds what the server needs at that level, where no middleware reaches:
+
+  * **idle timeout** — a connection with no request started (fresh, or between keep-alive
+    requests) is closed, silently, after LAYA_KEEPALIVE_TIMEOUT seconds;
+  * **header timeout** — once a request's first byte has arrived its headers must be complete
+    within LAYA_HEADER_READ_TIMEOUT seconds, else `408 {"detail": ...}` and the connection is
+    closed (a slowloris client holds a socket for that long at most). The body has its own
+    limit, LAYA_BODY_READ_TIMEOUT, in the handlers;
+  * **parser refusals as JSON** — a request aiohttp's parser rejects (bad request line, bad or
+    too long headers, garbage after a body whose Content-Length was too short) is answered
+    `{"detail": "<fixed text>"}` with 400 or 431 and the connection closed. aiohttp's own answer
+    is plain text that quotes the offending bytes back; none of them are echoed here;
+  * **every framed request answered** — aiohttp's parser, failing on bytes that follow a complete
+    request in the same read (a Content-Length shorter than the body sent), drops that request
+    too: the client would get only the 400 for the leftover. A read is therefore fed to the
+    parser one Content-Length-framed request at a time, so the request is answered first and
+    the leftover then gets its 400;
+  * **drain** — on shutdown an idle connection is closed at once; a busy one after its response.
+
+aiohttp has no documented hook for these (aio-libs/aiohttp#3287), so they override methods of
+`RequestHandler` whose names and signatures are the same from 3.9 to 3.14: `connection_made`,
+`data_received`, `connection_lost`, `finish_response`, `handle_error`, `log_exception`, plus
+the parsed-message counter `_request_count`. `tests/test_serve_connections.py` fails if any of that changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from aiohttp import http_exceptions, web
+
+from laya_onnx.serve.app import error_response
+from laya_onnx.serve.errors import HEADERS_TIMEOUT
+from laya_onnx.serve.logs import REQUEST_ID_HEADER, new_request_id
+from laya_onnx.serve.wire import render
+
+log = logging.getLogger("laya_onnx.serve")
+
+# aiohttp < 3.10 has no BadHttpMethod (a BadStatusLine there)
+_BAD_METHOD = getattr(http_exceptions, "BadHttpMethod", ())
+_INVALID_URL = getattr(http_exceptions, "InvalidURLError", ())
+
+
+def parser_refusal(status: int, exc: BaseException | None) -> tuple[int, str]:
+    """Status and client-safe detail for an error aiohttp hands to `handle_error`.
+
+    The texts are fixed: aiohttp's messages quote the request's bytes.
+    """
+    if isinstance(exc, http_exceptions.LineTooLong):
+        return 431, "request line or header field too long"
+    if isinstance(exc, http_exceptions.BadHttpMessage) and "too many headers" in str(exc).lower():
+        return 431, "too many request headers"
+    if _BAD_METHOD and isinstance(exc, _BAD_METHOD):
+        if "HTTPS" in str(exc):
+            return 400, "malformed request: TLS sent to a plain HTTP port"
+        return 400, "malformed request line: invalid method"
+    if isinstance(exc, http_exceptions.BadStatusLine):
+        return 400, "malformed request line"
+    if _INVALID_URL and isinstance(exc, _INVALID_URL):
+        return 400, "malformed request target"
+    if isinstance(exc, http_exceptions.InvalidHeader):
+        return 400, "malformed request header"
+    if isinstance(exc, http_exceptions.HttpProcessingError) or status == 400:
+        return 400, "malformed request"
+    if status == 504:
+        return 504, "Gateway Timeout"
+    return 500, "Internal Server Error"
+
+
+_HEAD_END = b"\r\n\r\n"
+_CONTENT_LENGTH = re.compile(rb"\r\ncontent-length[ \t]*:[ \t]*([0-9]{1,18})[ \t]*(?=\r\n)", re.IGNORECASE)
+_TRANSFER_ENCODING = re.compile(rb"\r\ntransfer-encoding[ \t]*:", re.IGNORECASE)
+
+
+def framed_pieces(data: bytes) -> Iterator[bytes]:
+    """`data` (starting at a request's first byte) cut after each request it holds whole.
+
+    Only a head with exactly one plain Content-Length (no Transfer-Encoding) is framed here;
+    anything else ends the cutting and goes to the parser as it is, which stays the judge of
+    what is valid. Joined, the pieces are `data`.
+    """
+    start = 0
+    while True:
+        head_end = data.find(_HEAD_END, start)
+        if head_end < 0:
+            break
+        head = data[start : head_end + 2]  # through the last header's CRLF
+        lengths = _CONTENT_LENGTH.findall(head)
+        if _TRANSFER_ENCODING.search(head) or len(lengths) > 1:
+            break
+        end = head_end + len(_HEAD_END) + (int(lengths[0]) if lengths else 0)
+        if end >= len(data):
+            break
+        yield data[start:end]
+        start = end
+    yield data[start:]
+
+
+def _raw_json_response(status: int, reason: str, detail: str, request_id: str) -> bytes:
+    """A complete `Connection: close` HTTP/1.1 response, for when no request object exists."""
+    body = render({"detail": detail})
+    head = (
+        "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+        "%s: %s\r\nConnection: close\r\n\r\n" % (status, reason, len(body), REQUEST_ID_HEADER, request_id)
+    )
+    return head.encode("ascii") + body
+
+
+class LayaRequestHandler(web.RequestHandler):
+    """aiohttp's connection protocol with idle/header timeouts, JSON parser errors and drain."""
+
+    def __init__(
+        self,
+        manager: web.Server,
+        *,
+        idle_timeout: float,
+        header_read_timeout: float,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(manager, **kwargs)
+        self.idle_timeout = idle_timeout
+        self.header_read_timeout = header_read_timeout
+        self._finished = 0  # responses written (aiohttp counts the parsed requests)
+        self._head_started = False  # bytes of a request whose headers are not complete yet
+        # the body of an answered request that is still arriving (aiohttp reads it to discard it)
+        self._unread_body: Any = None
+        self._draining = False
+        self._timer: asyncio.TimerHandle | None = None
+
+    # -- state -----------------------------------------------------------------------------
+
+    def _between_requests(self) -> bool:
+        """Every request parsed is answered and its body in: the next bytes start a new request."""
+        if self._unread_body is not None:
+            if not self._unread_body.is_eof():
+                return False
+            self._unread_body = None
+        return self._request_count == self._finished
+
+    @property
+    def idle(self) -> bool:
+        """Between requests with no byte of the next one received."""
+        return self._between_requests() and not self._head_started
+
+    def _arm(self, delay: float, callback: Any) -> None:
+        self._disarm()
+        self._timer = asyncio.get_running_loop().call_later(delay, callback)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    # -- asyncio protocol ------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._arm(self.idle_timeout, self._idle_expired)
+
+    def data_received(self, data: bytes) -> None:
+        parsed = self._request_count
+        if data and self.idle:
+            for piece in framed_pieces(data):
+                super().data_received(piece)
+        else:
+            super().data_received(data)
+        if self._request_count != parsed:
+            # a head was parsed (or refused): its handling has begun, no timer runs under it
+            self._head_started = False
+            self._disarm()
+        elif data and not self._head_started and self._between_requests():
+            self._head_started = True
+            self._arm(self.header_read_timeout, self._head_expired)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    # -- aiohttp hooks ---------------------------------------------------------------------
+
+    async def finish_response(
+        self, request: web.BaseRequest, resp: web.StreamResponse, start_time: Any
+    ) -> Any:
+        if self._draining:
+            resp.force_close()
+        try:
+            return await super().finish_response(request, resp, start_time)
+        finally:
+            self._finished += 1
+            if not request.content.is_eof():
+                self._unread_body = request.content
+            if self.transport is not None and self.idle:
+                if self._draining:
+                    self.force_close()
+                else:
+                    self._arm(self.idle_timeout, self._idle_expired)
+
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        """The parser's refusals (and any error that escaped the app) as `{"detail": ...}`.
+
+        Logged as one line without the request's bytes; a failure that is not the parser's keeps
+        its traceback in the log. Like aiohttp's, the response closes the connection.
+        """
+        status, detail = parser_refusal(status, exc)
+        request_id = new_request_id()
+        peer = request.remote
+        if isinstance(exc, http_exceptions.HttpProcessingError):
+            log.info(
+                "refused a malformed request from %s: %d %s (%s) request_id=%s",
+                peer,
+                status,
+                detail,
+                type(exc).__name__,
+                request_id,
+            )
+        else:
+            log.error("error handling a request from %s request_id=%s", peer, request_id, exc_info=exc)
+        if request.writer.output_size > 0:
+            # the status line is already out; all that can be done is to close (as aiohttp does)
+            raise ConnectionError("response already started; cannot send the error response")
+        response = error_response(status, detail, {REQUEST_ID_HEADER: request_id})
+        response.force_close()
+        return response
+
+    def log_exception(self, *args: Any, **kwargs: Any) -> None:
+        """aiohttp's "Unhandled exception" for a body it could not decode: one line, not a trace.
+
+        The handler already answered that request (400); aiohttp then meets the same error again
+        while it discards the rest of the body, and would log a traceback for it.
+        """
+        exc = kwargs.get("exc_info")
+        if isinstance(exc, web.RequestPayloadError):
+            log.info("closed a connection whose request body could not be decoded (%s)", type(exc).__name__)
+            return
+        super().log_exception(*args, **kwargs)
+
+    # -- timers and drain ------------------------------------------------------------------
+
+    def _idle_expired(self) -> None:
+        self._timer = None
+        if self.idle and self.transport is not None:
+            log.debug("closing a connection idle for %gs", self.idle_timeout)
+            self.force_close()
+
+    def _head_expired(self) -> None:
+        self._timer = None
+        if not (self._head_started and self._between_requests()) or self.transport is None:
+            return
+        request_id = new_request_id()
+        log.info(
+            "408 to %s: request headers not complete within %gs request_id=%s",
+            self.transport.get_extra_info("peername"),
+            self.header_read_timeout,
+            request_id,
+        )
+        # No request object exists for a head that never completed, so the answer is written
+        # straight to the socket, which nothing else writes to between requests.
+        self.transport.write(_raw_json_response(408, "Request Timeout", HEADERS_TIMEOUT, request_id))
+        self.force_close()
+
+    def begin_drain(self) -> bool:
+        """Close now if idle, else after the response in progress; True when closed now."""
+        self._draining = True
+        if self.idle and self.transport is not None:
+            self._disarm()
+            self.force_close()
+            return True
+        return False
+
+
+def handler_factory(runner: web.AppRunner, **kwargs: Any) -> Any:
+    """The protocol factory for `loop.create_server`, in place of `runner.server` itself.
+
+    `kwargs` are the RequestHandler options (keepalive_timeout, access_log_class, ...) plus
+    `idle_timeout` and `header_read_timeout`; the connections still register with
+    `runner.server`, so the runner's shutdown sees them.
+    """
+    server = runner.server
+    if server is None:
+        raise RuntimeError("call runner.setup() before serving")
+    loop = asyncio.get_running_loop()
+
+    def make() -> LayaRequestHandler:
+        return LayaRequestHandler(server, loop=loop, **kwargs)
+
+    return make

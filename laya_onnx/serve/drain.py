@@ -1,0 +1,251 @@
+"""Graceful shutdown: which decision requests a SIGTERM still answers, and which it refuses.
+
+When the server is told to stop it gives itself a grace period and a stop time a little before
+its end. Every decision request already admitted is then either answered or refused with
+`503 {"detail": ...}` + `Retry-After` — never cut:
+
+  * the one pass on the worker finishes and is answered;
+  * the requests queued behind it are answered in turn while each can still finish by the stop
+    time (judged from the longest of the recent passes); the ones that cannot are refused at
+    once, so their clients can retry elsewhere instead of waiting for a refusal;
+  * at the stop time whatever is still unanswered (a pass running past every estimate) is
+    refused, and its pass is abandoned on the worker thread;
+  * a decision request that arrives after the drain began is refused (the admission middleware).
+
+`InferenceGate` is the one-pass-at-a-time lock the handlers hold around the worker call
+(`async with runtime.gate:`); `Drain` is the shared state the admission middleware, the gate and
+the server's signal handler read and write. Both live on the serving loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable
+from typing import TypeVar
+
+from laya_onnx.serve.errors import SHUTTING_DOWN, ApiError
+
+log = logging.getLogger("laya_onnx.serve")
+
+T = TypeVar("T")
+
+#: Seconds a refused client is told to wait: a restart or another replica takes over by then.
+RETRY_AFTER_SECONDS = 5
+#: How many recent passes the duration estimate looks at.
+RECENT_PASSES = 32
+
+
+class DrainRefusal(ApiError):
+    """The 503 a request gets because the server is stopping; `reason` is for the log only."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(503, SHUTTING_DOWN, {"Retry-After": str(RETRY_AFTER_SECONDS)})
+        self.reason = reason
+
+
+WOULD_NOT_FINISH = "its pass would not finish before the drain's stop time"
+
+
+class Drain:
+    """Shutdown state of one app: when answering must stop, and what happened to the requests."""
+
+    def __init__(self) -> None:
+        #: `loop.time()` by which every decision request must have its answer; None = serving.
+        self.stop_at: float | None = None
+        #: Decision requests past admission and not yet answered.
+        self.in_flight = 0
+        self.answered = 0  # answered (any status) after the drain began
+        self.refused = 0  # refused with 503 because of the drain
+        self.abandoned = 0  # passes still running at the stop time, left to the worker thread
+        self.gate: InferenceGate | None = None
+        self._deadline: asyncio.Future[None] | None = None
+        self._idle: asyncio.Event | None = None
+
+    @property
+    def draining(self) -> bool:
+        return self.stop_at is not None
+
+    def bind(self, gate: InferenceGate) -> None:
+        """Attach the loop-bound parts; called by the app's startup on the serving loop."""
+        self.gate = gate
+        self._deadline = asyncio.get_running_loop().create_future()
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def begin(self, stop_at: float) -> None:
+        """Start draining, or bring the stop time forward: refuse what can no longer finish."""
+        loop = asyncio.get_running_loop()
+        self.stop_at = stop_at if self.stop_at is None else min(self.stop_at, stop_at)
+        if self.gate is not None:
+            self.gate.refuse_unfinishable(self.stop_at)
+        loop.call_at(self.stop_at, self._at_stop_time)
+
+    def _at_stop_time(self) -> None:
+        # Several timers can be pending when the stop time was brought forward; the first one
+        # to fire at or after the current stop time does the work, the others find it done.
+        if self._deadline is None or self._deadline.done() or self.stop_at is None:
+            return
+        if asyncio.get_running_loop().time() + 1e-3 < self.stop_at:
+            return
+        self._deadline.set_result(None)
+        if self.gate is not None:
+            self.gate.refuse_all()
+
+    def refuse(self, reason: str) -> DrainRefusal:
+        """Count a refusal; the caller raises it into the request (or hands it to a waiter)."""
+        self.refused += 1
+        return DrainRefusal(reason)
+
+    async def run(self, handling: Awaitable[T]) -> T:
+        """Run one admitted decision request; at the stop time, refuse it if it is still running.
+
+        The request runs as its own task so the drain can answer for it while a pass it started
+        is still on the worker: the client gets a 503 and the pass is abandoned.
+        """
+        task = asyncio.ensure_future(handling)
+        self.in_flight += 1
+        if self._idle is not None:
+            self._idle.clear()
+        try:
+            waiting: set[asyncio.Future] = {task} if self._deadline is None else {task, self._deadline}
+            try:
+                await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            except asyncio.CancelledError:
+                task.cancel()
+                raise
+            if task.done():
+                failure = None if task.cancelled() else task.exception()
+                if isinstance(failure, DrainRefusal):
+                    # logged here, in the request's own task, so the line carries its id
+                    log.info("503 while draining: %s", failure.reason)
+                elif self.draining:
+                    self.answered += 1
+                return task.result()
+            task.cancel()
+            self.abandoned += 1
+            refusal = self.refuse("its pass was still running at the stop time and is abandoned")
+            log.warning("503 while draining: %s", refusal.reason)
+            raise refusal
+        finally:
+            self.in_flight -= 1
+            if self.in_flight == 0 and self._idle is not None:
+                self._idle.set()
+
+    async def wait_idle(self, timeout: float) -> bool:
+        """Wait until no decision request is in flight; False when `timeout` ran out first."""
+        if self._idle is None or self.in_flight == 0:
+            return True
+        try:
+            await asyncio.wait_for(self._idle.wait(), max(0.0, timeout))
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+
+class InferenceGate:
+    """One pass at a time on the worker, first come first served, drain-aware.
+
+    `async with gate:` waits for the worker's turn. While draining, a waiter whose pass would not
+    finish by the stop time is refused with 503 (`DrainRefusal`) instead of being started — at
+    the drain's start and after every pass for the queue as it stands, and again when its turn
+    comes. The time each
+    holder kept the gate is remembered: the longest recent one is the estimate of a pass.
+    """
+
+    def __init__(self, drain: Drain) -> None:
+        self._drain = drain
+        self._busy = False
+        self._queue: deque[asyncio.Future[None]] = deque()
+        self._recent: deque[float] = deque(maxlen=RECENT_PASSES)
+        self._held_since: float | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self._busy
+
+    @property
+    def waiting(self) -> int:
+        return sum(1 for fut in self._queue if not fut.done())
+
+    def pass_estimate(self) -> float | None:
+        """Seconds one pass takes, judged from the longest recent one (None before the first)."""
+        return max(self._recent) if self._recent else None
+
+    def refuse_unfinishable(self, stop_at: float) -> int:
+        """Refuse, in queue order, the waiters that would not be answered by `stop_at`."""
+        estimate = self.pass_estimate()
+        if estimate is None:
+            return 0  # nothing measured yet: each waiter is judged when its turn comes
+        now = asyncio.get_running_loop().time()
+        free_at = now
+        if self._busy:  # held, or handed to a waiter that has not resumed yet
+            elapsed = now - self._held_since if self._held_since is not None else 0.0
+            free_at += max(0.0, estimate - elapsed)
+        refused = 0
+        for fut in list(self._queue):
+            if fut.done():
+                continue
+            if free_at + estimate > stop_at:
+                fut.set_exception(self._drain.refuse(WOULD_NOT_FINISH))
+                refused += 1
+            else:
+                free_at += estimate
+        return refused
+
+    def refuse_all(self) -> int:
+        refused = 0
+        for fut in list(self._queue):
+            if not fut.done():
+                fut.set_exception(self._drain.refuse("still waiting for the worker at the stop time"))
+                refused += 1
+        return refused
+
+    async def acquire(self) -> None:
+        loop = asyncio.get_running_loop()
+        if not self._busy and not self._queue:
+            self._busy = True
+        else:
+            fut: asyncio.Future[None] = loop.create_future()
+            self._queue.append(fut)
+            try:
+                await fut
+            except BaseException:
+                if fut.done() and not fut.cancelled() and fut.exception() is None:
+                    self._hand_over()  # cancelled just as its turn came: pass the turn on
+                raise
+            finally:
+                if fut in self._queue:
+                    self._queue.remove(fut)
+        stop_at, estimate = self._drain.stop_at, self.pass_estimate()
+        if stop_at is not None and estimate is not None and loop.time() + estimate > stop_at:
+            self._hand_over()
+            raise self._drain.refuse(WOULD_NOT_FINISH)
+        self._held_since = loop.time()
+
+    def release(self) -> None:
+        if self._held_since is not None:
+            self._recent.append(asyncio.get_running_loop().time() - self._held_since)
+            self._held_since = None
+        self._hand_over()
+        if self._drain.stop_at is not None:
+            # the estimate may have just become known, or grown: judge the queue again now
+            # rather than make a waiter sit through turns it will not get
+            self.refuse_unfinishable(self._drain.stop_at)
+
+    def _hand_over(self) -> None:
+        """Give the gate to the first live waiter, or mark it free."""
+        while self._queue:
+            fut = self._queue.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                return
+        self._busy = False
+
+    async def __aenter__(self) -> InferenceGate:
+        await self.acquire()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self.release()

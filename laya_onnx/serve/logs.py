@@ -1,0 +1,123 @@
+"""Request ids and the access log.
+
+Every response carries `X-Request-Id`: the caller's own when it is a plausible id (1-128
+characters from a conservative set, so it is safe in a header and a log line), a fresh one
+otherwise. While a request is handled its id sits in a context variable, and the server's log
+format appends it to every line logged on that request's behalf (`request_id=...`).
+
+The access log is one line per response, written by aiohttp's protocol after the response went
+out: `text` (a readable line), `json` (one JSON object per line, for a log shipper) or `off`.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import datetime
+import json
+import logging
+import re
+import uuid
+from typing import Any
+
+from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
+
+REQUEST_ID_HEADER = "X-Request-Id"
+ACCESS_LOGGER = "laya_onnx.serve.access"
+#: What a caller-supplied id may look like: UUIDs, ULIDs, trace ids (`Root=1-...`), base64.
+_VALID_REQUEST_ID = re.compile(r"[A-Za-z0-9._~:/+=@-]{1,128}")
+
+#: The id of the request the current task is handling, for log lines (None outside a request).
+current_request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "laya_onnx_request_id", default=None
+)
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex
+
+
+def accept_request_id(supplied: str | None) -> str:
+    """The caller's id when it is acceptable, else a fresh one (never the rejected text)."""
+    if supplied is not None and _VALID_REQUEST_ID.fullmatch(supplied):
+        return supplied
+    return new_request_id()
+
+
+class RequestIdFormatter(logging.Formatter):
+    """The usual line, plus ` request_id=<id>` when it was logged while handling a request."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        request_id = current_request_id.get()
+        return line if request_id is None else "%s request_id=%s" % (line, request_id)
+
+
+def _access_fields(request: web.BaseRequest, response: web.StreamResponse, seconds: float) -> dict[str, Any]:
+    return {
+        "remote": request.remote,
+        "method": request.method,
+        # the path only: a query string may carry what a log must not keep
+        "path": request.path,
+        "status": response.status,
+        # what aiohttp wrote for this response, status line and headers included
+        "bytes_sent": response.body_length,
+        "duration_ms": round(seconds * 1000.0, 2),
+        "request_id": response.headers.get(REQUEST_ID_HEADER),
+    }
+
+
+class TextAccessLogger(AbstractAccessLogger):
+    """`127.0.0.1 "POST /v1/systemone" 200 512B 12.34ms request_id=...` at INFO."""
+
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+        f = _access_fields(request, response, time)
+        self.logger.info(
+            '%s "%s %s" %d %dB %.2fms request_id=%s',
+            f["remote"],
+            f["method"],
+            f["path"],
+            f["status"],
+            f["bytes_sent"],
+            f["duration_ms"],
+            f["request_id"],
+        )
+
+
+class JsonAccessLogger(AbstractAccessLogger):
+    """One JSON object per response; the logger's handler prints the message bare."""
+
+    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+        fields = {
+            "ts": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds"),
+            "type": "access",
+            **_access_fields(request, response, time),
+        }
+        self.logger.info(json.dumps(fields, ensure_ascii=False, separators=(",", ":")))
+
+
+ACCESS_LOGGERS: dict[str, type[AbstractAccessLogger]] = {
+    "text": TextAccessLogger,
+    "json": JsonAccessLogger,
+}
+
+
+def configure_logging(level: int, access_log: str) -> logging.Logger | None:
+    """Root handler with request ids, and the access logger for `access_log` (None when off).
+
+    In `json` mode the access logger gets its own handler printing the bare JSON line and does
+    not propagate, so a shipper reading stderr sees pure JSON for access lines.
+    """
+    handler = logging.StreamHandler()
+    handler.setFormatter(RequestIdFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler], force=True)
+    logging.getLogger("laya_onnx").setLevel(level)
+    if access_log == "off":
+        return None
+    access = logging.getLogger(ACCESS_LOGGER)
+    if access_log == "json":
+        json_handler = logging.StreamHandler()
+        json_handler.setFormatter(logging.Formatter("%(message)s"))
+        access.handlers = [json_handler]
+        access.propagate = False
+    return access
