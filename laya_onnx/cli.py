@@ -287,10 +287,15 @@ def build_parser() -> argparse.ArgumentParser:
     sv = sub.add_parser(
         "serve",
         help="serve a bundle over HTTP (POST /v1/systemone, /v1/systemone/batch, GET /health)",
-        description="Serve a bundle over TypeSafe Jev's /v1/systemone wire protocol until SIGINT/SIGTERM.",
+        description="Serve a bundle over TypeSafe Jev's /v1/systemone wire protocol until SIGINT/SIGTERM, "
+        "then drain (LAYA_SHUTDOWN_GRACE_SECONDS; see serve/README.md).",
     )
     _add_bundle_and_providers(sv)
-    sv.add_argument("--host", default=None, help="bind address (default $LAYA_HOST or 0.0.0.0)")
+    sv.add_argument(
+        "--host",
+        default=None,
+        help="bind address (default $LAYA_HOST or 127.0.0.1; 0.0.0.0 to serve other hosts)",
+    )
     sv.add_argument("--port", type=int, default=None, help="port (default $LAYA_PORT or 8000)")
     sv.set_defaults(func=_cmd_serve)
 

@@ -47,8 +47,9 @@ def accept_request_id(supplied: str | None) -> str:
 class RequestIdFormatter(logging.Formatter):
     """The usual line, plus ` request_id=<id>` when it was logged while handling a request."""
 
-    def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        # formatMessage is the line before any traceback: the id stays on the line it belongs to
+        line = super().formatMessage(record)
         request_id = current_request_id.get()
         return line if request_id is None else "%s request_id=%s" % (line, request_id)
 

@@ -1,0 +1,38 @@
+"""A deliberately slow fake agent, and `python tests/slow_agent.py PORT SECONDS` serving it.
+
+The drain tests need passes long enough to have requests in flight when a signal arrives; the
+tiny bundle answers in milliseconds. The server is `laya_onnx.serve.server.serve_agent`, the
+same code `laya-onnx serve` runs once its bundle is loaded.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from test_serve import FakeAgent  # tests/ is on the path above, not a package
+
+
+class SlowAgent(FakeAgent):
+    """FakeAgent whose every pass takes `seconds` on the worker thread."""
+
+    def __init__(self, seconds: float):
+        super().__init__()
+        self.seconds = seconds
+
+    def predict(self, state, questions, **kw):
+        time.sleep(self.seconds)
+        return super().predict(state, questions, **kw)
+
+    def predict_batch(self, states, questions, **kw):
+        time.sleep(self.seconds)
+        return super().predict_batch(states, questions, **kw)
+
+
+if __name__ == "__main__":
+    from laya_onnx.serve.server import serve_agent
+
+    serve_agent(SlowAgent(float(sys.argv[2])), "127.0.0.1", int(sys.argv[1]))
