@@ -136,17 +136,20 @@ async def root_path_middleware(request: web.Request, handler: Handler) -> web.St
     unmatched = getattr(request.match_info.http_exception, "status", None) == 404
     if not (root and unmatched and _under_root(raw_path, root) and not request.get(_ROOT_STRIPPED)):
         return await handler(request)
-    inner = request.clone(
-        rel_url=URL.build(
-            path=raw_path[len(root) :] or "/",
-            query_string=request.rel_url.raw_query_string,
-            encoded=True,
-        )
+    rel_url = URL.build(
+        path=raw_path[len(root) :] or "/", query_string=request.rel_url.raw_query_string, encoded=True
     )
+    if "Expect" in request.headers:
+        # the first routing already sent its "100 Continue"; the second must not send another
+        inner = request.clone(
+            rel_url=rel_url, headers=[(k, val) for k, val in request.headers.items() if k.lower() != "expect"]
+        )
+    else:
+        inner = request.clone(rel_url=rel_url)
     inner[_ROOT_STRIPPED] = True
     try:
-        # Application._handle routes and runs the middleware chain: the one entry point aiohttp
-        # has for "handle this request", unchanged from 3.0 through 4.0.
+        # Application._handle routes and runs the middleware chain: aiohttp's one entry point for
+        # "handle this request", with this signature from 3.9 through 3.14 and on its 4.0 branch.
         return await request.app._handle(inner)
     except web.HTTPException as exc:
         location = exc.headers.get("Location", "")
