@@ -2,6 +2,9 @@
 
 No pytest plugin: each async test is wrapped by `aio`, which runs it on a fresh loop, and
 `served()` starts the app on aiohttp's in-process TestServer (a real loopback socket).
+`listening()` runs the app as `laya-onnx serve` does instead (`RunningServer`), for what only
+the real server does: connection timeouts, the parser's refusals, the drain; `exchange`,
+`request`, `parse_responses` and `read_one` speak raw HTTP/1.1 to either.
 The fake agent implements `laya_onnx.serve.protocol.ServedAgent`; it is deterministic, records
 every call and the thread it ran on, and can be made to block on an Event so tests can prove
 that /health answers during inference and that the admission bound refuses the excess.
@@ -16,9 +19,12 @@ import asyncio
 import contextlib
 import functools
 import json
+import socket
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,6 +36,8 @@ from laya_onnx.errors import InvalidRequest
 from laya_onnx.gate import apply_confidence_gate
 from laya_onnx.serve import create_app
 from laya_onnx.serve.protocol import ServedAgent
+from laya_onnx.serve.server import RunningServer
+from laya_onnx.serve.settings import ServerLimits
 
 URL = "/v1/systemone"
 BATCH = "/v1/systemone/batch"
@@ -195,9 +203,121 @@ async def post(client, path, body, **kw):
 
 async def raw_request(client, head: bytes, body: bytes = b"") -> bytes:
     """Send bytes exactly as given and read the reply to EOF (send `Connection: close`)."""
-    reader, writer = await asyncio.open_connection(client.server.host, client.server.port)
-    writer.write(head + body)
-    await writer.drain()
-    data = await asyncio.wait_for(reader.read(), 5)
-    writer.close()
+    data, _ = await exchange(client.server.port, head + body, host=client.server.host)
     return data
+
+
+# -- raw HTTP/1.1 and the server as `laya-onnx serve` runs it ------------------------------
+
+#: Short connection timeouts for `listening`, so the timeout tests take a second, not a minute.
+FAST_LIMITS = ServerLimits(shutdown_grace=5.0, keepalive_timeout=0.6, header_read_timeout=0.5)
+
+
+@dataclass
+class Response:
+    status: int
+    headers: dict[str, str]  # lower-cased names
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+@dataclass
+class Listening:
+    port: int
+    server: RunningServer
+    agent: Any
+
+
+@contextlib.asynccontextmanager
+async def listening(agent: Any, limits: ServerLimits = FAST_LIMITS, access_log=None, **settings):
+    """The app as `laya-onnx serve` runs it: `RunningServer` (aiohttp behind
+    `LayaRequestHandler`) on a 127.0.0.1 socket, in-process. `served()` uses aiohttp's test
+    server instead, which has none of the connection-level behaviour (timeouts, parser
+    refusals as JSON, drain)."""
+    app = create_app(agent, **settings)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.setblocking(False)
+    server = await RunningServer.start(app, [sock], limits, access_log)
+    try:
+        yield Listening(port=sock.getsockname()[1], server=server, agent=agent)
+    finally:
+        await server.close()
+        sock.close()
+
+
+def parse_responses(raw: bytes) -> list[Response]:
+    """Every complete Content-Length-framed response in `raw`, in order."""
+    out = []
+    while raw:
+        head, sep, rest = raw.partition(b"\r\n\r\n")
+        if not sep:
+            raise AssertionError("incomplete response head: %r" % raw[:200])
+        lines = head.decode("latin-1").split("\r\n")
+        headers = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        length = int(headers.get("content-length", "0"))
+        out.append(Response(int(lines[0].split()[1]), headers, rest[:length]))
+        raw = rest[length:]
+    return out
+
+
+async def exchange(
+    port: int, data: bytes, read_timeout: float = 5.0, host: str = "127.0.0.1"
+) -> tuple[bytes, float]:
+    """Send `data`, read until the server closes; (bytes read, seconds from send to close)."""
+    loop = asyncio.get_running_loop()
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        writer.write(data)
+        await writer.drain()
+        began = loop.time()
+        raw = await asyncio.wait_for(reader.read(), read_timeout)
+        return raw, loop.time() - began
+    finally:
+        writer.close()
+
+
+async def read_one(reader: asyncio.StreamReader, timeout: float = 5.0) -> Response:
+    """One Content-Length-framed response from a connection that stays open."""
+    (parsed,) = parse_responses(await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout))
+    length = int(parsed.headers.get("content-length", "0"))
+    parsed.body = await asyncio.wait_for(reader.readexactly(length), timeout)
+    return parsed
+
+
+def request(method: str, path: str, body: bytes = b"", headers: dict[str, str] | None = None) -> bytes:
+    """The bytes of one HTTP/1.1 request (Content-Length set for a body or a POST)."""
+    lines = ["%s %s HTTP/1.1" % (method, path), "Host: test"]
+    lines += ["%s: %s" % kv for kv in (headers or {}).items()]
+    if body or method == "POST":
+        lines.append("Content-Length: %d" % len(body))
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on right now (for a server started as a process)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(proc, port: int, log_path: Path, within: float = 60.0) -> None:
+    """Wait until the server process answers GET /health; fail with its log if it exits or stalls."""
+    import urllib.request
+
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail("server exited with %s:\n%s" % (proc.returncode, log_path.read_text()[-3000:]))
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.1)
+    pytest.fail("server did not answer /health within %gs" % within)

@@ -11,9 +11,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# run as a script, the repository root must be importable for `tests.serve_support`
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from test_serve import FakeAgent  # tests/ is on the path above, not a package
+from tests.serve_support import FakeAgent
 
 
 class SlowAgent(FakeAgent):

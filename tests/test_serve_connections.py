@@ -18,13 +18,26 @@ import pytest
 
 pytest.importorskip("aiohttp")
 
-from raw_http import FAST_LIMITS, exchange, listening, parse_responses, read_one, request
-from test_serve import BODY, URL, FakeAgent, _clean_env, aio, post, served  # noqa: F401
-
 from laya_onnx.serve import settings as serve_settings
+from laya_onnx.serve.connection import framed_pieces
 from laya_onnx.serve.logs import JsonAccessLogger, RequestIdFormatter, TextAccessLogger
-from laya_onnx.serve.protocol import framed_pieces
 from laya_onnx.serve.settings import ConfigError, ServerLimits
+from tests.serve_support import (
+    BODY,
+    FAST_LIMITS,
+    URL,
+    FakeAgent,
+    aio,
+    exchange,
+    listening,
+    parse_responses,
+    post,
+    read_one,
+    request,
+    served,
+)
+
+pytestmark = pytest.mark.usefixtures("no_laya_env")
 
 #: Put in requests to prove the refusal does not quote the request back.
 MARKER = "zq-echo-marker-7"

@@ -15,23 +15,31 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("aiohttp")
 
-from raw_http import exchange, listening, parse_responses, request
-from slow_agent import SlowAgent
-from test_serve import BODY, URL, _clean_env, aio  # noqa: F401
-
 from laya_onnx.serve.drain import RETRY_AFTER_SECONDS, Drain, DrainRefusal, InferenceGate
 from laya_onnx.serve.errors import SHUTTING_DOWN
 from laya_onnx.serve.settings import ServerLimits
+from tests.serve_support import (
+    BODY,
+    URL,
+    aio,
+    exchange,
+    free_port,
+    listening,
+    parse_responses,
+    request,
+    wait_healthy,
+)
+from tests.slow_agent import SlowAgent
+
+pytestmark = pytest.mark.usefixtures("no_laya_env")
 
 TESTS = Path(__file__).resolve().parent
-STARTUP_SECONDS = 60
 
 
 # -- the gate and the drain state ----------------------------------------------------------
@@ -149,32 +157,8 @@ async def test_drain_answers_or_refuses_every_request_and_closes_the_doors():
 # -- a real server process -----------------------------------------------------------------
 
 
-def _free_port():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_healthy(proc, port, log_path):
-    import urllib.request
-
-    deadline = time.monotonic() + STARTUP_SECONDS
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail("server exited with %s:\n%s" % (proc.returncode, log_path.read_text()[-3000:]))
-        try:
-            with urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.1)
-    pytest.fail("server did not come up within %ds" % STARTUP_SECONDS)
-
-
 def _spawn_slow_server(tmp_path, seconds, **env_extra):
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAYA_")}
     env.update(PYTHONPATH=os.pathsep.join([str(TESTS.parent), env.get("PYTHONPATH", "")]), **env_extra)
     log_path = tmp_path / "server.log"
@@ -187,7 +171,7 @@ def _spawn_slow_server(tmp_path, seconds, **env_extra):
     )
     log.close()
     try:
-        _wait_healthy(proc, port, log_path)
+        wait_healthy(proc, port, log_path)
     except BaseException:
         proc.kill()
         proc.wait(10)

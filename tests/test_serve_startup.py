@@ -21,10 +21,10 @@ import pytest
 
 pytest.importorskip("aiohttp")
 
-from raw_http import exchange, parse_responses, request
-from test_serve import BODY, URL
-
 from laya_onnx.serve.server import _bind
+from tests.serve_support import BODY, URL, exchange, free_port, parse_responses, request, wait_healthy
+
+pytestmark = pytest.mark.usefixtures("no_laya_env")
 
 CLI = [sys.executable, "-m", "laya_onnx", "serve"]
 
@@ -116,9 +116,7 @@ def tiny_bundle(request):
 
 
 def test_real_server_binds_localhost_logs_in_order_and_drains_on_sigterm(tiny_bundle, tmp_path):
-    from test_serve_drain import _free_port, _wait_healthy
-
-    port = _free_port()
+    port = free_port()
     log_path = tmp_path / "server.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
@@ -128,7 +126,7 @@ def test_real_server_binds_localhost_logs_in_order_and_drains_on_sigterm(tiny_bu
             env=_env(LAYA_ACCESS_LOG="json"),
         )
     try:
-        _wait_healthy(proc, port, log_path)
+        wait_healthy(proc, port, log_path)
         started = log_path.read_text()
         assert "serving checkpoint 'tiny-english'" in started
         assert "on http://127.0.0.1:%d with CPUExecutionProvider" % port in started

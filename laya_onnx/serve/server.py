@@ -29,8 +29,8 @@ from typing import Any
 from aiohttp import web
 
 from laya_onnx.serve.app import DRAIN, create_app
-from laya_onnx.serve.logs import ACCESS_LOGGERS, configure_logging
 from laya_onnx.serve.connection import LayaRequestHandler, handler_factory
+from laya_onnx.serve.logs import ACCESS_LOGGERS, configure_logging
 from laya_onnx.serve.settings import (
     ConfigError,
     ServerLimits,

@@ -20,6 +20,7 @@ import math
 import os
 import re
 from dataclasses import dataclass, fields
+from typing import Any
 
 log = logging.getLogger("laya_onnx.serve")
 
@@ -272,7 +273,7 @@ class Settings:
                 "create_app() got unknown settings: %s (known: %s)"
                 % (", ".join(unknown), ", ".join(sorted(known)))
             )
-        values = {
+        values: dict[str, Any] = {
             "api_key": api_key_from_env(),
             "max_concurrent": max_concurrent_from_env(),
             "body_read_timeout": body_read_timeout_from_env(),
