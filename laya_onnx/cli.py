@@ -356,7 +356,7 @@ def _exit_status(exc: BaseException) -> tuple[int, str] | None:
     if isinstance(exc, OutputExistsError):
         return EXIT_USAGE, f"error: {exc.advice('--force')}"  # the CLI's word for force=True
     if isinstance(exc, SystemExit):
-        # The serve layer exits with its own message for bad settings (LAYA_PORT, --port, ...).
+        # The serve layer exits with its own message for a bundle it cannot load.
         return EXIT_USAGE, "error: " + str(exc.code).removeprefix("laya-onnx: ")
     if isinstance(exc, ImportError):
         hint = (

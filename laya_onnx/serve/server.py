@@ -4,9 +4,9 @@ The order matters to an operator:
 
   1. configuration (host, port, log level, limits, root path) is read and refused with a
      `ConfigError` before anything else — `laya-onnx serve` exits 2 in milliseconds;
-  2. the address is bound (not yet listened on): a port in use exits 1 with one line, before
-     the model is loaded, and the "serving ..." line is never printed for a server that is not;
-  3. the bundle is loaded and verified (a bad one exits 1 with the loader's message);
+  2. the address is bound (not yet listened on): a port in use is an OSError — exit 1, one
+     line — before the model is loaded, and "serving ..." is never logged for a server that is not;
+  3. the bundle is loaded and verified (a bad one exits with the loader's message);
   4. the socket listens and "serving ... on http://HOST:PORT" is logged;
   5. on the first SIGTERM or SIGINT the server drains (`drain.py`): it stops accepting
      connections, closes idle ones, answers every admitted request that can finish within
@@ -66,7 +66,7 @@ class _Plan:
 
 
 def _bind(host: str, port: int) -> list[socket.socket]:
-    """Bind (without listening) every address `host` resolves to; a port in use exits 1 here.
+    """Bind (without listening) every address `host` resolves to; a port in use fails here.
 
     Bound but not listening, the port is held while the model loads and a client is refused
     outright instead of waiting in a queue for a server that is not up yet.
@@ -101,10 +101,11 @@ def _bind(host: str, port: int) -> list[socket.socket]:
     return sockets
 
 
-def _cannot_listen(address: Any, exc: OSError) -> SystemExit:
+def _cannot_listen(address: Any, exc: OSError) -> OSError:
+    """The bind/listen failure, saying where: `laya-onnx serve` reports it in one line, exit 1."""
     host, port = address[:2]
     where = "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
-    return SystemExit("laya-onnx serve: error: cannot listen on %s: %s" % (where, exc.strerror or exc))
+    return OSError(exc.errno, "cannot listen on %s: %s" % (where, exc.strerror or exc))
 
 
 def _prepare(host: str | None, port: int | None) -> _Plan:
@@ -126,8 +127,9 @@ def run_server(
     """Serve `bundle` over the /v1/systemone wire protocol until SIGTERM/SIGINT, then drain.
 
     `host`/`port` win over LAYA_HOST/LAYA_PORT (default 127.0.0.1:8000). Raises `ConfigError`
-    (a ValueError) for a bad setting; exits 1 (SystemExit) when the port cannot be bound or the
-    bundle cannot be loaded.
+    (a ValueError; the CLI exits 2) for a bad setting and OSError (exit 1) when the address
+    cannot be bound, both before the bundle is loaded; exits with the loader's message
+    (SystemExit) when the bundle cannot be loaded.
     """
     plan = _prepare(host, port)
     try:
