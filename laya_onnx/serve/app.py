@@ -6,9 +6,9 @@ Layout:
     it binds to the loop that actually runs the app;
   * middlewares, outermost first: the LAYA_ROOT_PATH prefix, the request id (`X-Request-Id` on
     every response, the id in every log line), errors (every refusal becomes
-    `{"detail": ...}`), the trailing-slash redirect, bearer auth, admission (and the drain),
-    inference timing headers — auth and admission apply to the two decision routes only, and
-    run before a body byte is read;
+    `{"detail": ...}`), metrics (counts and times every request, `metrics.py`), the
+    trailing-slash redirect, bearer auth, admission (and the drain), inference timing headers —
+    auth and admission apply to the two decision routes only, and run before a body byte is read;
   * handlers are thin: read the body, run the checks in contract order, hand the agent call
     to the worker thread, shape and render the result.
 
@@ -35,6 +35,7 @@ from yarl import URL
 from laya_onnx.errors import LayaInputError
 from laya_onnx.hooks import aggregate_usage
 from laya_onnx.serve import validate as v
+from laya_onnx.serve.catalog import ModelCard
 from laya_onnx.serve.drain import Drain, InferenceGate
 from laya_onnx.serve.errors import (
     BODY_TIMEOUT,
@@ -47,7 +48,10 @@ from laya_onnx.serve.errors import (
     UNAUTHORIZED,
     ApiError,
 )
+from laya_onnx.serve.keys import INFERENCE_MS, PASS_RESULT, QUEUE_WAIT_MS, request_key
 from laya_onnx.serve.logs import REQUEST_ID_HEADER, accept_request_id, current_request_id
+from laya_onnx.serve.metrics import METRICS, Metrics, metrics_middleware
+from laya_onnx.serve.openapi import docs_html, openapi_json
 from laya_onnx.serve.protocol import ServedAgent
 from laya_onnx.serve.settings import Settings
 from laya_onnx.serve.wire import (
@@ -89,6 +93,7 @@ RUNTIME = web.AppKey("runtime", Runtime)
 DRAIN = web.AppKey("drain", Drain)
 #: Provider fallback counts when the app was built (providers that never attached).
 FALLBACK_BASELINE = web.AppKey("fallback_baseline", dict[str, int])
+MODEL_CARD = web.AppKey("model_card", ModelCard)
 
 
 # -- responses -----------------------------------------------------------------------------
@@ -102,17 +107,10 @@ def error_response(status: int, detail: str, headers: dict[str, str] | None = No
     return json_response({"detail": detail}, status=status, headers=headers)
 
 
-def _request_key(name: str, kind: type) -> Any:
-    # aiohttp < 3.12 has no RequestKey; a plain string key works the same there
-    return web.RequestKey(name, kind) if hasattr(web, "RequestKey") else "laya_onnx." + name
-
-
-#: Where a handler leaves the measured inference time for `timing_middleware`.
-INFERENCE_MS: Any = _request_key("inference_ms", float)
 #: The request's id (the caller's X-Request-Id when acceptable, else generated).
-REQUEST_ID: Any = _request_key("request_id", str)
+REQUEST_ID: Any = request_key("request_id", str)
 #: Set on the request routed again without LAYA_ROOT_PATH, so it is stripped once only.
-_ROOT_STRIPPED: Any = _request_key("root_path_stripped", bool)
+_ROOT_STRIPPED: Any = request_key("root_path_stripped", bool)
 
 
 # -- middlewares ---------------------------------------------------------------------------
@@ -319,8 +317,10 @@ async def infer(request: web.Request, fn: Callable[[], Any], what: str) -> Any:
     """
     runtime = request.app[RUNTIME]
     loop = asyncio.get_running_loop()
+    queued = time.perf_counter()
     async with runtime.gate:
         t0 = time.perf_counter()
+        request[QUEUE_WAIT_MS] = (t0 - queued) * 1000.0
         try:
             result = await loop.run_in_executor(runtime.executor, fn)
         except LayaInputError as exc:
@@ -329,6 +329,7 @@ async def infer(request: web.Request, fn: Callable[[], Any], what: str) -> Any:
             log.exception("%s failed for model=%s", what, request.app[CHECKPOINT].name)
             raise ApiError(500, INFERENCE_FAILED) from None
         request[INFERENCE_MS] = (time.perf_counter() - t0) * 1000.0
+        request[PASS_RESULT] = result
         return result
 
 
@@ -447,6 +448,32 @@ async def health(request: web.Request) -> web.Response:
     )
 
 
+async def list_models(request: web.Request) -> web.Response:
+    """Jev's model list; the x_ keys only where /health would give its full payload."""
+    return json_response(request.app[MODEL_CARD].listing(request.app[AGENT], full=_authorized(request)))
+
+
+async def scrape_metrics(request: web.Request) -> web.Response:
+    """Prometheus scrape; with a key set it takes the same bearer as the decision routes."""
+    if not _authorized(request):
+        raise ApiError(401, UNAUTHORIZED)
+    body, content_type = request.app[METRICS].exposition(request.headers.get("Accept"))
+    return web.Response(body=body, headers={"Content-Type": content_type})
+
+
+async def openapi_route(request: web.Request) -> web.Response:
+    return web.Response(body=openapi_json(), content_type="application/json")
+
+
+async def docs_route(request: web.Request) -> web.Response:
+    return web.Response(text=docs_html(), content_type="text/html")
+
+
+def _queue_depth(runtime: Runtime) -> int:
+    """Decision requests waiting for the worker now (0 before startup and after shutdown)."""
+    return runtime.gate.waiting if runtime.gate is not None else 0
+
+
 # -- lifecycle and factory -----------------------------------------------------------------
 
 
@@ -480,6 +507,7 @@ def create_app(agent: ServedAgent, **settings: Any) -> web.Application:
             root_path_middleware,
             request_context_middleware,
             error_middleware,
+            metrics_middleware,
             web.normalize_path_middleware(
                 append_slash=False,
                 remove_slash=True,
@@ -497,8 +525,15 @@ def create_app(agent: ServedAgent, **settings: Any) -> web.Application:
     app[RUNTIME] = Runtime(max_concurrent=config.max_concurrent)
     app[DRAIN] = Drain()
     app[FALLBACK_BASELINE] = fallback_baseline(agent.fallbacks)
+    app[MODEL_CARD] = ModelCard.of(agent, app[CHECKPOINT])
+    app[METRICS] = Metrics(agent, config.max_concurrent, queue_depth=partial(_queue_depth, app[RUNTIME]))
     app.cleanup_ctx.append(_runtime_ctx)
     app.router.add_get("/health", health, name="health", allow_head=False)
     app.router.add_post("/v1/systemone", systemone, name="systemone")
     app.router.add_post("/v1/systemone/batch", systemone_batch, name="systemone_batch")
+    app.router.add_get("/v1/models", list_models, name="models", allow_head=False)
+    app.router.add_get("/metrics", scrape_metrics, name="metrics", allow_head=False)
+    if config.api_key is None:  # as laya-serve: no API documentation on a keyed server (404)
+        app.router.add_get("/openapi.json", openapi_route, name="openapi", allow_head=False)
+        app.router.add_get("/docs", docs_route, name="docs", allow_head=False)
     return app

@@ -1,0 +1,102 @@
+"""`GET /v1/models`: the served checkpoint in Jev's model-list shape.
+
+Jev asks for `{"models": [{"name", "description", "release_date", ...}]}` and lets a server add
+`x_`-prefixed keys (jev.md). One bundle is one checkpoint, so the list has one entry; the other
+values a caller may send as `model` for it are its `x_aliases`, not entries of their own, so a
+client that shows the list shows one model.
+
+Auth follows `/health` (http.md §5): the route never answers 401, and with LAYA_API_KEY set
+a caller without the right bearer gets only Jev's three keys — the name a client must send is
+not a secret, while the bundle digest, revision and providers describe the deployment, like
+the full health payload does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from laya_onnx.bundle import GRAPH_FILE, MANIFEST_FILE, Bundle
+from laya_onnx.serve.protocol import ServedAgent
+from laya_onnx.serve.wire import BUNDLE_REPO, PUBLISHED_IDS, Checkpoint
+
+#: Jev requires a string; a bundle records no release date of its checkpoint.
+UNKNOWN_RELEASE_DATE = "unknown"
+#: What every bundle exported so far computes in; an exporter that writes other precisions
+#: records `precision` in the manifest (top level or under `export`).
+DEFAULT_PRECISION = "fp32"
+
+
+def graph_sha256(manifest: dict[str, Any]) -> str | None:
+    """laya.onnx's digest as the manifest lists it (verified against the file when the bundle
+    was opened); None for a bundle without a manifest."""
+    entry = (manifest.get("files") or {}).get(GRAPH_FILE)
+    digest = entry.get("sha256") if isinstance(entry, dict) else entry
+    return digest if isinstance(digest, str) and digest else None
+
+
+def manifest_sha256(bundle: Bundle) -> str | None:
+    """sha256 of manifest.json's bytes: it lists every file's digest, so it pins the bundle.
+    None for a bundle opened without one."""
+    if bundle.manifest is None:
+        return None
+    try:
+        return hashlib.sha256((Path(bundle.root) / MANIFEST_FILE).read_bytes()).hexdigest()
+    except OSError:  # removed or unreadable since the bundle was opened
+        return None
+
+
+def precision(manifest: dict[str, Any]) -> str:
+    export = manifest.get("export")
+    for value in (manifest.get("precision"), export.get("precision") if isinstance(export, dict) else None):
+        if isinstance(value, str) and value:
+            return value
+    return DEFAULT_PRECISION
+
+
+@dataclass(frozen=True)
+class ModelCard:
+    """What `/v1/models` says about the served checkpoint; digests are read once, at startup."""
+
+    name: str
+    repo: str
+    aliases: tuple[str, ...]
+    graph_sha256: str | None
+    manifest_sha256: str | None
+    precision: str
+
+    @classmethod
+    def of(cls, agent: ServedAgent, checkpoint: Checkpoint) -> ModelCard:
+        manifest = agent.bundle.manifest or {}
+        published = sorted(repo for repo, name in PUBLISHED_IDS.items() if name == checkpoint.name)
+        return cls(
+            name=checkpoint.name,
+            repo=checkpoint.repo,
+            aliases=tuple(checkpoint.aliases + published + [BUNDLE_REPO]),
+            graph_sha256=graph_sha256(manifest),
+            manifest_sha256=manifest_sha256(agent.bundle),
+            precision=precision(manifest),
+        )
+
+    def listing(self, agent: ServedAgent, full: bool) -> dict[str, Any]:
+        """The response body; `full` adds our `x_` keys (see the module docstring for when)."""
+        entry: dict[str, Any] = {
+            "name": self.name,
+            "description": "laya %s checkpoint served by laya-onnx (ONNX Runtime)" % self.name,
+            "release_date": UNKNOWN_RELEASE_DATE,
+        }
+        if full:
+            entry.update(
+                {
+                    "x_aliases": list(self.aliases),
+                    "x_revision": agent.revision,
+                    "x_repo": self.repo,
+                    "x_graph_sha256": self.graph_sha256,
+                    "x_manifest_sha256": self.manifest_sha256,
+                    "x_precision": self.precision,
+                    "x_providers": list(agent.providers),
+                }
+            )
+        return {"models": [entry]}

@@ -1,0 +1,213 @@
+"""Prometheus metrics for one app: what `/metrics` exposes, and the middleware that observes it.
+
+Every app owns a `CollectorRegistry` of its own (never prometheus-client's global one), so
+several apps in one process — tests, a bench next to a server — count separately and never
+collide on metric names.
+
+Observation happens in `metrics_middleware` (request counts and latency) from request-scoped
+facts that the inference step leaves behind (`keys.py`); handlers stay free of metric calls.
+Three figures are read at scrape time instead of being pushed: the queue in front of the
+inference gate, provider fallbacks (the agent's own table) and the process's memory
+(`ProcessCollector`, from /proc on Linux).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
+
+from laya_onnx.serve.errors import BUSY, ApiError
+from laya_onnx.serve.keys import INFERENCE_MS, PASS_RESULT, QUEUE_WAIT_MS
+from laya_onnx.serve.protocol import ServedAgent
+
+PREFIX = "laya_onnx"
+#: Seconds. Covers a loopback health probe (~1 ms) up to a long batch on a CPU (tens of s).
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+#: The route label of a request that matched no route: one label, so scanners probing random
+#: paths cannot grow the label set without bound.
+UNMATCHED = "unmatched"
+#: The status label of a request whose handler was cancelled because the client went away
+#: (nginx's 499): nobody received an answer, and it is not a server failure.
+CLIENT_GONE = 499
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def work_done(result: Any) -> tuple[int, int]:
+    """(question rows answered, input tokens read) for a pass's result — one dict or a list."""
+    rows = tokens = 0
+    for item in result if isinstance(result, list) else [result]:
+        if not isinstance(item, dict):
+            continue
+        answers = item.get("answers")
+        rows += len(answers) if isinstance(answers, dict) else 0
+        usage = item.get("usage")
+        n = usage.get("input_tokens") if isinstance(usage, dict) else None
+        if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+            tokens += n
+    return rows, tokens
+
+
+class ProviderFallbacks(Collector):
+    """`laya_onnx_provider_fallbacks_total{provider}` read from the agent's table at scrape time.
+
+    The same table `/health` shows as `provider_fallbacks`: a provider that never attached at
+    startup counts there too, so the series starts at 1 for it rather than at 0.
+    """
+
+    def __init__(self, agent: ServedAgent):
+        self.agent = agent
+
+    def collect(self) -> Iterable[Metric]:
+        family = CounterMetricFamily(
+            PREFIX + "_provider_fallbacks",
+            "Passes (or session builds) an execution provider failed and handed to the next one.",
+            labels=["provider"],
+        )
+        for provider, entry in sorted(self.agent.fallbacks.items()):  # a snapshot (ServedAgent)
+            family.add_metric([provider], entry["count"])
+        yield family
+
+
+class Metrics:
+    """The metric objects of one app, registered on its own registry."""
+
+    def __init__(self, agent: ServedAgent, max_concurrent: int, queue_depth: Callable[[], int]):
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            PREFIX + "_http_requests",
+            "HTTP requests answered, by route template, method and status code.",
+            ["route", "method", "status"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            PREFIX + "_http_request_duration_seconds",
+            "Time from the request reaching the application to its response being ready.",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.in_flight = Gauge(
+            PREFIX + "_http_requests_in_flight",
+            "Requests being handled now, by route template.",
+            ["route"],
+            registry=r,
+        )
+        self.queue_wait = Histogram(
+            PREFIX + "_inference_queue_wait_seconds",
+            "Time a decision request waited for the single inference worker.",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        queued = Gauge(
+            PREFIX + "_inference_queue_depth",
+            "Decision requests waiting for the inference worker now (the running one excluded).",
+            registry=r,
+        )
+        queued.set_function(queue_depth)  # read from the inference gate at scrape time
+        self.inference = Histogram(
+            PREFIX + "_inference_duration_seconds",
+            "Time of successful forward passes on the worker (what X-Inference-Time-Ms reports).",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.rows = Counter(
+            PREFIX + "_rows",
+            "Question rows answered (one per question per state).",
+            registry=r,
+        )
+        self.tokens = Counter(
+            PREFIX + "_input_tokens",
+            "Input tokens read by successful passes (non-pad tokens over all rows).",
+            registry=r,
+        )
+        self.busy = Counter(
+            PREFIX + "_busy_refusals",
+            "Decision requests refused with 503 because LAYA_MAX_CONCURRENT were already in flight.",
+            ["route"],
+            registry=r,
+        )
+        admission = Gauge(
+            PREFIX + "_admission_limit",
+            "LAYA_MAX_CONCURRENT: decision requests admitted at once.",
+            registry=r,
+        )
+        admission.set(max_concurrent)
+        ProcessCollector(registry=r)  # process_resident_memory_bytes, cpu seconds, open fds
+        r.register(ProviderFallbacks(agent))
+
+    def exposition(self, accept: str | None) -> tuple[bytes, str]:
+        """The scrape body and its Content-Type, negotiated from the Accept header."""
+        encoder, content_type = choose_encoder(accept or "")
+        return encoder(self.registry), content_type
+
+    def observe(self, request: web.Request, route: str, status: int, seconds: float, busy: bool) -> None:
+        self.requests.labels(route, request.method, str(status)).inc()
+        self.latency.labels(route).observe(seconds)
+        if busy:
+            self.busy.labels(route).inc()
+        waited = request.get(QUEUE_WAIT_MS)
+        if waited is not None:
+            self.queue_wait.labels(route).observe(waited / 1000.0)
+        result = request.get(PASS_RESULT)
+        if result is not None:
+            rows, tokens = work_done(result)
+            self.rows.inc(rows)
+            self.tokens.inc(tokens)
+
+
+METRICS = web.AppKey("metrics", Metrics)
+
+
+def route_label(request: web.Request) -> str:
+    """The matched route's template (`/v1/systemone`), never the raw path."""
+    info = request.match_info
+    if getattr(info, "http_exception", None) is not None:
+        return UNMATCHED
+    resource = getattr(getattr(info, "route", None), "resource", None)
+    return getattr(resource, "canonical", None) or UNMATCHED
+
+
+@web.middleware
+async def metrics_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Count and time every request; it sits right inside the error middleware.
+
+    There it sees each refusal as the exception it was raised as (to tell a busy 503 from any
+    other 503), and its clock covers all of our own work: routing, auth, admission, body,
+    checks, the queue, the pass, shaping and rendering — everything but aiohttp's header
+    parsing and the socket write.
+    """
+    metrics = request.app[METRICS]
+    route = route_label(request)
+    start = time.perf_counter()
+    status, busy = 500, False  # an exception the error middleware will answer with a 500
+    try:
+        with metrics.in_flight.labels(route).track_inprogress():
+            response = await handler(request)
+        status = response.status
+        ms = request.get(INFERENCE_MS)
+        if ms is not None and status == 200:
+            metrics.inference.labels(route).observe(ms / 1000.0)
+        return response
+    except ApiError as exc:
+        status, busy = exc.status, exc.status == 503 and exc.detail == BUSY
+        raise
+    except web.HTTPException as exc:
+        status = exc.status
+        raise
+    except asyncio.CancelledError:
+        status = CLIENT_GONE
+        raise
+    finally:
+        metrics.observe(request, route, status, time.perf_counter() - start, busy)

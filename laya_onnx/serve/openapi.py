@@ -1,0 +1,262 @@
+"""`/openapi.json` and `/docs`: the OpenAPI 3.1 document, generated from `schema.py`.
+
+laya-serve (FastAPI) serves `/openapi.json`, `/docs` and `/redoc` only when LAYA_API_KEY is unset
+(http.md §1); with a key they do not exist (404). This server does the same with `/openapi.json`
+and `/docs`. `/docs` is one self-contained HTML page rendered on the server from the same
+document — no script, no stylesheet or font from a CDN — so it works on a host with no
+internet access.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from functools import lru_cache
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from laya_onnx import __version__
+from laya_onnx.serve import schema as s
+from laya_onnx.serve.errors import (
+    BODY_TIMEOUT,
+    BODY_TOO_LARGE,
+    BUSY,
+    INFERENCE_FAILED,
+    INVALID_JSON,
+    UNAUTHORIZED,
+)
+
+TITLE = "laya-onnx"
+SUMMARY = "Laya System-1 decisions over the TypeSafe Jev /v1/systemone protocol, on ONNX Runtime"
+REF = "#/components/schemas/{model}"
+
+#: The schema types the document names, by component name.
+COMPONENTS: dict[str, Any] = {
+    "DecisionRequest": s.DecisionRequest,
+    "BatchRequest": s.BatchRequest,
+    "DecisionResponse": s.DecisionResponse,
+    "BatchResponse": s.BatchResponse,
+    "Health": s.Health,
+    "ModelList": s.ModelList,
+    "Error": s.ErrorBody,
+}
+
+_TIMING_HEADERS = {
+    "Server-Timing": {
+        "description": "inference;dur=<ms>: the forward pass on the worker, queue wait excluded.",
+        "required": True,
+        "schema": {"type": "string", "pattern": r"^inference;dur=\d+\.\d{2}$"},
+    },
+    "X-Inference-Time-Ms": {
+        "description": "The same milliseconds as Server-Timing.",
+        "required": True,
+        "schema": {"type": "string", "pattern": r"^\d+\.\d{2}$"},
+    },
+}
+
+#: What each refusal of a decision route means; the texts are the fixed ones where there is one.
+_DECISION_ERRORS = {
+    400: "Not JSON (%r), not an object with the required fields, a null state, or an unpaired "
+    "surrogate escape." % INVALID_JSON,
+    401: "%r: LAYA_API_KEY is set and Authorization is not exactly 'Bearer <key>'." % UNAUTHORIZED,
+    408: "%r: the body took longer than LAYA_BODY_READ_TIMEOUT." % BODY_TIMEOUT,
+    413: "%r (over 2 MiB), or too many questions, options, score levels or states, or a state "
+    "over 50 000 characters." % BODY_TOO_LARGE,
+    422: "A question the model cannot answer (its text names the question and the fix), a control "
+    "out of range, a hook key, or a `model` this server does not serve.",
+    500: "%r: the pass failed; the traceback is logged, never sent." % INFERENCE_FAILED,
+    503: "%r: LAYA_MAX_CONCURRENT decision requests are already in flight." % BUSY,
+}
+
+
+def _json(ref: str) -> dict[str, Any]:
+    return {"application/json": {"schema": {"$ref": "#/components/schemas/" + ref}}}
+
+
+def _error(status: int, why: str) -> dict[str, Any]:
+    response: dict[str, Any] = {"description": why, "content": _json("Error")}
+    if status == 503:
+        response["headers"] = {
+            "Retry-After": {"required": True, "schema": {"type": "string", "enum": ["1"]}},
+        }
+    return response
+
+
+def _decision(summary: str, description: str, request: str, response: str, op_id: str) -> dict[str, Any]:
+    responses: dict[str, Any] = {
+        "200": {"description": "The answers.", "headers": _TIMING_HEADERS, "content": _json(response)}
+    }
+    responses.update({str(code): _error(code, why) for code, why in _DECISION_ERRORS.items()})
+    return {
+        "post": {
+            "operationId": op_id,
+            "summary": summary,
+            "description": description,
+            "requestBody": {"required": True, "content": _json(request)},
+            "responses": responses,
+            "security": [{}, {"bearer": []}],
+        }
+    }
+
+
+def _get(
+    op_id: str, summary: str, description: str, content: dict[str, Any], errors: dict[int, str] | None = None
+) -> dict[str, Any]:
+    responses: dict[str, Any] = {"200": {"description": summary, "content": content}}
+    responses.update({str(code): _error(code, why) for code, why in (errors or {}).items()})
+    return {
+        "get": {"operationId": op_id, "summary": summary, "description": description, "responses": responses}
+    }
+
+
+def _components() -> dict[str, Any]:
+    """Every named type of `COMPONENTS` and the types they refer to, as JSON Schema 2020-12."""
+    schemas: dict[str, Any] = {}
+    for name, kind in COMPONENTS.items():
+        mode = "validation" if name.endswith("Request") else "serialization"
+        doc = TypeAdapter(kind).json_schema(mode=mode, ref_template=REF)
+        for def_name, definition in doc.pop("$defs", {}).items():
+            schemas.setdefault(def_name, definition)
+        schemas[name] = doc
+    return schemas
+
+
+@lru_cache(maxsize=1)
+def openapi_document() -> dict[str, Any]:
+    """The whole document. Static (no per-server values), so it is built once per process."""
+    text_plain = {"schema": {"type": "string"}}
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": TITLE, "summary": SUMMARY, "version": __version__},
+        "paths": {
+            "/v1/systemone": _decision(
+                "Answer questions about one state",
+                "Every question is answered in one forward pass on the single inference worker.",
+                "DecisionRequest",
+                "DecisionResponse",
+                "systemone",
+            ),
+            "/v1/systemone/batch": _decision(
+                "Answer one question set over many states",
+                "States are answered in input order; long batches are split into passes that fit "
+                "LAYA_MAX_BATCH_TOKENS.",
+                "BatchRequest",
+                "BatchResponse",
+                "systemone_batch",
+            ),
+            "/health": _get(
+                "health",
+                "Liveness and serving facts",
+                "Always 200, never 401, answered while a pass runs. With LAYA_API_KEY set, a caller "
+                'without the right bearer gets {"status": "ok"} only.',
+                _json("Health"),
+            ),
+            "/v1/models": _get(
+                "models",
+                "The served checkpoint, in Jev's model-list shape",
+                "Never 401. The x_ keys (aliases, digests, precision, providers) only without "
+                "LAYA_API_KEY or with the right bearer.",
+                _json("ModelList"),
+            ),
+            "/metrics": _get(
+                "metrics",
+                "Prometheus metrics",
+                "Prometheus text exposition (OpenMetrics when the Accept header asks for it). "
+                "With LAYA_API_KEY set it needs the bearer.",
+                {"text/plain": text_plain, "application/openmetrics-text": text_plain},
+                {401: "%r: LAYA_API_KEY is set and the bearer is missing or wrong." % UNAUTHORIZED},
+            ),
+            "/openapi.json": _get(
+                "openapi",
+                "This document",
+                "Served only when LAYA_API_KEY is unset (404 otherwise), as laya-serve does.",
+                {"application/json": {"schema": {"type": "object"}}},
+            ),
+            "/docs": _get(
+                "docs",
+                "This document as a self-contained HTML page",
+                "Served only when LAYA_API_KEY is unset (404 otherwise).",
+                {"text/html": text_plain},
+            ),
+        },
+        "components": {
+            "schemas": _components(),
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "Required on the decision routes only when LAYA_API_KEY is set.",
+                }
+            },
+        },
+    }
+
+
+def openapi_json() -> bytes:
+    return json.dumps(openapi_document(), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+# -- /docs ----------------------------------------------------------------------------------
+
+_STYLE = """
+body { font: 15px/1.45 system-ui, sans-serif; max-width: 60rem; margin: 2rem auto; padding: 0 1rem; }
+h2 { border-bottom: 1px solid #ccc; padding-bottom: .2rem; margin-top: 2.5rem; }
+code, pre { font: 13px/1.35 ui-monospace, monospace; }
+pre { background: #f6f6f6; padding: .6rem; overflow-x: auto; }
+.method { font-weight: bold; text-transform: uppercase; margin-right: .5rem; }
+table { border-collapse: collapse; } td, th { text-align: left; padding: .2rem .6rem; vertical-align: top; }
+"""
+
+
+def _ref_name(content: dict[str, Any]) -> str | None:
+    for media in content.values():
+        ref = (media.get("schema") or {}).get("$ref", "")
+        if ref:
+            return ref.rsplit("/", 1)[-1]
+    return None
+
+
+def _anchor(name: str) -> str:
+    return '<a href="#schema-%s">%s</a>' % (html.escape(name), html.escape(name))
+
+
+@lru_cache(maxsize=1)
+def docs_html() -> str:
+    """The document rendered as HTML: each route with its body and answers, then every schema.
+
+    Links are in-page anchors only.
+    """
+    doc = openapi_document()
+    e = html.escape
+    out = [
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+        "<title>%s %s</title><style>%s</style></head><body>" % (e(TITLE), e(doc["info"]["version"]), _STYLE),
+        "<h1>%s <small>%s</small></h1><p>%s</p>" % (e(TITLE), e(doc["info"]["version"]), e(SUMMARY)),
+        "<p>The machine-readable form of this page is <code>/openapi.json</code> (OpenAPI %s).</p>"
+        % e(doc["openapi"]),
+    ]
+    for path, item in doc["paths"].items():
+        for method, op in item.items():
+            out.append("<h2><span class='method'>%s</span><code>%s</code></h2>" % (e(method), e(path)))
+            out.append("<p><b>%s.</b> %s</p>" % (e(op["summary"]), e(op.get("description", ""))))
+            body = op.get("requestBody")
+            if body:
+                name = _ref_name(body["content"])
+                out.append("<p>Request body: %s</p>" % (_anchor(name) if name else "JSON"))
+            out.append("<table><tr><th>status</th><th>body</th><th>meaning</th></tr>")
+            for status, response in op["responses"].items():
+                content = response.get("content", {})
+                name = _ref_name(content)
+                body_cell = _anchor(name) if name else e(", ".join(content))
+                out.append(
+                    "<tr><td>%s</td><td>%s</td><td>%s</td></tr>"
+                    % (e(status), body_cell, e(response.get("description", "")))
+                )
+            out.append("</table>")
+    out.append("<h2>Schemas</h2>")
+    for name, schema in doc["components"]["schemas"].items():
+        out.append("<h3 id='schema-%s'>%s</h3>" % (e(name), e(name)))
+        out.append("<pre>%s</pre>" % e(json.dumps(schema, indent=2, ensure_ascii=False)))
+    out.append("</body></html>")
+    return "\n".join(out)
