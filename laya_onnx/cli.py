@@ -177,6 +177,21 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_serve_bench(args: argparse.Namespace) -> int:
+    from laya_onnx.serve.loadbench import run_serve_bench
+
+    figures = run_serve_bench(
+        args.bundle,
+        clients=args.clients,
+        seconds=args.seconds,
+        max_concurrent=args.max_concurrent,
+        providers=args.providers,
+        threads=args.threads,
+    )
+    print(json.dumps(figures, indent=2))
+    return EXIT_OK
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from laya_onnx.demo import run_demo
 
@@ -323,6 +338,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--threads", type=int, default=None, help="threads for both runtimes (default: torch's count)"
     )
     be.set_defaults(func=_cmd_bench)
+
+    sb = sub.add_parser(
+        "serve-bench",
+        help="saturate a served bundle on 127.0.0.1: throughput, 503s, /health latency, gateway overhead",
+        description="Serve the bundle in-process on 127.0.0.1 and load it from child processes: one "
+        "client, then --clients posting the README request while /health is polled; print JSON figures.",
+    )
+    _add_bundle_and_providers(sb)
+    sb.add_argument("--clients", type=int, default=16, help="concurrent clients in the saturated phase")
+    sb.add_argument("--seconds", type=float, default=5.0, help="length of the saturated phase")
+    sb.add_argument(
+        "--max-concurrent",
+        type=int,
+        default=None,
+        help="admission slots (default $LAYA_MAX_CONCURRENT or 16)",
+    )
+    sb.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
+    sb.set_defaults(func=_cmd_serve_bench)
 
     dm = sub.add_parser(
         "demo",

@@ -1,0 +1,328 @@
+"""`laya-onnx serve-bench`: the server under saturation, measured from outside and from inside.
+
+The server runs on this process's event loop, on 127.0.0.1; the load comes from two child
+processes (this module run with `python -m`), so client-side work never competes with the
+server for the interpreter lock:
+
+  * `load`: N clients post the same decision body as fast as they are answered, each request
+    with a deadline; a 503 is counted (with or without `Retry-After`) and retried after a
+    short pause, as a well-behaved client would, but sooner than the header says so the
+    server stays saturated;
+  * `probe`: one client polls `/health` at a fixed interval and times every answer.
+
+Phases: `sequential` (one client: the gateway's own cost with nothing queued), then
+`saturated` (N clients). Inside the server a recording middleware takes, for every successful
+decision, the wall time of our code, the wait for the inference worker and the pass itself;
+the gateway overhead is wall − wait − pass: routing, auth, admission, body read, checks,
+shaping, rendering and the hand-off to and from the worker thread.
+
+Figures are printed, never asserted: timing on a shared machine is not a pass/fail test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import sys
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector, web
+
+from laya_onnx.serve.metrics import INFERENCE_MS, QUEUE_WAIT_MS
+
+DECISION_PATH = "/v1/systemone"
+HEALTH_PATH = "/health"
+#: Every request gets this long to be answered or refused; one that takes longer "hung".
+DEFAULT_DEADLINE_S = 10.0
+#: How long a client waits after a 503 before it tries again (the server says 1 s; the bench
+#: retries sooner so the admission bound is what it measures, not the clients' patience).
+DEFAULT_RETRY_PAUSE_S = 0.05
+DEFAULT_PROBE_INTERVAL_S = 0.02
+#: Time given to the two children to start their interpreters before their common window opens.
+CHILD_START_S = 3.0
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in [0, 100]); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100.0 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def summary_ms(values: list[float]) -> dict[str, Any]:
+    def r(x: float | None) -> float | None:
+        return None if x is None else round(x, 2)
+
+    return {
+        "n": len(values),
+        "p50": r(percentile(values, 50)),
+        "p99": r(percentile(values, 99)),
+        "max": r(max(values) if values else None),
+    }
+
+
+# -- client side (child processes) --------------------------------------------------------
+
+
+async def _wait_until(epoch: float | None) -> None:
+    """Both children start their windows at the same wall-clock instant, whichever of them
+    finished starting its interpreter first."""
+    if epoch is not None:
+        await asyncio.sleep(max(0.0, epoch - time.time()))
+
+
+async def generate_load(
+    url: str,
+    body: bytes,
+    clients: int,
+    seconds: float,
+    deadline_s: float = DEFAULT_DEADLINE_S,
+    retry_pause_s: float = DEFAULT_RETRY_PAUSE_S,
+    start_at: float | None = None,
+) -> dict[str, Any]:
+    """`clients` concurrent posters for `seconds`; every request answered, refused or timed out."""
+    await _wait_until(start_at)
+    statuses: Counter[int] = Counter()
+    errors: Counter[str] = Counter()
+    latencies: list[float] = []
+    no_retry_after = hung = 0
+    loop = asyncio.get_running_loop()
+    stop_at = loop.time() + seconds
+    headers = {"Content-Type": "application/json"}
+
+    async def client(session: ClientSession) -> None:
+        nonlocal no_retry_after, hung
+        while loop.time() < stop_at:
+            start = time.perf_counter()
+            status = None
+            try:
+                async with session.post(url + DECISION_PATH, data=body, headers=headers) as resp:
+                    await resp.read()
+                    status = resp.status
+                    if status == 503 and "Retry-After" not in resp.headers:
+                        no_retry_after += 1
+            except asyncio.TimeoutError:
+                hung += 1
+            except ClientError as exc:
+                errors[type(exc).__name__] += 1
+            if status is None:
+                continue
+            statuses[status] += 1
+            if status == 200:
+                latencies.append((time.perf_counter() - start) * 1000.0)
+            elif status == 503:
+                await asyncio.sleep(retry_pause_s)
+
+    started = time.perf_counter()
+    connector = TCPConnector(limit=clients)
+    async with ClientSession(connector=connector, timeout=ClientTimeout(total=deadline_s)) as session:
+        await asyncio.gather(*(client(session) for _ in range(clients)))
+    window = time.perf_counter() - started
+    return {
+        "clients": clients,
+        "window_s": round(window, 3),
+        "statuses": {str(k): v for k, v in sorted(statuses.items())},
+        "answered_per_s": round(statuses[200] / window, 1),
+        "refused_503_without_retry_after": no_retry_after,
+        "hung": hung,
+        "client_errors": dict(errors),
+        "latency_ms_200": summary_ms(latencies),
+    }
+
+
+async def probe_health(
+    url: str,
+    seconds: float,
+    interval_s: float = DEFAULT_PROBE_INTERVAL_S,
+    deadline_s: float = DEFAULT_DEADLINE_S,
+    start_at: float | None = None,
+) -> dict[str, Any]:
+    """Time `GET /health` every `interval_s` for `seconds`."""
+    await _wait_until(start_at)
+    statuses: Counter[int] = Counter()
+    latencies: list[float] = []
+    hung = 0
+    loop = asyncio.get_running_loop()
+    stop_at = loop.time() + seconds
+    async with ClientSession(timeout=ClientTimeout(total=deadline_s)) as session:
+        while loop.time() < stop_at:
+            start = time.perf_counter()
+            try:
+                async with session.get(url + HEALTH_PATH) as resp:
+                    await resp.read()
+                    statuses[resp.status] += 1
+                    latencies.append((time.perf_counter() - start) * 1000.0)
+            except asyncio.TimeoutError:
+                hung += 1
+            await asyncio.sleep(interval_s)
+    return {
+        "statuses": {str(k): v for k, v in statuses.items()},
+        "hung": hung,
+        "latency_ms": summary_ms(latencies),
+    }
+
+
+# -- server side ----------------------------------------------------------------------------
+
+
+def record_decisions(app: web.Application) -> list[dict[str, float]]:
+    """Add an outermost middleware that records every successful decision's timings (ms).
+
+    Must run before the app starts (aiohttp freezes the middleware list then).
+    """
+    samples: list[dict[str, float]] = []
+
+    @web.middleware
+    async def recorder(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
+        start = time.perf_counter()
+        response = await handler(request)
+        inference, queue = request.get(INFERENCE_MS), request.get(QUEUE_WAIT_MS)
+        if response.status == 200 and inference is not None and queue is not None:
+            wall = (time.perf_counter() - start) * 1000.0
+            samples.append({"wall": wall, "queue": queue, "inference": inference})
+        return response
+
+    app.middlewares.insert(0, recorder)
+    return samples
+
+
+def server_figures(samples: list[dict[str, float]]) -> dict[str, Any]:
+    return {
+        "wall_ms": summary_ms([s["wall"] for s in samples]),
+        "queue_wait_ms": summary_ms([s["queue"] for s in samples]),
+        "inference_ms": summary_ms([s["inference"] for s in samples]),
+        "gateway_overhead_ms": summary_ms([s["wall"] - s["queue"] - s["inference"] for s in samples]),
+    }
+
+
+async def _child(*args: str, stdin: bytes | None = None, timeout: float) -> dict[str, Any]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "laya_onnx.serve.loadbench",
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
+    except asyncio.TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise RuntimeError("load generator %s did not finish within %.0f s" % (args[0], timeout)) from None
+    if proc.returncode != 0:
+        raise RuntimeError("load generator %s failed: %s" % (args[0], err.decode(errors="replace")[-2000:]))
+    return json.loads(out)
+
+
+async def bench_app(
+    app: web.Application,
+    body: Any,
+    clients: int = 16,
+    seconds: float = 5.0,
+    sequential_seconds: float = 2.0,
+    deadline_s: float = DEFAULT_DEADLINE_S,
+) -> dict[str, Any]:
+    """Serve `app` on 127.0.0.1 and run both phases against it; returns every figure."""
+    samples = record_decisions(app)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    url = "http://127.0.0.1:%d" % port
+    payload = json.dumps(body).encode("utf-8")
+    # Generous: a child's interpreter start plus its window plus one deadline.
+    limit = 30.0 + deadline_s
+    out: dict[str, Any] = {"clients": clients}
+    try:
+        window = [url, "1", str(sequential_seconds), str(deadline_s), "0"]
+        seq = await _child("load", *window, stdin=payload, timeout=limit + sequential_seconds)
+        out["sequential"] = {"client": seq, "server": server_figures(samples)}
+        samples.clear()
+        start_at = str(time.time() + CHILD_START_S)
+        load, probe = await asyncio.gather(
+            _child(
+                "load",
+                url,
+                str(clients),
+                str(seconds),
+                str(deadline_s),
+                start_at,
+                stdin=payload,
+                timeout=limit + seconds,
+            ),
+            _child("probe", url, str(seconds), str(deadline_s), start_at, timeout=limit + seconds),
+        )
+        out["saturated"] = {"client": load, "health": probe, "server": server_figures(samples)}
+    finally:
+        await runner.cleanup()
+    return out
+
+
+def run_serve_bench(
+    bundle: str,
+    clients: int = 16,
+    seconds: float = 5.0,
+    max_concurrent: int | None = None,
+    providers: list[str] | None = None,
+    threads: int | None = None,
+) -> dict[str, Any]:
+    """`laya-onnx serve-bench`: the README request against `bundle`, served in this process."""
+    from laya_onnx import ONNXAgent
+    from laya_onnx.demo import README_REQUEST
+    from laya_onnx.serve.app import create_app
+
+    options: dict[str, Any] = {"threads": threads} if threads else {}
+    agent = ONNXAgent(bundle, providers=providers, **options)
+    settings = {"max_concurrent": max_concurrent} if max_concurrent else {}
+    app = create_app(agent, **settings)
+    figures = asyncio.run(bench_app(app, README_REQUEST, clients=clients, seconds=seconds))
+    figures["providers"] = agent.providers
+    figures["max_concurrent"] = max_concurrent or "LAYA_MAX_CONCURRENT"
+    return figures
+
+
+# -- child entry point ----------------------------------------------------------------------
+
+
+def _main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m laya_onnx.serve.loadbench")
+    sub = p.add_subparsers(dest="mode", required=True)
+    ld = sub.add_parser("load", help="post the JSON body read from stdin")
+    ld.add_argument("url")
+    ld.add_argument("clients", type=int)
+    ld.add_argument("seconds", type=float)
+    ld.add_argument("deadline", type=float)
+    ld.add_argument("start_at", type=float, help="epoch seconds the window opens at; 0 = now")
+    pb = sub.add_parser("probe", help="poll /health")
+    pb.add_argument("url")
+    pb.add_argument("seconds", type=float)
+    pb.add_argument("deadline", type=float)
+    pb.add_argument("start_at", type=float, help="epoch seconds the window opens at; 0 = now")
+    args = p.parse_args(argv)
+    if args.mode == "load":
+        body = sys.stdin.buffer.read()
+        result = asyncio.run(
+            generate_load(
+                args.url, body, args.clients, args.seconds, args.deadline, start_at=args.start_at or None
+            )
+        )
+    else:
+        result = asyncio.run(
+            probe_health(args.url, args.seconds, deadline_s=args.deadline, start_at=args.start_at or None)
+        )
+    json.dump(result, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())
