@@ -1,0 +1,201 @@
+"""Schema-driven fuzzing of the real server (tiny bundle) against its own `/openapi.json`.
+
+schemathesis generates bodies from the served document — valid ones (positive) and ones that
+break exactly one rule of it (negative) — and checks every answer:
+
+  * no 5xx, ever;
+  * the status is one the document lists for that route, with a documented content type,
+    documented headers (timing on 200, Retry-After on 503) and a body matching its schema;
+  * a body that breaks the schema is refused with 400, 413 or 422.
+
+Not checked: that every schema-valid body gets a 2xx (schemathesis' `positive_data_acceptance`).
+Some rules cannot be written in JSON Schema (an `option_order` permutation, labels that render
+alike, the token budgets of the model, JSON `1.0` counting as an integer), and the server answers
+them with the 422 the document lists.
+
+Bounded: examples are drawn in fixed-seed chunks, round-robin over the routes, until
+LAYA_ONNX_FUZZ_EXAMPLES per route and mode or LAYA_ONNX_FUZZ_SECONDS of wall time, whichever
+comes first — deterministic cases (LAYA_ONNX_FUZZ_SEED draws others), and a CI run that cannot
+outgrow its slot. The counts are
+printed (`pytest -s` shows them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+pytest.importorskip("aiohttp")
+pytest.importorskip("schemathesis")
+
+import requests
+import schemathesis
+from aiohttp import web
+from hypothesis import HealthCheck, Phase, given, seed, settings
+from schemathesis import GenerationMode
+
+from laya_onnx.serve import create_app
+
+EXAMPLES = int(os.environ.get("LAYA_ONNX_FUZZ_EXAMPLES", "600"))
+SECONDS = float(os.environ.get("LAYA_ONNX_FUZZ_SECONDS", "150"))
+#: Another value draws other cases (for a longer exploratory run); CI keeps 0, so reruns agree.
+SEED = int(os.environ.get("LAYA_ONNX_FUZZ_SEED", "0"))
+CHUNK = 50
+#: A request that takes longer than this counts as a failure ("no answer"); a 64-state batch of
+#: long generated states is a few seconds on the tiny bundle even on a crowded 2-core machine.
+REQUEST_TIMEOUT_S = 60.0
+#: What a schema-breaking body may be answered with (401/408/503 cannot happen here: no key,
+#: prompt bodies, one client).
+REFUSALS = [400, 413, 422]
+
+
+class ThreadedServer:
+    """The app on 127.0.0.1 in a thread with its own loop, for a synchronous HTTP client."""
+
+    def __init__(self, app: web.Application):
+        self.app = app
+        self.ready = threading.Event()
+        self.url = ""
+
+    def __enter__(self) -> ThreadedServer:
+        self.thread = threading.Thread(target=lambda: asyncio.run(self._serve()), daemon=True)
+        self.thread.start()
+        assert self.ready.wait(30), "server thread did not start"
+        return self
+
+    async def _serve(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.stop = asyncio.Event()
+        runner = web.AppRunner(self.app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        self.url = "http://127.0.0.1:%d" % runner.addresses[0][1]
+        self.ready.set()
+        await self.stop.wait()
+        await runner.cleanup()
+
+    def __exit__(self, *exc) -> None:
+        self.loop.call_soon_threadsafe(self.stop.set)
+        self.thread.join(30)
+
+
+def _failures(exc: BaseException) -> list[BaseException]:
+    group = getattr(exc, "exceptions", None)  # schemathesis' FailureGroup (an exception group)
+    return list(group) if group else [exc]
+
+
+@pytest.fixture(scope="module")
+def tiny_server(bundle_factory):
+    from laya_onnx import ONNXAgent
+
+    agent = ONNXAgent(bundle_factory("tiny-english"))
+    # Settings pinned so the environment of the CI runner cannot change the contract under test.
+    app = create_app(agent, api_key=None, jev_strict=False, max_token_budget=8192, max_batch_tokens=131072)
+    with ThreadedServer(app) as server:
+        yield server
+
+
+def test_fuzz_the_server_against_its_own_openapi_document(tiny_server, caplog):
+    caplog.set_level(logging.ERROR, logger="laya_onnx")
+    served = requests.get(tiny_server.url + "/openapi.json", timeout=10)
+    assert served.status_code == 200
+    config = schemathesis.Config.from_dict(
+        {
+            "checks": {
+                "negative_data_rejection": {"expected-statuses": REFUSALS},
+                "positive_data_acceptance": {"enabled": False},
+            }
+        }
+    )
+    # from_dict rather than from_url: from_url leaves the document's own route out of the run.
+    schema = schemathesis.openapi.from_dict(served.json(), config=config)
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert {op.label for op in operations} >= {"POST /v1/systemone", "GET /openapi.json", "GET /docs"}
+
+    session = requests.Session()
+    cases: Counter[tuple[str, str]] = Counter()
+    statuses: Counter[tuple[str, int]] = Counter()
+    failures: Counter[tuple[str, str, str]] = Counter()
+    examples: dict[tuple[str, str, str], str] = {}
+    slowest = 0.0
+
+    def check(op, mode: GenerationMode, case) -> None:
+        nonlocal slowest
+        cases[(op.label, mode.value)] += 1
+        start = time.perf_counter()
+        try:
+            response = case.call(base_url=tiny_server.url, session=session, timeout=REQUEST_TIMEOUT_S)
+        except requests.RequestException as exc:
+            key = (op.label, mode.value, "no answer: " + type(exc).__name__)
+            failures[key] += 1
+            examples.setdefault(key, json.dumps(case.body, default=str)[:800])
+            return
+        slowest = max(slowest, time.perf_counter() - start)
+        statuses[(op.label, response.status_code)] += 1
+        try:
+            case.validate_response(response)
+        except BaseException as exc:  # noqa: B036 -- schemathesis raises an exception group
+            for failure in _failures(exc):
+                key = (op.label, mode.value, type(failure).__name__ + ": " + str(failure).splitlines()[0])
+                failures[key] += 1
+                examples.setdefault(
+                    key,
+                    "%d %s <- %s"
+                    % (response.status_code, response.text[:300], json.dumps(case.body, default=str)[:800]),
+                )
+
+    def run_chunk(op, mode: GenerationMode, chunk: int) -> None:
+        @seed(SEED * 100_000 + chunk)
+        @settings(
+            max_examples=CHUNK,
+            deadline=None,
+            database=None,
+            phases=[Phase.explicit, Phase.generate],
+            suppress_health_check=list(HealthCheck),
+        )
+        @given(op.as_strategy(generation_mode=mode))
+        def run(case):
+            check(op, mode, case)
+
+        run()
+
+    # Requests without a body (the GETs) have exactly one positive case and no negative one.
+    plans = [
+        (op, mode)
+        for op in operations
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
+        if op.method.upper() == "POST" or mode == GenerationMode.POSITIVE
+    ]
+    started = time.perf_counter()
+    for op, mode in plans:
+        if op.method.upper() != "POST":
+            run_chunk(op, mode, 0)
+    chunk = 0
+    while chunk * CHUNK < EXAMPLES and time.perf_counter() - started < SECONDS:
+        for op, mode in plans:
+            if op.method.upper() == "POST":
+                run_chunk(op, mode, chunk)
+        chunk += 1
+    elapsed = time.perf_counter() - started
+
+    print("\nfuzz: %d cases in %.1f s (slowest answer %.2f s)" % (sum(cases.values()), elapsed, slowest))
+    for (label, mode), n in sorted(cases.items()):
+        print("  %-28s %-8s %5d cases" % (label, mode, n))
+    for (label, status), n in sorted(statuses.items()):
+        print("  %-28s -> %d x%d" % (label, status, n))
+    for key, n in failures.most_common():
+        print("  FAIL x%d %s\n      %s" % (n, " | ".join(key), examples[key]))
+
+    assert sum(n for (label, _), n in cases.items() if label.startswith("POST")) >= 4 * CHUNK
+    assert not failures, "%d failing cases; see the report above" % sum(failures.values())
+    assert not [s for (_, s) in statuses if s >= 500]
+    logged = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not logged, [r.getMessage() for r in logged[:5]]

@@ -1,0 +1,118 @@
+"""`GET /v1/models`: Jev's model-list shape, our x_ keys, and /health's auth rule."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+pytest.importorskip("aiohttp")
+
+from test_serve import BODY, URL, FakeAgent, _clean_env, aio, post, served  # noqa: F401
+
+from laya_onnx.serve.catalog import DEFAULT_PRECISION, UNKNOWN_RELEASE_DATE
+
+JEV_KEYS = ["name", "description", "release_date"]
+X_KEYS = [
+    "x_aliases",
+    "x_revision",
+    "x_repo",
+    "x_graph_sha256",
+    "x_manifest_sha256",
+    "x_precision",
+    "x_providers",
+]
+
+
+async def models(client, **headers):
+    resp = await client.get("/v1/models", headers=headers)
+    assert resp.status == 200 and resp.content_type == "application/json"
+    return await resp.json()
+
+
+@aio
+async def test_models_without_a_key_lists_the_served_checkpoint_with_its_x_keys():
+    async with served() as c:
+        body = await models(c)
+    assert list(body) == ["models"] and len(body["models"]) == 1
+    card = body["models"][0]
+    assert list(card) == JEV_KEYS + X_KEYS
+    assert card["name"] == "english"
+    assert "english" in card["description"] and card["release_date"] == UNKNOWN_RELEASE_DATE
+    assert card["x_aliases"] == ["default", "en", "laya", "convaiinnovations/laya"]
+    assert card["x_revision"] == FakeAgent.revision
+    assert card["x_repo"] == "convaiinnovations/laya"
+    # The fake bundle has no files in its manifest and no manifest.json on disk.
+    assert card["x_graph_sha256"] is None and card["x_manifest_sha256"] is None
+    assert card["x_precision"] == DEFAULT_PRECISION
+    assert card["x_providers"] == ["CPUExecutionProvider"]
+
+
+@aio
+async def test_models_follows_the_health_auth_rule():
+    """Never 401; with a key, the x_ keys only for the exact bearer (like /health's payload)."""
+    async with served(api_key="s3cret") as c:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "bearer s3cret"}):
+            card = (await models(c, **headers))["models"][0]
+            assert list(card) == JEV_KEYS, headers
+        card = (await models(c, Authorization="Bearer s3cret"))["models"][0]
+        assert list(card) == JEV_KEYS + X_KEYS
+        health = await (await c.get("/health")).json()
+        assert health == {"status": "ok"}
+
+
+@aio
+async def test_every_listed_name_and_alias_is_answered_as_model():
+    """What /v1/models lists is exactly what a client may send as `model` and get answered."""
+    async with served() as c:
+        card = (await models(c))["models"][0]
+        for name in [card["name"], *card["x_aliases"]]:
+            r, body = await post(c, URL, {**BODY, "model": name})
+            assert r.status == 200, (name, body)
+        r, body = await post(c, URL, {**BODY, "model": "multilingual"})
+        assert r.status == 422  # another checkpoint's name is not listed and not answered
+
+
+@pytest.mark.parametrize(
+    "manifest, want",
+    [
+        ({"precision": "fp16"}, "fp16"),
+        ({"export": {"precision": "int8"}}, "int8"),
+        ({"export": {"opset": 17}}, DEFAULT_PRECISION),
+        ({"precision": ""}, DEFAULT_PRECISION),
+    ],
+)
+def test_precision_comes_from_the_manifest(manifest, want):
+    agent = FakeAgent()
+    agent.bundle.manifest = manifest
+
+    @aio
+    async def run():
+        async with served(agent) as c:
+            return (await models(c))["models"][0]["x_precision"]
+
+    assert run() == want
+
+
+def test_models_of_a_real_bundle_carry_its_digests_and_never_its_path(bundle_factory):
+    from laya_onnx import ONNXAgent
+
+    root = bundle_factory("tiny-english")
+    agent = ONNXAgent(root)
+
+    @aio
+    async def run():
+        async with served(agent) as c:
+            resp = await c.get("/v1/models")
+            return await resp.text()
+
+    text = run()
+    card = json.loads(text)["models"][0]
+    assert card["name"] == "tiny-english"
+    assert card["x_graph_sha256"] == hashlib.sha256((root / "laya.onnx").read_bytes()).hexdigest()
+    assert card["x_manifest_sha256"] == hashlib.sha256((root / "manifest.json").read_bytes()).hexdigest()
+    assert card["x_providers"] == agent.providers and card["x_precision"] == DEFAULT_PRECISION
+    manifest = json.loads((root / "manifest.json").read_text())
+    for path in (str(root), str(manifest["source"]["path"])):
+        assert path not in text

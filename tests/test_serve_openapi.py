@@ -1,0 +1,157 @@
+"""`/openapi.json` and `/docs`: complete, gated like laya-serve's, and true of real answers.
+
+The fuzz test (test_serve_fuzz.py) checks the document against thousands of generated
+requests; here real answers of the fake agent are validated against it directly, so a schema
+that drifted from the handlers fails in milliseconds with the offending payload named.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("aiohttp")
+pytest.importorskip("jsonschema_rs")
+
+import jsonschema_rs
+from test_serve import BATCH, BODY, URL, FakeAgent, _clean_env, aio, post, served  # noqa: F401
+
+from laya_onnx.serve import create_app
+from laya_onnx.serve.openapi import openapi_document
+
+DECISION_ERRORS = {"400", "401", "408", "413", "422", "500", "503"}
+
+
+def validator(doc, component):
+    """A JSON Schema validator for one component, with the document's refs resolvable."""
+    schema = {"$ref": "#/components/schemas/" + component, "components": doc["components"]}
+    return jsonschema_rs.Draft202012Validator(schema)
+
+
+def assert_valid(doc, component, instance):
+    errors = [e.message for e in validator(doc, component).iter_errors(instance)]
+    assert not errors, (component, errors[:5], json.dumps(instance)[:500])
+
+
+def app_routes(app) -> set[tuple[str, str]]:
+    return {
+        (route.method.lower(), route.resource.canonical)
+        for route in app.router.routes()
+        if route.method != "HEAD" and route.resource is not None
+    }
+
+
+def doc_routes(doc) -> set[tuple[str, str]]:
+    return {(method, path) for path, item in doc["paths"].items() for method in item}
+
+
+@aio
+async def test_openapi_document_describes_exactly_the_routes_served():
+    async with served() as c:
+        r = await c.get("/openapi.json")
+        assert r.status == 200 and r.content_type == "application/json"
+        doc = await r.json()
+    assert doc == json.loads(json.dumps(openapi_document()))
+    assert doc["openapi"].startswith("3.1") and doc["info"]["title"] == "laya-onnx"
+    assert doc_routes(doc) == app_routes(create_app(FakeAgent()))
+    for path in ("/v1/systemone", "/v1/systemone/batch"):
+        op = doc["paths"][path]["post"]
+        assert set(op["responses"]) == {"200"} | DECISION_ERRORS
+        assert set(op["responses"]["200"]["headers"]) == {"Server-Timing", "X-Inference-Time-Ms"}
+        assert set(op["responses"]["503"]["headers"]) == {"Retry-After"}
+        for status in DECISION_ERRORS:
+            ref = op["responses"][status]["content"]["application/json"]["schema"]["$ref"]
+            assert ref == "#/components/schemas/Error"
+
+
+@aio
+async def test_docs_and_openapi_are_absent_when_a_key_is_set():
+    """As laya-serve: with LAYA_API_KEY the API description is not served at all (404)."""
+    async with served(api_key="s3cret") as c:
+        for path in ("/openapi.json", "/docs"):
+            for headers in ({}, {"Authorization": "Bearer s3cret"}):
+                r = await c.get(path, headers=headers)
+                assert (r.status, await r.json()) == (404, {"detail": "Not Found"})
+
+
+@aio
+async def test_docs_page_is_self_contained_and_names_every_route():
+    async with served() as c:
+        r = await c.get("/docs")
+        assert r.status == 200 and r.content_type == "text/html"
+        page = await r.text()
+    for path in openapi_document()["paths"]:
+        assert "<code>%s</code>" % path in page
+    for schema in ("DecisionRequest", "BatchResponse", "ModelList", "Error"):
+        assert "id='schema-%s'" % schema in page
+    # Nothing fetched from anywhere: no scripts, no external stylesheets or images, no URLs.
+    lowered = page.lower()
+    for marker in ("<script", "<link", "src=", "http://", "https://", "@import"):
+        assert marker not in lowered, marker
+
+
+def test_request_schemas_accept_what_the_server_answers_and_refuse_what_it_refuses():
+    doc = openapi_document()
+    assert_valid(doc, "DecisionRequest", BODY)
+    assert_valid(doc, "DecisionRequest", {**BODY, "max_len": 256, "min_confidence": {"choice:3-5": 0.5}})
+    assert_valid(doc, "BatchRequest", {"states": ["a", {"k": 1}], "questions": BODY["questions"]})
+    refused = [
+        {"questions": BODY["questions"]},  # no state: 400
+        {"state": None, "questions": {}},  # null state: 400
+        {"state": "x", "questions": []},  # questions not an object: 400
+        {"state": "x", "questions": {"q": {"type": "pick", "instructions": "?"}}},  # type: 422
+        {"state": "x", "questions": {"q": {"type": "score", "instructions": "?", "criteria": [None]}}},
+        {"state": "x", "questions": {" ": {"type": "noul", "instructions": "?"}}},  # blank id: 422
+        {"state": "x", "questions": {}, "max_len": 0},  # 422
+        {"state": "x", "questions": {}, "hooks": ["mod:fn"]},  # 422
+        {"state": "x", "questions": {}, "min_confidence": {"choice:4": 0.5}},  # bad bucket: 422
+        {"state": "x" * 50001, "questions": {}},  # 413
+    ]
+    check = validator(doc, "DecisionRequest")
+    for body in refused:
+        assert not check.is_valid(body), json.dumps(body)[:200]
+    assert not validator(doc, "BatchRequest").is_valid({"states": [], "questions": {}})
+
+
+@aio
+async def test_real_answers_validate_against_the_document(monkeypatch):
+    doc = openapi_document()
+    async with served(api_key=None) as c:
+        r, body = await post(c, URL, {**BODY, "min_confidence": 0.7})
+        assert r.status == 200
+        assert_valid(doc, "DecisionResponse", body)
+        r, body = await post(c, BATCH, {"states": ["a", "b"], "questions": BODY["questions"]})
+        assert r.status == 200
+        assert_valid(doc, "BatchResponse", body)
+        monkeypatch.setenv("LAYA_JEV_STRICT", "1")
+        r, body = await post(c, URL, BODY)
+        assert r.status == 200 and "routing" not in body
+        assert_valid(doc, "DecisionResponse", body)
+        monkeypatch.delenv("LAYA_JEV_STRICT")
+        assert_valid(doc, "Health", await (await c.get("/health")).json())
+        assert_valid(doc, "ModelList", await (await c.get("/v1/models")).json())
+        r, body = await post(c, URL, b"{not json")
+        assert r.status == 400
+        assert_valid(doc, "Error", body)
+    async with served(api_key="k") as c:
+        assert_valid(doc, "Health", await (await c.get("/health")).json())
+        assert_valid(doc, "ModelList", await (await c.get("/v1/models")).json())
+
+
+def test_response_schemas_catch_a_contract_break():
+    """The validators used above are not vacuous: a broken answer fails them."""
+    doc = openapi_document()
+    good = {
+        "model": "m",
+        "answers": {"q": {"type": "noul", "noul": 0.5}},
+        "usage": {"input_tokens": 1, "output_tokens": 0},
+    }
+    assert validator(doc, "DecisionResponse").is_valid(good)
+    for broken in (
+        {**good, "answers": {"q": {"type": "noul", "noul": 1.5}}},
+        {**good, "answers": {"q": {"type": "choice", "choice": "a", "probabilities": {"a": 1.0}}}},
+        {**good, "usage": {"input_tokens": -1, "output_tokens": 0}},
+        {k: v for k, v in good.items() if k != "usage"},
+    ):
+        assert not validator(doc, "DecisionResponse").is_valid(broken), broken
