@@ -15,6 +15,7 @@ from functools import lru_cache
 from typing import Any
 
 from pydantic import TypeAdapter
+from pydantic.json_schema import JsonSchemaMode
 
 from laya_onnx import __version__
 from laya_onnx.serve import schema as s
@@ -114,7 +115,7 @@ def _components() -> dict[str, Any]:
     """Every named type of `COMPONENTS` and the types they refer to, as JSON Schema 2020-12."""
     schemas: dict[str, Any] = {}
     for name, kind in COMPONENTS.items():
-        mode = "validation" if name.endswith("Request") else "serialization"
+        mode: JsonSchemaMode = "validation" if name.endswith("Request") else "serialization"
         doc = TypeAdapter(kind).json_schema(mode=mode, ref_template=REF)
         for def_name, definition in doc.pop("$defs", {}).items():
             schemas.setdefault(def_name, definition)
