@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 
 import pytest
@@ -22,54 +21,31 @@ pytest.importorskip("prometheus_client")
 from laya_onnx.serve import create_app
 from laya_onnx.serve.loadbench import bench_app
 from laya_onnx.serve.metrics import METRICS
+from tests.serve_support import FakeAgent, Q
+
+pytestmark = pytest.mark.usefixtures("no_laya_env")
 
 PASS_SECONDS = 0.02
 SLOTS = 4
 CLIENTS = 12
-BODY = {
-    "state": "I was charged twice this month, I want my money back",
-    "questions": {
-        "refund": {"type": "noul", "instructions": "Does the user ask for a refund?"},
-        "queue": {"type": "choice", "instructions": "Which team?", "criteria": ["billing", "tech"]},
-    },
-}
+BODY = {"state": "I was charged twice this month, I want my money back", "questions": Q}
 
 
-class FixedDelayAgent:
-    """Sleeps a fixed time per pass (as a model would, off the interpreter lock) and answers."""
-
-    name = "english"
-    revision = None
-    providers = ["CPUExecutionProvider"]
+class FixedDelayAgent(FakeAgent):
+    """Sleeps a fixed time per pass (as a model does, off the interpreter lock), then answers."""
 
     def __init__(self, delay: float):
+        super().__init__()
         self.delay = delay
-        self.passes = 0
-        self._lock = threading.Lock()
 
-    def predict(self, state, questions, **controls):
+    def predict(self, state, questions, **kw):
         time.sleep(self.delay)
         with self._lock:
-            self.passes += 1
-        answers = {}
-        for qid, q in questions.items():
-            if q["type"] == "noul":
-                answers[qid] = {"type": "noul", "noul": 0.9, "confidence": 0.9}
-            else:
-                labels = [str(c) for c in q["criteria"]]
-                probs = dict(zip(labels, [1.0] + [0.0] * (len(labels) - 1), strict=True))
-                answers[qid] = {
-                    "type": "choice",
-                    "choice": labels[0],
-                    "probabilities": probs,
-                    "confidence": 1.0,
-                }
-        return {"model": "fixed-delay", "answers": answers, "usage": {"input_tokens": 7, "output_tokens": 0}}
+            self.calls.append(("predict", None, None, kw))
+        return self._one(state, questions, kw.get("min_confidence"))
 
 
-def test_saturation_refuses_the_excess_and_keeps_health_answering(monkeypatch):
-    for key in ("LAYA_API_KEY", "LAYA_JEV_STRICT", "LAYA_MAX_TOKEN_BUDGET", "LAYA_MAX_BATCH_TOKENS"):
-        monkeypatch.delenv(key, raising=False)
+def test_saturation_refuses_the_excess_and_keeps_health_answering():
     agent = FixedDelayAgent(PASS_SECONDS)
     app = create_app(agent, max_concurrent=SLOTS)
     figures = asyncio.run(bench_app(app, BODY, clients=CLIENTS, seconds=3.0, sequential_seconds=1.0))
@@ -92,5 +68,5 @@ def test_saturation_refuses_the_excess_and_keeps_health_answering(monkeypatch):
         "laya_onnx_http_requests_total", {"route": "/v1/systemone", "method": "POST", "status": "200"}
     )
     assert refused == load["statuses"]["503"]
-    assert answered == load["statuses"]["200"] + seq["client"]["statuses"]["200"] == agent.passes
+    assert answered == load["statuses"]["200"] + seq["client"]["statuses"]["200"] == len(agent.calls)
     assert sat["server"]["wall_ms"]["n"] == load["statuses"]["200"]

@@ -10,9 +10,11 @@ pytest.importorskip("aiohttp")
 pytest.importorskip("prometheus_client")
 
 from prometheus_client.parser import text_string_to_metric_families
-from test_serve import BATCH, BODY, URL, FakeAgent, _clean_env, aio, post, served  # noqa: F401
 
 from laya_onnx.serve.errors import UNAUTHORIZED
+from tests.serve_support import BATCH, BODY, URL, FakeAgent, aio, post, served
+
+pytestmark = pytest.mark.usefixtures("no_laya_env")
 
 
 async def scrape(client, **headers) -> dict[tuple[str, tuple], float]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 
@@ -9,9 +10,10 @@ import pytest
 
 pytest.importorskip("aiohttp")
 
-from test_serve import BODY, URL, FakeAgent, _clean_env, aio, post, served  # noqa: F401
-
 from laya_onnx.serve.catalog import DEFAULT_PRECISION, UNKNOWN_RELEASE_DATE
+from tests.serve_support import BODY, URL, FakeAgent, aio, post, served
+
+pytestmark = pytest.mark.usefixtures("no_laya_env")
 
 JEV_KEYS = ["name", "description", "release_date"]
 X_KEYS = [
@@ -62,16 +64,35 @@ async def test_models_follows_the_health_auth_rule():
         assert health == {"status": "ok"}
 
 
-@aio
-async def test_every_listed_name_and_alias_is_answered_as_model():
-    """What /v1/models lists is exactly what a client may send as `model` and get answered."""
-    async with served() as c:
-        card = (await models(c))["models"][0]
-        for name in [card["name"], *card["x_aliases"]]:
-            r, body = await post(c, URL, {**BODY, "model": name})
-            assert r.status == 200, (name, body)
-        r, body = await post(c, URL, {**BODY, "model": "multilingual"})
-        assert r.status == 422  # another checkpoint's name is not listed and not answered
+@pytest.mark.parametrize(
+    "name, other, standalone",
+    [
+        ("english", "multilingual", None),
+        ("multilingual", "english", "convaiinnovations/laya-multilingual"),
+        ("typed-decisions", "multilingual", "convaiinnovations/laya-typed-decisions"),
+    ],
+)
+def test_every_listed_name_and_alias_is_answered_as_model(name, other, standalone):
+    """What /v1/models lists is what a client may send as `model` and get answered here."""
+    agent = FakeAgent()
+    agent.name = name
+
+    @aio
+    async def run():
+        async with served(agent) as c:
+            card = (await models(c))["models"][0]
+            assert card["name"] == name
+            for value in [card["name"], *card["x_aliases"]]:
+                r, body = await post(c, URL, {**BODY, "model": value})
+                assert r.status == 200, (value, body)
+            r, body = await post(c, URL, {**BODY, "model": other})
+            assert r.status == 422, other  # another checkpoint: not listed, not answered
+            return card["x_aliases"]
+
+    aliases = run()
+    assert (
+        (standalone in aliases) if standalone else all("/" not in a or a.endswith("/laya") for a in aliases)
+    )
 
 
 @pytest.mark.parametrize(
@@ -85,7 +106,7 @@ async def test_every_listed_name_and_alias_is_answered_as_model():
 )
 def test_precision_comes_from_the_manifest(manifest, want):
     agent = FakeAgent()
-    agent.bundle.manifest = manifest
+    agent.bundle = dataclasses.replace(agent.bundle, manifest=manifest)
 
     @aio
     async def run():

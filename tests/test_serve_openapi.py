@@ -15,10 +15,12 @@ pytest.importorskip("aiohttp")
 pytest.importorskip("jsonschema_rs")
 
 import jsonschema_rs
-from test_serve import BATCH, BODY, URL, FakeAgent, _clean_env, aio, post, served  # noqa: F401
 
 from laya_onnx.serve import create_app
 from laya_onnx.serve.openapi import openapi_document
+from tests.serve_support import BATCH, BODY, URL, FakeAgent, aio, post, served
+
+pytestmark = pytest.mark.usefixtures("no_laya_env")
 
 DECISION_ERRORS = {"400", "401", "408", "413", "422", "500", "503"}
 

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from laya_onnx.bundle import GRAPH_FILE, MANIFEST_FILE, Bundle
+from laya_onnx.names import BUNDLE_REPO, PUBLISHED_CHECKPOINTS
 from laya_onnx.serve.protocol import ServedAgent
-from laya_onnx.serve.wire import BUNDLE_REPO, PUBLISHED_IDS, Checkpoint
+from laya_onnx.serve.wire import Checkpoint
 
 #: Jev requires a string; a bundle records no release date of its checkpoint.
 UNKNOWN_RELEASE_DATE = "unknown"
@@ -70,7 +71,13 @@ class ModelCard:
     @classmethod
     def of(cls, agent: ServedAgent, checkpoint: Checkpoint) -> ModelCard:
         manifest = agent.bundle.manifest or {}
-        published = sorted(repo for repo, name in PUBLISHED_IDS.items() if name == checkpoint.name)
+        # Standalone repos pin their checkpoint as `model`; the bundle repo means "auto" and so
+        # lands here too (one checkpoint), and is listed last.
+        published = sorted(
+            repo
+            for repo, sub in PUBLISHED_CHECKPOINTS.get(checkpoint.name, ())
+            if sub is None and repo != BUNDLE_REPO
+        )
         return cls(
             name=checkpoint.name,
             repo=checkpoint.repo,
