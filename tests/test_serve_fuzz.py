@@ -6,7 +6,9 @@ break exactly one rule of it (negative) — and checks every answer:
   * no 5xx, ever;
   * the status is one the document lists for that route, with a documented content type,
     documented headers (timing on 200, Retry-After on 503) and a body matching its schema;
-  * a body that breaks the schema is refused with 400, 413 or 422.
+  * a body that breaks the schema is refused with 400, 413 or 422;
+  * an answered request got exactly its questions answered, each in its own type and labels
+    (`answer_problems`: what Jev requires and a schema cannot express).
 
 Not checked: that every schema-valid body gets a 2xx (schemathesis' `positive_data_acceptance`).
 Some rules cannot be written in JSON Schema (an `option_order` permutation, labels that render
@@ -87,6 +89,46 @@ class ThreadedServer:
         self.thread.join(30)
 
 
+def _key(label) -> str:
+    """A label as it comes back as a JSON object key (`true`, `1.5`, `1`)."""
+    return next(iter(json.loads(json.dumps({label: 0}))))
+
+
+def answer_problems(questions: dict, result: dict) -> list[str]:
+    """What a schema cannot say about a 200: the answers match the questions asked (Jev's MUSTs).
+
+    One answer per question id and none extra, of the question's type; a choice's probabilities
+    keyed by its labels with `choice` the most probable one; a score's legend and probabilities
+    keyed "0".."n-1" with the score inside the scale; probabilities summing to 1 (up to the
+    4-decimal rounding of each).
+    """
+    problems = []
+    answers = result.get("answers", {})
+    if set(answers) != set(questions):
+        return ["answer ids %s != question ids %s" % (sorted(answers)[:5], sorted(questions)[:5])]
+    for qid, q in questions.items():
+        a = answers[qid]
+        if a.get("type") != q["type"]:
+            problems.append("%r: type %r for a %r question" % (qid, a.get("type"), q["type"]))
+            continue
+        probs = a.get("probabilities")
+        if q["type"] == "choice":
+            labels = [_key(x) for x in (q["criteria"] if isinstance(q["criteria"], list) else q["criteria"])]
+            if set(probs) != set(labels):
+                problems.append("%r: probability keys %s != labels %s" % (qid, list(probs)[:5], labels[:5]))
+            elif len(set(labels)) == len(labels) and probs[_key(a["choice"])] != max(probs.values()):
+                problems.append("%r: choice %r is not the most probable option" % (qid, a["choice"]))
+        elif q["type"] == "score":
+            levels = [str(i) for i in range(len(q["criteria"]))]
+            if list(a["legend"]) != levels or set(probs) != set(levels):
+                problems.append("%r: legend/probability keys are not 0..%d" % (qid, len(levels) - 1))
+            elif not -1e-4 <= a["score"] <= len(levels) - 1 + 1e-4:
+                problems.append("%r: score %r outside 0..%d" % (qid, a["score"], len(levels) - 1))
+        if probs and abs(sum(probs.values()) - 1.0) > 5e-5 * len(probs) + 1e-6:
+            problems.append("%r: probabilities sum to %r" % (qid, sum(probs.values())))
+    return problems
+
+
 def _failures(exc: BaseException) -> list[BaseException]:
     group = getattr(exc, "exceptions", None)  # schemathesis' FailureGroup (an exception group)
     return list(group) if group else [exc]
@@ -140,6 +182,25 @@ def test_fuzz_the_server_against_its_own_openapi_document(tiny_server, caplog):
             return
         slowest = max(slowest, time.perf_counter() - start)
         statuses[(op.label, response.status_code)] += 1
+        if response.status_code == 200 and op.method.upper() == "POST" and mode == GenerationMode.POSITIVE:
+            body, answered = case.body, response.json()
+            results = answered.get("results", [answered])
+            states = body.get("states", [body.get("state")])
+            problems = (
+                ["%d results for %d states" % (len(results), len(states))]
+                if len(results) != len(states)
+                else []
+            )
+            for result in results:
+                problems += answer_problems(body["questions"], result)
+            for problem in problems[:1]:
+                key = (
+                    op.label,
+                    mode.value,
+                    "answers do not match the questions: " + problem.split(":")[-1][:60],
+                )
+                failures[key] += 1
+                examples.setdefault(key, "%s <- %s" % (problem, json.dumps(body, default=str)[:800]))
         try:
             case.validate_response(response)
         except BaseException as exc:  # noqa: B036 -- schemathesis raises an exception group
@@ -199,3 +260,34 @@ def test_fuzz_the_server_against_its_own_openapi_document(tiny_server, caplog):
     assert not [s for (_, s) in statuses if s >= 500]
     logged = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert not logged, [r.getMessage() for r in logged[:5]]
+
+
+def test_answer_problems_flags_answers_that_do_not_match_the_questions():
+    """The semantic check above is not vacuous."""
+    questions = {
+        "c": {"type": "choice", "instructions": "?", "criteria": [True, 2]},
+        "s": {"type": "score", "instructions": "?", "criteria": ["lo", "hi"]},
+    }
+    good = {
+        "answers": {
+            "c": {"type": "choice", "choice": True, "probabilities": {"true": 0.7, "2": 0.3}},
+            "s": {
+                "type": "score",
+                "score": 0.4,
+                "legend": {"0": "lo", "1": "hi"},
+                "probabilities": {"0": 0.6, "1": 0.4},
+            },
+        }
+    }
+    assert answer_problems(questions, good) == []
+    c, s = good["answers"]["c"], good["answers"]["s"]
+    broken = [
+        {"answers": {"c": c}},
+        {"answers": {**good["answers"], "c": {**c, "choice": 2}}},
+        {"answers": {**good["answers"], "c": {**c, "probabilities": {"True": 0.7, "2": 0.3}}}},
+        {"answers": {**good["answers"], "c": {**c, "type": "score"}}},
+        {"answers": {**good["answers"], "s": {**s, "score": 1.5}}},
+        {"answers": {**good["answers"], "s": {**s, "probabilities": {"0": 0.7, "1": 0.4}}}},
+    ]
+    for result in broken:
+        assert answer_problems(questions, result), result
