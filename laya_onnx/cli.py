@@ -301,7 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     sv = sub.add_parser(
         "serve",
-        help="serve a bundle over HTTP (POST /v1/systemone, /v1/systemone/batch, GET /health)",
+        help="serve a bundle over HTTP (POST /v1/systemone, /v1/systemone/batch; GET /health, /v1/models, /metrics)",
         description="Serve a bundle over TypeSafe Jev's /v1/systemone wire protocol until SIGINT/SIGTERM, "
         "then drain (LAYA_SHUTDOWN_GRACE_SECONDS; see serve/README.md).",
     )
