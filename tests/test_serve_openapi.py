@@ -68,6 +68,17 @@ async def test_openapi_document_describes_exactly_the_routes_served():
 
 
 @aio
+async def test_root_path_is_the_documents_server_and_both_forms_answer():
+    """As laya-serve's FastAPI: LAYA_ROOT_PATH=/laya gives `servers: [{"url": "/laya"}]`."""
+    async with served(root_path="/laya") as c:
+        docs = [await (await c.get(path)).json() for path in ("/openapi.json", "/laya/openapi.json")]
+        assert (await c.get("/laya/docs")).status == 200
+    assert docs[0] == docs[1] and docs[0]["servers"] == [{"url": "/laya"}]
+    assert "/v1/systemone" in docs[0]["paths"]  # the paths themselves stay unprefixed
+    assert "servers" not in openapi_document()
+
+
+@aio
 async def test_docs_and_openapi_are_absent_when_a_key_is_set():
     """As laya-serve: with LAYA_API_KEY the API description is not served at all (404)."""
     async with served(api_key="s3cret") as c:

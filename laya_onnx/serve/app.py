@@ -462,7 +462,7 @@ async def scrape_metrics(request: web.Request) -> web.Response:
 
 
 async def openapi_route(request: web.Request) -> web.Response:
-    return web.Response(body=openapi_json(), content_type="application/json")
+    return web.Response(body=openapi_json(request.app[SETTINGS].root_path), content_type="application/json")
 
 
 async def docs_route(request: web.Request) -> web.Response:

@@ -33,7 +33,7 @@ from typing import Any
 
 from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector, web
 
-from laya_onnx.serve.metrics import INFERENCE_MS, QUEUE_WAIT_MS
+from laya_onnx.serve.keys import INFERENCE_MS, QUEUE_WAIT_MS
 
 DECISION_PATH = "/v1/systemone"
 HEALTH_PATH = "/health"

@@ -123,13 +123,19 @@ def _components() -> dict[str, Any]:
     return schemas
 
 
-@lru_cache(maxsize=1)
-def openapi_document() -> dict[str, Any]:
-    """The whole document. Static (no per-server values), so it is built once per process."""
+@lru_cache(maxsize=8)
+def openapi_document(root_path: str = "") -> dict[str, Any]:
+    """The whole document, built once per process and root path.
+
+    With LAYA_ROOT_PATH (`/laya`) the document names it as its server, as laya-serve's FastAPI
+    does (`"servers": [{"url": "/laya"}]`); the paths stay unprefixed, and both forms answer.
+    """
     text_plain = {"schema": {"type": "string"}}
+    servers = {"servers": [{"url": root_path}]} if root_path else {}
     return {
         "openapi": "3.1.0",
         "info": {"title": TITLE, "summary": SUMMARY, "version": __version__},
+        **servers,
         "paths": {
             "/v1/systemone": _decision(
                 "Answer questions about one state",
@@ -194,8 +200,8 @@ def openapi_document() -> dict[str, Any]:
     }
 
 
-def openapi_json() -> bytes:
-    return json.dumps(openapi_document(), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+def openapi_json(root_path: str = "") -> bytes:
+    return json.dumps(openapi_document(root_path), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 # -- /docs ----------------------------------------------------------------------------------
