@@ -22,6 +22,8 @@ from laya_onnx.sequences import Row, render_criterion
 TEMP_MIN = 0.5
 TEMP_MAX = 5.0
 MODEL_NAME = "laya-rl-agent-onnx"
+#: Answers print every number with Python's round(x, 4), as the reference does (core.md §4.3).
+ANSWER_DIGITS = 4
 
 
 #: The option-count classes of the temperature and gate buckets, smallest first.
@@ -222,18 +224,27 @@ def decode_answer(
     k: int,
     calibration: Calibration,
     lang: str | None = None,
+    digits: int | None = ANSWER_DIGITS,
 ) -> dict[str, Any]:
-    """One answer dict, keys in the reference's order."""
+    """One answer dict, keys in the reference's order.
+
+    `digits=None` leaves every number unrounded (the parity rule judges printed values against
+    these); the answer is otherwise the same dict, built by the same code.
+    """
+
+    def rnd(x: float) -> float:
+        return float(x) if digits is None else round(float(x), digits)
+
     p = unpermute(softmax_f32(logits_row[:k], calibration.temperature_for(q.qtype, k, lang)), q.option_order)
-    confidence = round(entropy_confidence(p, k), 4)
-    answer_conf = round(max_confidence(p, k), 4)
-    action = {"act_probability": round(float(act_row[0]), 4)}
+    confidence = rnd(entropy_confidence(p, k))
+    answer_conf = rnd(max_confidence(p, k))
+    action = {"act_probability": rnd(act_row[0])}
     if q.type == "choice":
         keys = list(q.criteria.keys())
         return {
             "type": "choice",
             "choice": keys[int(p.argmax())],
-            "probabilities": {key: round(float(v), 4) for key, v in zip(keys, p, strict=False)},
+            "probabilities": {key: rnd(v) for key, v in zip(keys, p, strict=False)},
             "confidence": confidence,
             "answer_confidence": answer_conf,
             "action": action,
@@ -242,9 +253,9 @@ def decode_answer(
         expected = float((np.arange(k) * p).sum())  # int64 x float32 -> float64 sum
         return {
             "type": "score",
-            "score": round(expected, 4),
+            "score": rnd(expected),
             "legend": {str(i): render_criterion(c) for i, c in enumerate(q.criteria)},
-            "probabilities": {str(i): round(float(v), 4) for i, v in enumerate(p)},
+            "probabilities": {str(i): rnd(v) for i, v in enumerate(p)},
             "confidence": confidence,
             "answer_confidence": answer_conf,
             "action": action,
@@ -252,8 +263,8 @@ def decode_answer(
     p_true = float(p[1])
     return {
         "type": "noul",
-        "noul": round(p_true, 4),
-        "confidence": round(max(p_true, 1.0 - p_true), 4),
+        "noul": rnd(p_true),
+        "confidence": rnd(max(p_true, 1.0 - p_true)),
         "answer_confidence": answer_conf,
         "action": action,
     }
@@ -292,12 +303,19 @@ def decode_state(
     offset: int,
     calibration: Calibration,
     lang: str | None = None,
+    digits: int | None = ANSWER_DIGITS,
 ) -> dict[str, Any]:
     """One state's result from the batch rows starting at `offset` (act already softmaxed)."""
     answers = {}
     for r, row in enumerate(rows):
         answers[row.qid] = decode_answer(
-            questions[row.qid], logits[offset + r], act[offset + r], len(row.markers), calibration, lang
+            questions[row.qid],
+            logits[offset + r],
+            act[offset + r],
+            len(row.markers),
+            calibration,
+            lang,
+            digits,
         )
     return {
         "model": MODEL_NAME,

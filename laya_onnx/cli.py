@@ -148,19 +148,16 @@ def _cmd_parity(args: argparse.Namespace) -> int:
     from laya_onnx.parity import run_parity
 
     def show(case):
-        mark = "ok  " if case.passed(args.tolerance) else "FAIL"
         print(
-            f"  {mark} {case.name:<28} rows={case.rows:<3} max|dp|={case.max_abs_dp:.2e}"
-            + ("" if case.passed(args.tolerance) else "  " + "; ".join(case.details)[:300])
+            f"  {'ok  ' if case.passed else 'FAIL'} {case.name:<28} rows={case.rows:<3} "
+            f"max|dp|={case.max_abs_dp:.2e} flips={case.rounding_flips}"
+            + ("" if case.passed else "  " + "; ".join(case.details)[:300])
         )
 
+    # tolerances left unset take the rule's own defaults (laya_onnx/parity/rule.py)
+    given = {k: getattr(args, k) for k in ("tolerance", "act_tolerance") if getattr(args, k) is not None}
     report = run_parity(
-        args.checkpoint,
-        args.bundle,
-        suite=args.suite,
-        tolerance=args.tolerance,
-        report_path=args.report,
-        progress=show,
+        args.checkpoint, args.bundle, suite=args.suite, report_path=args.report, progress=show, **given
     )
     print(json.dumps(report.summary(), indent=2))
     return EXIT_OK if report.passed else EXIT_FAILED
@@ -318,11 +315,16 @@ def build_parser() -> argparse.ArgumentParser:
         "parity",
         help="compare a bundle's answers with the reference laya.Agent (needs the dev extra)",
         description="Run a request suite through the reference laya.Agent (torch) and the bundle, "
-        "and compare row by row; exits 1 when they differ.",
+        "and judge every request by the parity rule (README 'Proof'); exits 1 when they differ.",
     )
     _add_checkpoint_and_bundle(pa)
-    pa.add_argument("--suite", default="core", help="suite name under parity/suites or a JSON path")
-    pa.add_argument("--tolerance", type=float, default=1e-5, help="max |Δp| allowed (default 1e-5)")
+    pa.add_argument(
+        "--suite", default="core", help="a suite shipped in laya_onnx/parity/suites, or a JSON path"
+    )
+    pa.add_argument("--tolerance", type=float, help="max |Δ| between unrounded probabilities (default 1e-5)")
+    pa.add_argument(
+        "--act-tolerance", type=float, help="max |Δ| between unrounded act probabilities (default 5e-5)"
+    )
     pa.add_argument("--report", default=None, help="write the JSON report here")
     pa.set_defaults(func=_cmd_parity)
 

@@ -1,9 +1,10 @@
-"""Run one suite through the reference `laya.Agent` (torch) and our `ONNXAgent`, and compare.
+"""Run one suite through the reference `laya.Agent` (torch) and our `ONNXAgent`, and judge.
 
-Compared per request: the error (type and text) when the reference refuses it; otherwise, per
-(state, question), the token ids and marker positions, every option probability before rounding
-(max |Δp| against `tolerance`), the act probability, the decision (choice label, most likely score
-level, noul side), and the whole result JSON, key order included, apart from `model`.
+Each request is observed on both runtimes (`observe.py`: the printed result or refusal, the rows'
+token ids and markers, and the answers decoded unrounded from each side's own logits) and the two
+observations are judged by the parity rule (`rule.py`). The report records, per request, what the
+rule found, the rounding flips (information only), max |Δp| and |Δact| before rounding, and the
+tool versions it was made with.
 """
 
 from __future__ import annotations
@@ -11,44 +12,44 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections import defaultdict
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from laya_onnx.calibration import Calibration, act_probabilities, softmax_f32, unpermute
-from laya_onnx.errors import reference_kind
+from laya_onnx.parity.observe import RowCapture, instrument_agent, observe, observe_agent
+from laya_onnx.parity.rule import CATEGORIES, DEFAULT_ACT_TOLERANCE, DEFAULT_TOLERANCE, Verdict, judge
 from laya_onnx.parity.suite import load_suite
-from laya_onnx.questions import normalize_questions
-from laya_onnx.sequences import build_heads, encode_state
-
-_CONTROLS = ("max_len", "head_max_len", "min_confidence", "lang")
+from laya_onnx.parity.versions import tool_versions
 
 
 @dataclass
 class CaseResult:
     name: str
+    passed: bool
     rows: int = 0
-    tokens_equal: bool = True
-    decisions_equal: bool = True
-    json_equal: bool = True
-    json_strict_equal: bool = True
+    failed: list[str] = field(default_factory=list)  # rule categories that failed
     rounding_flips: int = 0
-    errors_equal: bool = True
+    identical_text: bool = True
     max_abs_dp: float = 0.0
     max_abs_dact: float = 0.0
-    details: list[str] = field(default_factory=list)
+    max_abs_delta: float = 0.0
+    details: list[str] = field(default_factory=list)  # the differences, then the flips
+    flips: list[str] = field(default_factory=list)
 
-    def passed(self, tolerance: float) -> bool:
-        return (
-            self.tokens_equal
-            and self.decisions_equal
-            and self.json_equal
-            and self.errors_equal
-            and self.max_abs_dp <= tolerance
+    @classmethod
+    def from_verdict(cls, name: str, verdict: Verdict) -> CaseResult:
+        return cls(
+            name=name,
+            passed=verdict.passed,
+            rows=verdict.rows,
+            failed=[c for c in CATEGORIES if verdict.failed(c)],
+            rounding_flips=len(verdict.flips),
+            identical_text=verdict.identical_text,
+            max_abs_dp=verdict.max_abs_dp,
+            max_abs_dact=verdict.max_abs_dact,
+            max_abs_delta=verdict.max_abs_delta,
+            details=verdict.describe(limit=20),
+            flips=verdict.flips,
         )
 
 
@@ -58,28 +59,35 @@ class ParityReport:
     bundle: str
     suite: str
     tolerance: float
+    act_tolerance: float = DEFAULT_ACT_TOLERANCE
     cases: list[CaseResult] = field(default_factory=list)
     seconds: float = 0.0
+    tools: dict[str, str | None] = field(default_factory=tool_versions)
 
     @property
     def passed(self) -> bool:
-        return bool(self.cases) and all(c.passed(self.tolerance) for c in self.cases)
+        return bool(self.cases) and all(c.passed for c in self.cases)
 
     def summary(self) -> dict[str, Any]:
-        rows = sum(c.rows for c in self.cases)
+        def clean(category: str) -> bool:
+            return all(category not in c.failed for c in self.cases)
+
         return {
             "suite": self.suite,
             "requests": len(self.cases),
-            "rows": rows,
-            "tokens_identical": all(c.tokens_equal for c in self.cases),
-            "decisions_identical": all(c.decisions_equal for c in self.cases),
-            "json_equal": all(c.json_equal for c in self.cases),
-            "json_strict_equal": all(c.json_strict_equal for c in self.cases),
+            "rows": sum(c.rows for c in self.cases),
+            "tokens_identical": clean("tokens"),
+            "decisions_identical": clean("decision"),
+            "refusals_identical": clean("refusal"),
+            "within_tolerance": clean("tolerance"),
+            "json_equal": clean("json"),
+            "json_identical_text": all(c.identical_text for c in self.cases),
             "rounding_flips": sum(c.rounding_flips for c in self.cases),
-            "errors_identical": all(c.errors_equal for c in self.cases),
             "max_abs_dp": max((c.max_abs_dp for c in self.cases), default=0.0),
             "max_abs_dact": max((c.max_abs_dact for c in self.cases), default=0.0),
+            "max_abs_delta": max((c.max_abs_delta for c in self.cases), default=0.0),
             "tolerance": self.tolerance,
+            "act_tolerance": self.act_tolerance,
             "passed": self.passed,
         }
 
@@ -88,41 +96,22 @@ class ParityReport:
             "checkpoint": self.checkpoint,
             "bundle": self.bundle,
             "seconds": round(self.seconds, 2),
+            "rule": "laya_onnx/parity/rule.py (README 'Proof')",
+            "tools": self.tools,
             "summary": self.summary(),
             "cases": [asdict(c) for c in self.cases],
         }
 
     def failures(self) -> list[str]:
-        return [
-            f"{c.name}: {'; '.join(c.details) or 'max |dp| %.3g' % c.max_abs_dp}"
-            for c in self.cases
-            if not c.passed(self.tolerance)
-        ]
+        return [f"{c.name}: {'; '.join(c.details)}" for c in self.cases if not c.passed]
 
 
-class _Capture:
-    """Rows seen by a forward pass, keyed by their token ids: (option logits, act probabilities)."""
-
-    def __init__(self):
-        self.rows: dict[tuple, list[tuple]] = defaultdict(list)
-
-    def add(self, ids, att, mmask, logits, act) -> None:
-        for i in range(ids.shape[0]):
-            key = tuple(int(t) for t in ids[i, : int(att[i].sum())])
-            k = int(mmask[i].sum())
-            self.rows[key].append(
-                (np.array(logits[i, :k], dtype=np.float32), np.array(act[i], dtype=np.float32))
-            )
-
-    def get(self, ids: Sequence[int]):
-        found = self.rows.get(tuple(ids))
-        return found[0] if found else None
-
-
-def _instrument_reference(ref, capture: _Capture) -> None:
+def instrument_reference(ref) -> RowCapture:
+    """Capture every forward pass of a `laya.Agent` (its `_forward`: numpy logits, act softmax)."""
+    capture = RowCapture()
     forward = ref._forward
 
-    def wrapped(b):
+    def captured_forward(b):
         logits, act = forward(b)
         capture.add(
             b["input_ids"].cpu().numpy(),
@@ -133,147 +122,34 @@ def _instrument_reference(ref, capture: _Capture) -> None:
         )
         return logits, act
 
-    ref._forward = wrapped
+    ref._forward = captured_forward
+    return capture
 
 
-def _instrument_ours(agent, capture: _Capture) -> None:
-    run = agent.session.run
-
-    def wrapped(feeds):
-        logits, act_logits = run(feeds)
-        capture.add(
-            feeds["input_ids"],
-            feeds["attention_mask"],
-            feeds["marker_mask"],
-            logits,
-            act_probabilities(act_logits),
-        )
-        return logits, act_logits
-
-    agent.session.run = wrapped
-
-
-def _decision(q, p: np.ndarray):
-    if q.type == "choice":
-        return list(q.criteria.keys())[int(p.argmax())]
-    if q.type == "score":
-        return int(p.argmax())
-    return bool(p[1] >= 0.5)
-
-
-#: Results are rounded to 4 decimals, so two runtimes whose unrounded values differ by ~1e-6 can
-#: straddle a rounding boundary and print numbers one unit (1e-4) apart. Such a pair is reported
-#: as a rounding flip, not a JSON difference; everything else (keys, order, types, labels, any
-#: larger difference) must be identical.
-ROUNDING_UNIT = 1e-4
-
-
-def _strip_model(results: Any) -> Any:
-    def one(r):
-        return {k: v for k, v in r.items() if k != "model"} if isinstance(r, dict) else r
-
-    return [one(r) for r in results] if isinstance(results, list) else one(results)
-
-
-def compare_json(ref: Any, ours: Any, path: str = "") -> tuple:
-    """(differences, rounding flips) between two result payloads, key order included."""
-    if isinstance(ref, dict) and isinstance(ours, dict):
-        if list(ref) != [k for k in ours]:
-            return [f"{path}: keys {list(ref)} vs {list(ours)}"], 0
-        diffs, flips = [], 0
-        for k in ref:
-            d, f = compare_json(ref[k], ours[k], f"{path}.{k}")
-            diffs += d
-            flips += f
-        return diffs, flips
-    if isinstance(ref, list) and isinstance(ours, list):
-        if len(ref) != len(ours):
-            return [f"{path}: {len(ref)} items vs {len(ours)}"], 0
-        diffs, flips = [], 0
-        for i, (a, b) in enumerate(zip(ref, ours, strict=False)):
-            d, f = compare_json(a, b, f"{path}[{i}]")
-            diffs += d
-            flips += f
-        return diffs, flips
-    if type(ref) is not type(ours):
-        return [f"{path}: {ref!r} vs {ours!r} (types differ)"], 0
-    if ref == ours:
-        return [], 0
-    if isinstance(ref, float) and abs(ref - ours) <= ROUNDING_UNIT * 1.0001:
-        return [], 1
-    return [f"{path}: {ref!r} vs {ours!r}"], 0
-
-
-def _call(agent, req: dict[str, Any]):
-    kw = {k: req[k] for k in _CONTROLS if k in req}
-    if "states" in req:
-        return agent.predict_batch(
-            req["states"],
-            req["questions"],
-            batch_size=req.get("batch_size"),
-            sort_by_length=req.get("sort_by_length", False),
-            **kw,
-        )
-    return agent.predict(req["state"], req["questions"], **kw)
-
-
-def _compare_case(req, ref, ours, calib: Calibration, ref_cap: _Capture, our_cap: _Capture) -> CaseResult:
-    case = CaseResult(name=req["name"])
-    outcome = {}
-    for side, agent in (("ref", ref), ("ours", ours)):
-        try:
-            outcome[side] = ("ok", _call(agent, req))
-        except (ValueError, TypeError) as exc:
-            outcome[side] = ("error", f"{reference_kind(exc)}: {exc}")
-    if outcome["ref"][0] == "error" or outcome["ours"][0] == "error":
-        case.errors_equal = outcome["ref"] == outcome["ours"]
-        if not case.errors_equal:
-            case.details.append(f"reference {outcome['ref'][1]!r} vs ours {outcome['ours'][1]!r}"[:600])
-        if req.get("expect_error") and outcome["ref"][0] != "error":
-            case.errors_equal = False
-            case.details.append("the suite expects the reference to refuse this request")
-        return case
-    ref_out, our_out = outcome["ref"][1], outcome["ours"][1]
-    ref_json, our_json = _strip_model(ref_out), _strip_model(our_out)
-    case.json_strict_equal = json.dumps(ref_json, ensure_ascii=False, default=repr) == json.dumps(
-        our_json, ensure_ascii=False, default=repr
-    )
-    diffs, case.rounding_flips = compare_json(ref_json, our_json)
-    case.json_equal = not diffs
-    if diffs:
-        case.details.append("result JSON differs: " + "; ".join(diffs[:5]))
-    questions = req["questions"]
-    if not questions:
-        return case
-    qs = normalize_questions(questions)
-    max_len = req.get("max_len", ours.max_len)
-    head_max_len = req.get("head_max_len", ours.head_max_len)
-    heads = build_heads(ours.tok, qs, head_max_len)
+def reference_rows(ref, questions: dict[Any, Any]):
+    """The reference's own rows for `questions` (its `_encode_state`), as (qid, ids, markers)."""
     internal = {qid: ref._to_internal(questions[qid]) for qid in questions}
-    for state in req.get("states", [req.get("state")]):
-        our_rows = encode_state(ours.tok, state, qs, max_len, head_max_len, heads)
-        ref_rows = ref._encode_state(state, list(questions), internal, max_len, head_max_len)
-        for row, ref_row in zip(our_rows, ref_rows, strict=False):
-            case.rows += 1
-            if row.ids != list(ref_row["ids"]) or row.markers != list(ref_row["markers"]):
-                case.tokens_equal = False
-                case.details.append(f"question {row.qid!r}: token ids or markers differ")
-                continue
-            mine, theirs = our_cap.get(row.ids), ref_cap.get(row.ids)
-            if mine is None or theirs is None:
-                case.tokens_equal = False
-                case.details.append(f"question {row.qid!r}: row not seen in a forward pass")
-                continue
-            q, k = qs[row.qid], len(row.markers)
-            t = calib.temperature_for(q.qtype, k, req.get("lang"))
-            p_ours = unpermute(softmax_f32(mine[0], t), q.option_order)
-            p_ref = unpermute(softmax_f32(theirs[0], t), q.option_order)
-            case.max_abs_dp = max(case.max_abs_dp, float(np.abs(p_ours - p_ref).max()))
-            case.max_abs_dact = max(case.max_abs_dact, float(np.abs(mine[1][0] - theirs[1][0])))
-            if _decision(q, p_ours) != _decision(q, p_ref):
-                case.decisions_equal = False
-                case.details.append(f"question {row.qid!r}: decision differs")
-    return case
+
+    def encode(state, max_len, head_max_len):
+        items = ref._encode_state(state, list(questions), internal, max_len, head_max_len)
+        return [
+            (qid, [int(t) for t in item["ids"]], [int(m) for m in item["markers"]])
+            for qid, item in zip(questions, items, strict=True)
+        ]
+
+    return encode
+
+
+def load_reference(checkpoint: str | Path):
+    """`laya.Agent` on CPU for a local checkpoint, offline; its load-time clamp warnings silenced."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import warnings
+
+    from laya.agent import Agent  # the reference; needs torch (dev extra)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return Agent(str(checkpoint), device="cpu")
 
 
 def load_runtimes(checkpoint: str | Path, bundle: str | Path, **ours_kwargs):
@@ -281,45 +157,55 @@ def load_runtimes(checkpoint: str | Path, bundle: str | Path, **ours_kwargs):
 
     Both warn about clamped temperatures at load; the comparison tools silence that here.
     """
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import warnings
-
-    from laya.agent import Agent  # the reference; needs torch (dev extra)
 
     from laya_onnx.agent import ONNXAgent
 
+    ref = load_reference(checkpoint)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        return Agent(str(checkpoint), device="cpu"), ONNXAgent(bundle, **ours_kwargs)
+        return ref, ONNXAgent(bundle, **ours_kwargs)
+
+
+def write_json(path: str | Path, data: Any) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, ensure_ascii=False, default=repr) + "\n", encoding="utf-8")
 
 
 def run_parity(
     checkpoint: str | Path,
     bundle: str | Path,
     suite: str | Path = "core",
-    tolerance: float = 1e-5,
+    tolerance: float = DEFAULT_TOLERANCE,
+    act_tolerance: float = DEFAULT_ACT_TOLERANCE,
     providers=None,
     report_path: str | Path | None = None,
     progress=None,
 ) -> ParityReport:
-    """Run `suite` through both runtimes; write the JSON report to `report_path` if given."""
+    """Run `suite` through both runtimes, judge each request; write the JSON report if asked."""
     started = time.perf_counter()
     ref, ours = load_runtimes(checkpoint, bundle, providers=providers)
-    ref_cap, our_cap = _Capture(), _Capture()
-    _instrument_reference(ref, ref_cap)
-    _instrument_ours(ours, our_cap)
+    ref_capture, our_capture = instrument_reference(ref), instrument_agent(ours)
     report = ParityReport(
-        checkpoint=str(checkpoint), bundle=str(bundle), suite=str(suite), tolerance=tolerance
+        checkpoint=str(checkpoint),
+        bundle=str(bundle),
+        suite=str(suite),
+        tolerance=tolerance,
+        act_tolerance=act_tolerance,
     )
     for req in load_suite(suite, ours.tok.mask_token):
-        case = _compare_case(req, ref, ours, ours.calibration, ref_cap, our_cap)
+        # both sides decode with the bundle's calibration: the bundle carries the checkpoint's config
+        ref_obs = observe(ref, req, ref_capture, lambda q: reference_rows(ref, q), ours.calibration)
+        our_obs = observe_agent(ours, req, our_capture)
+        verdict = judge(
+            ref_obs, our_obs, tolerance, act_tolerance, expect_refusal=bool(req.get("expect_error"))
+        )
+        case = CaseResult.from_verdict(req["name"], verdict)
         report.cases.append(case)
         if progress:
             progress(case)
     report.seconds = time.perf_counter() - started
     if report_path:
-        Path(report_path).parent.mkdir(parents=True, exist_ok=True)
-        Path(report_path).write_text(
-            json.dumps(report.as_dict(), indent=1, ensure_ascii=False, default=repr) + "\n", encoding="utf-8"
-        )
+        write_json(report_path, report.as_dict())
     return report

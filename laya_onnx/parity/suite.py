@@ -1,4 +1,7 @@
-"""Parity suites: JSON request lists under `parity/suites/`, expanded for one checkpoint.
+"""Parity suites: JSON request lists shipped in this package (`laya_onnx/parity/suites/`).
+
+They are package data (read with importlib.resources), so `laya-onnx parity --suite core` works
+from a wheel as well as from a checkout.
 
 Suites stay declarative and small on disk; two directives build the long inputs:
 `{"$repeat": text, "times": n}` (a long text state) and
@@ -9,11 +12,35 @@ turn contents is the repetition index). `{MASK}` anywhere becomes the checkpoint
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
-SUITES_DIR = Path(__file__).resolve().parents[2] / "parity" / "suites"
+
+def suite_names() -> list[str]:
+    """The suites this package ships."""
+    root = resources.files(__package__) / "suites"
+    return sorted(p.name[: -len(".json")] for p in root.iterdir() if p.name.endswith(".json"))
+
+
+def suite_text(suite: str | Path) -> str:
+    """A shipped suite by name ("core"), or a suite JSON file by path."""
+    path = Path(suite)
+    if path.suffix or path.is_file():
+        return path.read_text(encoding="utf-8")
+    shipped = resources.files(__package__) / "suites" / f"{suite}.json"
+    if not shipped.is_file():
+        raise ValueError(
+            f"unknown parity suite {str(suite)!r}; shipped suites: {suite_names()}, or give a JSON path"
+        )
+    return shipped.read_text(encoding="utf-8")
+
+
+def suite_sha256(suite: str | Path) -> str:
+    """sha256 of the suite's text: golden answers record it so a stale golden file is visible."""
+    return hashlib.sha256(suite_text(suite).encode("utf-8")).hexdigest()
 
 
 def _expand(value: Any, mask: str) -> Any:
@@ -36,12 +63,9 @@ def _expand(value: Any, mask: str) -> Any:
     return value
 
 
-def load_suite(path: str | Path, mask_token: str) -> list[dict[str, Any]]:
+def load_suite(suite: str | Path, mask_token: str) -> list[dict[str, Any]]:
     """The suite's requests with directives expanded; each has name, questions, and state or states."""
-    path = Path(path)
-    if not path.exists() and not path.suffix:
-        path = SUITES_DIR / f"{path}.json"
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    data = json.loads(suite_text(suite))
     out = []
     for req in data["requests"]:
         req = _expand(copy.deepcopy(req), mask_token)

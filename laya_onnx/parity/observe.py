@@ -1,0 +1,159 @@
+"""Observe one request on one runtime: what the rule (`laya_onnx.parity.rule`) judges.
+
+A runtime is observed through its forward passes: `RowCapture` keeps every row's option logits
+and act probabilities, keyed by the row's token ids, and `observe` decodes them again with the
+core decoder *unrounded* (`digits=None`), into the same answer structure the caller got. The
+reference (`laya.Agent`, instrumented in `runner.py`) and `ONNXAgent` (here) are observed the
+same way. Torch-free: the golden-answer tests run this on a box without torch.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from laya_onnx.calibration import Calibration, act_probabilities, decode_answer
+from laya_onnx.errors import reference_kind
+from laya_onnx.parity.rule import Observation
+from laya_onnx.questions import normalize_questions
+from laya_onnx.sequences import encode_state
+
+#: Request controls passed through to predict / predict_batch.
+CONTROLS = ("max_len", "head_max_len", "min_confidence", "lang")
+#: What a refused request raises (compared by `reference_kind` and text).
+REFUSALS = (ValueError, TypeError, KeyError)
+
+#: (state, max_len or None, head_max_len or None) -> [(qid, ids, markers)], one per question.
+RowEncoder = Callable[[Any, Any, Any], list[tuple[Any, list[int], list[int]]]]
+
+
+class RowCapture:
+    """Per-row outputs of every forward pass, keyed by token ids; taken back in the order seen.
+
+    Taking in order matters when one request sends the same row twice (duplicate states in
+    different chunks): each occurrence gets the logits of its own forward pass.
+    """
+
+    def __init__(self) -> None:
+        self.rows: dict[tuple[int, ...], deque] = defaultdict(deque)
+
+    def add(self, ids, attention_mask, marker_mask, logits, act_probs) -> None:
+        for i in range(ids.shape[0]):
+            key = tuple(int(t) for t in ids[i, : int(attention_mask[i].sum())])
+            k = int(marker_mask[i].sum())
+            self.rows[key].append(
+                (np.array(logits[i, :k], dtype=np.float32), np.array(act_probs[i], dtype=np.float32))
+            )
+
+    def take(self, ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray] | None:
+        seen = self.rows.get(tuple(ids))
+        return seen.popleft() if seen else None
+
+    def clear(self) -> None:
+        self.rows.clear()
+
+
+def instrument_agent(agent) -> RowCapture:
+    """Capture every forward pass of an `ONNXAgent` (its session's run)."""
+    capture = RowCapture()
+    run = agent.session.run
+
+    def captured_run(feeds):
+        logits, act_logits = run(feeds)
+        capture.add(
+            feeds["input_ids"],
+            feeds["attention_mask"],
+            feeds["marker_mask"],
+            logits,
+            act_probabilities(act_logits),
+        )
+        return logits, act_logits
+
+    agent.session.run = captured_run
+    return capture
+
+
+def agent_rows(agent, questions: dict[Any, Any]) -> RowEncoder:
+    """`ONNXAgent`'s rows for `questions`, encoded by the runtime core."""
+    qs = normalize_questions(questions)
+
+    def encode(state, max_len, head_max_len):
+        rows = encode_state(
+            agent.tok,
+            state,
+            qs,
+            agent.max_len if max_len is None else max_len,
+            agent.head_max_len if head_max_len is None else head_max_len,
+        )
+        return [(r.qid, list(r.ids), list(r.markers)) for r in rows]
+
+    return encode
+
+
+def call(agent, req: dict[str, Any]) -> Any:
+    """One suite request on an agent (either runtime): predict, or predict_batch for `states`."""
+    kw = {k: req[k] for k in CONTROLS if k in req}
+    if "states" in req:
+        return agent.predict_batch(
+            req["states"],
+            req["questions"],
+            batch_size=req.get("batch_size"),
+            sort_by_length=req.get("sort_by_length", False),
+            **kw,
+        )
+    return agent.predict(req["state"], req["questions"], **kw)
+
+
+def refusal(exc: BaseException) -> dict[str, str]:
+    return {"kind": reference_kind(exc), "text": str(exc)}
+
+
+def observe(
+    agent,
+    req: dict[str, Any],
+    capture: RowCapture,
+    rows_for: Callable[[dict[Any, Any]], RowEncoder],
+    calibration: Calibration,
+) -> Observation:
+    """Run `req` on `agent` (whose forward passes feed `capture`) and observe it for the rule.
+
+    `rows_for(questions)` encodes a state's rows the way this runtime does; `calibration` is the
+    checkpoint's (both runtimes answer with the same config).
+    """
+    capture.clear()
+    try:
+        printed = call(agent, req)
+    except REFUSALS as exc:
+        return Observation(refusal=refusal(exc))
+    questions = req["questions"]
+    states = req["states"] if "states" in req else [req["state"]]
+    if not questions:  # answered without tokenizing (empty result per state)
+        return Observation(
+            printed=printed, rows=[[] for _ in states], unrounded=[{"answers": {}} for _ in states]
+        )
+    qs = normalize_questions(questions)
+    encode = rows_for(questions)
+    rows, unrounded = [], []
+    for state in states:
+        state_rows, answers = [], {}
+        for qid, ids, markers in encode(state, req.get("max_len"), req.get("head_max_len")):
+            state_rows.append({"qid": qid, "ids": ids, "markers": markers})
+            seen = capture.take(ids)
+            answers[qid] = (
+                None
+                if seen is None
+                else decode_answer(
+                    qs[qid], seen[0], seen[1], len(markers), calibration, req.get("lang"), None
+                )
+            )
+        rows.append(state_rows)
+        unrounded.append({"answers": answers})
+    return Observation(printed=printed, rows=rows, unrounded=unrounded)
+
+
+def observe_agent(agent, req: dict[str, Any], capture: RowCapture) -> Observation:
+    """`observe` for an `ONNXAgent` instrumented by `instrument_agent`."""
+    return observe(agent, req, capture, lambda questions: agent_rows(agent, questions), agent.calibration)
