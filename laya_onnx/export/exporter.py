@@ -7,8 +7,9 @@ Steps (each printed with its timing):
 3. encode the built-in requests with the runtime core (`laya_onnx.sequences`);
 4. trace ONE graph with dynamic batch / sequence / marker axes (names and axes from
    `laya_onnx.bundle.GRAPH_INPUTS` / `GRAPH_OUTPUTS`);
-5. run it on ONNX Runtime (CPU) next to torch on every built-in request and compare;
-   beyond `tolerance` nothing is written;
+5. run it on ONNX Runtime (CPU) next to torch on every built-in request and compare: the raw
+   outputs within `tolerance`, and the decoded answers by the parity rule
+   (`laya_onnx.parity.rule`); otherwise nothing is written;
 6. assemble the bundle in a temporary sibling directory and rename it into place.
 """
 
@@ -179,18 +180,58 @@ def reference_outputs(model, cases: list[dict[str, Any]]) -> list[tuple]:
     return out
 
 
+def _decoded_answers(call, feeds: dict[str, np.ndarray], logits, act_logits, calibration):
+    """One built-in call's outputs as the parity rule's observation: answers printed and unrounded."""
+    from laya_onnx.calibration import act_probabilities, decode_answer
+    from laya_onnx.parity.rule import Observation
+    from laya_onnx.questions import normalize_questions
+
+    questions = normalize_questions(call.questions())
+    act = act_probabilities(act_logits)
+    lengths, counts = feeds["attention_mask"].sum(axis=1), feeds["marker_mask"].sum(axis=1)
+    obs = Observation(printed=[])
+    row = 0
+    for _state in call.states:  # encode_calls: one row per question, in question order, per state
+        rows, printed, unrounded = [], {}, {}
+        for qid, q in questions.items():
+            k = int(counts[row])
+            rows.append(
+                {
+                    "qid": qid,
+                    "ids": feeds["input_ids"][row, : int(lengths[row])].tolist(),
+                    "markers": feeds["marker_pos"][row, :k].tolist(),
+                }
+            )
+            printed[qid] = decode_answer(q, logits[row], act[row], k, calibration)
+            unrounded[qid] = decode_answer(q, logits[row], act[row], k, calibration, digits=None)
+            row += 1
+        obs.rows.append(rows)
+        obs.printed.append({"answers": printed})
+        obs.unrounded.append({"answers": unrounded})
+    return obs
+
+
 def validate_graph(
     graph: Path,
     cases: list[dict[str, Any]],
     expected: list[tuple],
     tolerance: float,
     steps: _Steps | None = None,
+    calibration=None,
+    calls=None,
 ) -> dict[str, Any]:
-    """Compare ONNX Runtime with torch's outputs on every encoded case; returns the validation record."""
+    """Compare ONNX Runtime with torch's outputs on every encoded case; returns the validation record.
+
+    With `calibration` (and `calls`, the built-in calls `cases` were encoded from), the answers
+    decoded from both sides' outputs are also judged by the parity rule (`laya_onnx.parity.rule`).
+    """
+    from laya_onnx.parity.rule import DEFAULT_ACT_TOLERANCE, DEFAULT_TOLERANCE, Verdict, judge
+
     session = _session(graph)
     worst_logit = worst_act = 0.0
     rows = 0
-    for case, (t_logits, t_act) in zip(cases, expected, strict=False):
+    answers: list[tuple[str, Verdict]] = []
+    for i, (case, (t_logits, t_act)) in enumerate(zip(cases, expected, strict=True)):
         feeds = case["feeds"]
         o_logits, o_act = session.run(list(GRAPH_OUTPUTS), {k: feeds[k] for k in GRAPH_INPUTS})
         if o_logits.shape != t_logits.shape or o_act.shape != t_act.shape:
@@ -204,21 +245,46 @@ def validate_graph(
             d_logit = d_act = float("inf")
         worst_logit, worst_act = max(worst_logit, d_logit), max(worst_act, d_act)
         rows += case["rows"]
+        if calibration is not None:
+            call = calls[i]
+            if call.name != case["name"] or case["rows"] != len(call.states) * len(call.question_ids):
+                raise ValidationError(f"case {case['name']!r} was not encoded from call {call.name!r}")
+            answers.append(
+                (
+                    case["name"],
+                    judge(
+                        _decoded_answers(call, feeds, t_logits, t_act, calibration),
+                        _decoded_answers(call, feeds, o_logits, o_act, calibration),
+                    ),
+                )
+            )
         if steps is not None:
             shape = "x".join(str(s) for s in feeds["input_ids"].shape)
             steps.say(
                 f"    {case['name']:<42} rows x len {shape:<8} markers {feeds['marker_pos'].shape[1]:>2}"
                 f"  |dlogit| {d_logit:.2e}  |dact| {d_act:.2e}"
             )
-    passed = worst_logit <= tolerance and worst_act <= tolerance
-    return {
+    record: dict[str, Any] = {
         "cases": len(cases),
         "rows": rows,
         "max_abs_logit_diff": worst_logit,
         "max_abs_act_diff": worst_act,
         "tolerance": tolerance,
-        "passed": passed,
+        "passed": worst_logit <= tolerance and worst_act <= tolerance,
     }
+    if calibration is not None:
+        record["answers"] = {
+            "rule": "laya_onnx/parity/rule.py",
+            "tolerance": DEFAULT_TOLERANCE,
+            "act_tolerance": DEFAULT_ACT_TOLERANCE,
+            "max_abs_dp": max(v.max_abs_dp for _, v in answers),
+            "max_abs_dact": max(v.max_abs_dact for _, v in answers),
+            "rounding_flips": sum(len(v.flips) for _, v in answers),
+            "differences": [f"{name}: {d}" for name, v in answers for d in v.describe()][:20],
+            "passed": all(v.passed for _, v in answers),
+        }
+        record["passed"] = record["passed"] and record["answers"]["passed"]
+    return record
 
 
 def _copy_tokenizer(src: Path, dst: Path) -> None:
@@ -248,7 +314,8 @@ def export_bundle(
     `name` is the checkpoint name the bundle answers to (a server's `model`/`routing` name);
     by default a published checkpoint's registry name, else its directory or repo name.
     """
-    from laya_onnx.export.cases import encode_calls, trace_feeds
+    from laya_onnx.calibration import Calibration
+    from laya_onnx.export.cases import CALLS, encode_calls, trace_feeds
     from laya_onnx.export.model import load_decision_model
     from laya_onnx.hub import fetch_checkpoint
 
@@ -307,17 +374,32 @@ def export_bundle(
             expected = reference_outputs(model, cases)
             del model
             gc.collect()
-            validation = validate_graph(graph, cases, expected, float(tolerance), steps)
+            validation = validate_graph(
+                graph,
+                cases,
+                expected,
+                float(tolerance),
+                steps,
+                calibration=Calibration.from_config(cfg, warn=False),
+                calls=CALLS,
+            )
+            answers = validation["answers"]
             steps.say(
                 f"    max |dlogit| {validation['max_abs_logit_diff']:.3e}, "
-                f"max |dact_logit| {validation['max_abs_act_diff']:.3e}"
+                f"max |dact_logit| {validation['max_abs_act_diff']:.3e}; answers by the parity rule: "
+                f"max |dp| {answers['max_abs_dp']:.2e}, {answers['rounding_flips']} rounding flips, "
+                f"{'passed' if answers['passed'] else 'FAILED'}"
             )
         if not validation["passed"]:
-            raise ValidationError(
-                f"ONNX Runtime disagrees with torch beyond tolerance {tolerance:g}: max |dlogit| "
-                f"{validation['max_abs_logit_diff']:.3e}, max |dact_logit| {validation['max_abs_act_diff']:.3e}; "
-                f"no bundle was written to {str(out_dir)!r}"
+            raw_ok = max(validation["max_abs_logit_diff"], validation["max_abs_act_diff"]) <= tolerance
+            reason = (
+                "ONNX Runtime's answers differ from torch's by the parity rule: "
+                + "; ".join(answers["differences"][:3])
+                if raw_ok
+                else f"ONNX Runtime disagrees with torch beyond tolerance {tolerance:g}: max |dlogit| "
+                f"{validation['max_abs_logit_diff']:.3e}, max |dact_logit| {validation['max_abs_act_diff']:.3e}"
             )
+            raise ValidationError(f"{reason}; no bundle was written to {str(out_dir)!r}")
         with steps.run(f"writing the bundle to {str(out_dir)!r}"):
             _copy_tokenizer(ckpt / TOKENIZER_DIR, tmp / TOKENIZER_DIR)
             shutil.copyfile(ckpt / CONFIG_FILE, tmp / CONFIG_FILE)
