@@ -303,19 +303,12 @@ def decode_state(
     offset: int,
     calibration: Calibration,
     lang: str | None = None,
-    digits: int | None = ANSWER_DIGITS,
 ) -> dict[str, Any]:
     """One state's result from the batch rows starting at `offset` (act already softmaxed)."""
     answers = {}
     for r, row in enumerate(rows):
         answers[row.qid] = decode_answer(
-            questions[row.qid],
-            logits[offset + r],
-            act[offset + r],
-            len(row.markers),
-            calibration,
-            lang,
-            digits,
+            questions[row.qid], logits[offset + r], act[offset + r], len(row.markers), calibration, lang
         )
     return {
         "model": MODEL_NAME,
