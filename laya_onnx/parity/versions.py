@@ -31,7 +31,7 @@ def _installed(dists: tuple[str, ...]) -> str | None:
 def tool_versions() -> dict[str, str | None]:
     """{tool: version or None when not installed}, plus the Python version."""
     # laya_onnx from the code that runs, not from whichever checkout pip last installed
-    versions = {"laya_onnx": LAYA_ONNX_VERSION}
+    versions: dict[str, str | None] = {"laya_onnx": LAYA_ONNX_VERSION}
     versions.update((name, _installed(dists)) for name, dists in TOOLS.items())
     versions["python"] = platform.python_version()
     return versions
