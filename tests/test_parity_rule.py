@@ -121,6 +121,21 @@ def test_unrounded_difference_over_tolerance_fails_even_when_printed_alike():
     assert judge(_observation(), ours, tolerance=3e-5).passed
 
 
+def _score_observation(u_score: float) -> Observation:
+    probs, u_probs = {"0": 0.5234, "1": 0.4316, "2": 0.045}, {"0": 0.52338, "1": 0.43158, "2": 0.04504}
+    answer = {"type": "score", "score": 0.5216, "probabilities": probs}
+    raw = {"type": "score", "score": u_score, "probabilities": u_probs}
+    return Observation(printed={"answers": {"u": answer}}, unrounded=[{"answers": {"u": raw}}])
+
+
+def test_a_score_gets_the_bound_its_probabilities_imply():
+    # 3 levels: when each p_i moves by 1e-5, sum(i * p_i) moves by at most 2e-5
+    ref = _score_observation(0.52162)
+    assert judge(ref, _score_observation(0.52162 + 1.5e-5)).passed
+    verdict = judge(ref, _score_observation(0.52162 + 2.5e-5))
+    assert not verdict.passed and verdict.failed("tolerance")
+
+
 def test_act_probability_has_its_own_tolerance():
     ours = _observation()
     ours.unrounded[0]["answers"]["q"]["action"]["act_probability"] += 2e-5
