@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from laya_onnx.bundle import CONFIG_FILE, TOKENIZER_DIR, WEIGHTS_FILE, sha256_file
+from laya_onnx.bundle import CONFIG_FILE, TOKENIZER_DIR, WEIGHTS_FILE, read_json_object, sha256_file
 from laya_onnx.parity.observe import observe
 from laya_onnx.parity.suite import load_suite, suite_sha256
 from laya_onnx.parity.versions import tool_versions
@@ -46,7 +46,7 @@ def record_golden(preset: str, suite: str = "core", seed: int = 0) -> dict[str, 
         ckpt = make_checkpoint(preset, Path(tmp) / preset, seed=seed)
         ref = load_reference(ckpt)
         capture = instrument_reference(ref)
-        config = json.loads((ckpt / CONFIG_FILE).read_text(encoding="utf-8"))
+        config = read_json_object(ckpt / CONFIG_FILE, f"checkpoint {str(ckpt)!r}")
         # the calibration an ONNXAgent on this checkpoint's bundle answers with
         calibration = Calibration.from_config(config, warn=False)
         mask_token = LayaTokenizer.from_dir(ckpt / TOKENIZER_DIR).mask_token
@@ -85,7 +85,7 @@ def write_golden(golden: dict[str, Any], path: Path) -> None:
 
 
 def read_golden(path: str | Path) -> dict[str, Any]:
-    golden = json.loads(Path(path).read_text(encoding="utf-8"))
+    golden = read_json_object(Path(path), "golden answers")
     if golden.get("format") != GOLDEN_FORMAT:
         raise ValueError(f"{path}: golden format {golden.get('format')!r}, expected {GOLDEN_FORMAT}")
     return golden
