@@ -232,7 +232,7 @@ def test_decoder_unrounded_values_round_to_the_printed_answer():
             "n": {"type": "noul", "instructions": "x"},
         }
     )
-    calib = Calibration.from_config({"temperature": [1.3, 0.8, 1.1]}, warn=False)
+    calib = Calibration.from_config({"temperature": [1.3, 0.8, 1.1]})
     rng = np.random.default_rng(0)
     checked = 0
     for _ in range(50):

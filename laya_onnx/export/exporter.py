@@ -211,6 +211,17 @@ def _decoded_answers(call, feeds: dict[str, np.ndarray], logits, act_logits, cal
     return obs
 
 
+def _calibration(cfg: dict[str, Any]):
+    """The calibration a bundle of `cfg` answers with; its clamp warning belongs to the runtime."""
+    import warnings
+
+    from laya_onnx.calibration import Calibration
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return Calibration.from_config(cfg)
+
+
 def validate_graph(
     graph: Path,
     cases: list[dict[str, Any]],
@@ -314,7 +325,6 @@ def export_bundle(
     `name` is the checkpoint name the bundle answers to (a server's `model`/`routing` name);
     by default a published checkpoint's registry name, else its directory or repo name.
     """
-    from laya_onnx.calibration import Calibration
     from laya_onnx.export.cases import CALLS, encode_calls, trace_feeds
     from laya_onnx.export.model import load_decision_model
     from laya_onnx.hub import fetch_checkpoint
@@ -380,7 +390,7 @@ def export_bundle(
                 expected,
                 float(tolerance),
                 steps,
-                calibration=Calibration.from_config(cfg, warn=False),
+                calibration=_calibration(cfg),
                 calls=CALLS,
             )
             answers = validation["answers"]
