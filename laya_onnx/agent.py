@@ -27,6 +27,7 @@ from laya_onnx.hooks import (
     validate_timeout,
 )
 from laya_onnx.hub import BUNDLE_FILES, fetch_checkpoint
+from laya_onnx.memory import ARENA_RELEASE_BYTES, PassMemoryModel, resolve_max_pass_memory, split_rows
 from laya_onnx.questions import normalize_questions
 from laya_onnx.sequences import build_heads, check_option_layout, collate, encode_state
 from laya_onnx.session import FallbackEntry, GraphSession
@@ -64,7 +65,13 @@ class ONNXAgent(HookRegistry):
         hooks_timeout: float | None = None,
         revision: str | None = None,
         token: str | None = None,
+        max_pass_memory: int | str | None = None,
     ):
+        """`max_pass_memory`: bytes one forward pass may use above idle (int, or text such as
+        "2G"); default $LAYA_MAX_PASS_MEMORY, else 2 GiB. Passes are split to stay inside it and a
+        row that cannot fit alone is refused with `PassTooLarge` before anything runs. The budget
+        is per pass: callers running predictions concurrently on one agent add up."""
+        self.max_pass_memory = resolve_max_pass_memory(max_pass_memory)
         self.hooks = normalise_hooks(hooks, on_predict_start, on_predict_end)
         self.hooks_raise = bool(hooks_raise)
         self.hooks_concurrent = bool(hooks_concurrent)
@@ -80,6 +87,8 @@ class ONNXAgent(HookRegistry):
         self.tok = LayaTokenizer.from_dir(self.bundle.tokenizer_dir)
         self.calibration = Calibration.from_config(self.cfg, lang_temperatures=lang_temperatures)
         self.session = GraphSession(str(self.bundle.graph_path), providers=providers, threads=threads)
+        #: Peak bytes of one pass as a function of (rows, padded length): measured at export.
+        self.memory_model = PassMemoryModel.for_bundle(self.bundle.manifest)
         source = (self.bundle.manifest or {}).get("source") or {}
         self.revision: str | None = located.revision or source.get("revision")
         self.name = name or source.get("name") or self.bundle.root.resolve().name
@@ -253,38 +262,73 @@ class ONNXAgent(HookRegistry):
             return [empty_result() for _ in states]
         qs = normalize_questions(questions)
         heads = build_heads(self.tok, qs, head_max_len)
-        chunk = batch_size if (batch_size and batch_size > 0) else len(states)
-        # Chunking matters for the last float bits (padding width), so it follows laya exactly:
-        # sort only with an explicit chunk smaller than the input, within windows of 8 chunks.
-        reorder = sort_by_length and 1 < chunk < len(states)
+        # Every state is encoded before any pass runs, so a row too large for the memory budget
+        # is refused before work is spent on the others.
+        encoded = [
+            encode_state(
+                self.tok,
+                s,
+                qs,
+                max_len,
+                head_max_len,
+                heads,
+                subject="state" if len(states) == 1 else "states[%d]" % i,
+            )
+            for i, s in enumerate(states)
+        ]
+        longest = max((len(r.ids) for rows in encoded for r in rows), default=0)
+        self.memory_model.check_row(longest, self.max_pass_memory)
+        passes = self._plan_passes(encoded, batch_size, sort_by_length)
+        largest = max(
+            self.memory_model.estimate(len(refs), max(len(encoded[i][j].ids) for i, j in refs))
+            for refs in passes
+        )
+        out: list[list[Any]] = [[None] * len(rows) for rows in encoded]
+        for n, refs in enumerate(passes):
+            rows = [encoded[i][j] for i, j in refs]
+            # After a large call, its last pass hands the arena's free memory back to the OS.
+            release = largest >= ARENA_RELEASE_BYTES and n == len(passes) - 1
+            logits, act_logits = self.session.run(
+                collate(rows, self.tok.pad_token_id), release_memory=release
+            )
+            act = act_probabilities(act_logits)
+            for (i, j), row_logits, row_act in zip(refs, logits, act, strict=True):
+                out[i][j] = (row_logits, row_act)
+        return [
+            decode_state(
+                qs,
+                rows,
+                [lg for lg, _ in out[i]],
+                [ac for _, ac in out[i]],
+                0,
+                self.calibration,
+                lang,
+            )
+            for i, rows in enumerate(encoded)
+        ]
+
+    def _plan_passes(self, encoded: list[list[Any]], batch_size, sort_by_length: bool) -> list[list[Any]]:
+        """The forward passes of one call, each a list of (state index, row index).
+
+        Chunking follows laya exactly, because the padding width moves the last float bits: one
+        chunk per `batch_size` states, sorted by length only with an explicit chunk smaller than
+        the input, within windows of 8 chunks. A chunk whose estimated memory exceeds the budget
+        is then cut (rows in order) into passes that fit; chunks that fit run unchanged.
+        """
+        chunk = batch_size if (batch_size and batch_size > 0) else len(encoded)
+        reorder = sort_by_length and 1 < chunk < len(encoded)
         window = chunk * SORT_WINDOW_BATCHES if reorder else chunk
-        results: list[dict[str, Any] | None] = [None] * len(states)
-        for start in range(0, len(states), window):
-            encoded = [
-                encode_state(
-                    self.tok,
-                    s,
-                    qs,
-                    max_len,
-                    head_max_len,
-                    heads,
-                    subject="state" if len(states) == 1 else "states[%d]" % (start + i),
-                )
-                for i, s in enumerate(states[start : start + window])
-            ]
-            order = list(range(len(encoded)))
+        passes: list[list[Any]] = []
+        for start in range(0, len(encoded), window):
+            order = list(range(start, min(start + window, len(encoded))))
             if reorder:
                 order.sort(key=lambda i: max(len(r.ids) for r in encoded[i]))
             for offset in range(0, len(order), chunk):
-                picked = order[offset : offset + chunk]
-                rows = [row for i in picked for row in encoded[i]]
-                logits, act_logits = self.session.run(collate(rows, self.tok.pad_token_id))
-                act = act_probabilities(act_logits)
-                at = 0
-                for i in picked:
-                    results[start + i] = decode_state(qs, encoded[i], logits, act, at, self.calibration, lang)
-                    at += len(encoded[i])
-        return results  # type: ignore[return-value]
+                refs = [(i, j) for i in order[offset : offset + chunk] for j in range(len(encoded[i]))]
+                lengths = [len(encoded[i][j].ids) for i, j in refs]
+                for piece in split_rows(lengths, self.memory_model, self.max_pass_memory):
+                    passes.append(refs[piece.start : piece.stop])
+        return passes
 
     def __repr__(self) -> str:
         return f"ONNXAgent({str(self.bundle.root)!r}, providers={self.providers})"

@@ -74,6 +74,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
             dynamo=args.dynamo,
             force=args.force,
             name=args.name,
+            attention=args.attention,
+            measure_memory=not args.no_memory_probe,
         )
     except ValidationError as exc:
         raise CommandFailed(str(exc)) from None
@@ -189,6 +191,40 @@ def _cmd_serve_bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_bench_memory(args: argparse.Namespace) -> int:
+    from laya_onnx.parity.memory_bench import (
+        format_arena_table,
+        format_table,
+        run_arena_bench,
+        run_graph_speed,
+        run_memory_bench,
+    )
+
+    if args.unfused:
+        speed = run_graph_speed(args.bundle, args.unfused)
+        print("CPU ms per call (1 thread, median, interleaved): " + json.dumps(speed))
+
+    if args.arena:
+        arena = run_arena_bench(Path(args.bundle) / "laya.onnx")
+        print(format_arena_table(arena))
+        if args.json:
+            print(json.dumps(arena, indent=2))
+    report = run_memory_bench(
+        args.bundle,
+        unfused=args.unfused,
+        checkpoint=args.checkpoint,
+        states=args.states,
+        words=args.words,
+        tokens=args.tokens,
+        repeats=args.repeats,
+        only=args.only.split(",") if args.only else None,
+    )
+    print(format_table(report))
+    if args.json:
+        print(json.dumps(report, indent=2))
+    return EXIT_OK
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from laya_onnx.demo import run_demo
 
@@ -273,6 +309,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--tolerance", type=float, default=1e-4, help="max |Δlogit| allowed vs torch (default 1e-4)"
     )
     ex.add_argument("--dynamo", action="store_true", help="use the torch.export-based exporter")
+    ex.add_argument(
+        "--attention",
+        choices=["fused", "unfused"],
+        default=None,
+        help="fused (default with TorchScript): one MultiHeadAttention node per layer, masks built "
+        "once; unfused: transformers' op-by-op graph (the old default; the only one with --dynamo)",
+    )
+    ex.add_argument(
+        "--no-memory-probe",
+        action="store_true",
+        help="skip measuring per-pass memory (the runtime then estimates it from the architecture)",
+    )
     ex.add_argument("--force", action="store_true", help="replace a non-empty output directory")
     ex.add_argument(
         "--name",
@@ -358,6 +406,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sb.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
     sb.set_defaults(func=_cmd_serve_bench)
+
+    bm = sub.add_parser(
+        "bench-memory",
+        help="peak RSS and time of a long-state batch, one fresh process per runtime configuration",
+    )
+    bm.add_argument("bundle", help="the bundle as exported now (fused attention)")
+    bm.add_argument("--unfused", default=None, help="an --attention unfused bundle of the same checkpoint")
+    bm.add_argument("--checkpoint", default=None, help="also run the reference laya.Agent (dev extra)")
+    bm.add_argument("--states", type=int, default=2)
+    bm.add_argument("--words", type=int, default=7000, help='each state is "w0 w1 ... w{words-1}"')
+    bm.add_argument("--tokens", type=int, default=4096, help="max_len of the request")
+    bm.add_argument("--repeats", type=int, default=3)
+    bm.add_argument("--only", default=None, help="comma-separated: after,before,unfused+release,reference")
+    bm.add_argument("--json", action="store_true", help="also print the report as JSON")
+    bm.add_argument(
+        "--arena", action="store_true", help="first compare CPU-arena configurations (speed and RSS)"
+    )
+    bm.set_defaults(func=_cmd_bench_memory)
 
     dm = sub.add_parser(
         "demo",

@@ -41,6 +41,12 @@ def caller_value() -> Iterator[None]:
         raise InvalidRequest(str(exc)) from exc
 
 
+class PassTooLarge(InvalidRequest):
+    """One row alone needs more memory than a forward pass may use (`max_pass_memory`); nothing
+    was run. The server answers it with 413 and this text, not 422: the request is well formed,
+    only too large for this server's budget."""
+
+
 def reference_kind(exc: BaseException) -> str:
     """The exception class name the reference would raise for `exc` ("ValueError", ...).
 
@@ -52,4 +58,11 @@ def reference_kind(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-__all__ = ["InvalidRequest", "InvalidRequestType", "LayaInputError", "caller_value", "reference_kind"]
+__all__ = [
+    "InvalidRequest",
+    "InvalidRequestType",
+    "LayaInputError",
+    "PassTooLarge",
+    "caller_value",
+    "reference_kind",
+]

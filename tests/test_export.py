@@ -321,6 +321,7 @@ def test_default_profile_documents_the_code():
 
     profile = json.loads((Path(__file__).parent.parent / "export" / "profiles" / "default.json").read_text())
     assert profile["opset"] == exporter.DEFAULT_OPSET
+    assert profile["attention"] == exporter.DEFAULT_ATTENTION
     assert profile["dynamo_min_opset"] == exporter.DYNAMO_MIN_OPSET
     assert profile["tolerance"] == exporter.DEFAULT_TOLERANCE
     assert profile["inputs"] == {k: [d, list(a)] for k, (d, a) in GRAPH_INPUTS.items()}

@@ -90,8 +90,8 @@ def test_golden_judgement_can_fail(bundle_factory):
     agent, capture = _agent_for(golden, bundle_factory("tiny-english"))
     inner = agent.session.run
 
-    def skewed(feeds):
-        logits, act = inner(feeds)
+    def skewed(feeds, **options):
+        logits, act = inner(feeds, **options)
         logits = logits.copy()
         logits[:, 0] += 0.01
         return logits, act

@@ -47,6 +47,9 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
 DEFAULT_OPSET = 17
 DEFAULT_TOLERANCE = 1e-4
 DYNAMO_MIN_OPSET = 18
+#: The TorchScript exporter writes fused attention (one MultiHeadAttention node per layer, masks
+#: built once); "unfused" keeps transformers' op-by-op SDPA graph, the only one dynamo writes.
+DEFAULT_ATTENTION = "fused"
 
 
 class ExportError(ValueError):
@@ -298,6 +301,42 @@ def validate_graph(
     return record
 
 
+def model_architecture(model, attention: str) -> dict[str, Any]:
+    """The layer shapes the pass memory estimate needs when a bundle has no measurement."""
+    from laya_onnx.export.model import head_heads
+
+    ecfg = model.encoder.config
+    return {
+        "layers": int(ecfg.num_hidden_layers),
+        "hidden": int(ecfg.hidden_size),
+        "heads": int(ecfg.num_attention_heads),
+        "intermediate": int(ecfg.intermediate_size),
+        "local_attention": int(ecfg.local_attention),
+        "head_layers": len(model.head.layers) if model.head is not None else 0,
+        "head_heads": head_heads(int(ecfg.hidden_size)) if model.head is not None else 0,
+        "attention": attention,
+    }
+
+
+def pass_memory_record(graph: Path, steps: _Steps | None = None) -> dict[str, Any]:
+    """Measure the graph's per-pass memory and fit the model the runtime budgets with."""
+    from laya_onnx.memory import fit_pass_memory, format_bytes, measure_pass_memory
+
+    samples = measure_pass_memory(graph)
+    model = fit_pass_memory([(s["rows"], s["length"], s["bytes"]) for s in samples])
+    if steps is not None:
+        for s in samples:
+            steps.say(
+                f"    {s['rows']:>3} x {s['length']:<5} peak +{format_bytes(s['bytes']):>11}"
+                f"  model {format_bytes(model.estimate(s['rows'], s['length'])):>11}  {s['seconds']:.2f}s"
+            )
+        steps.say(
+            f"    model: {model.per_token:.1f} B x rows x len + {model.per_token_sq:.2f} B x rows x len^2 "
+            f"+ {format_bytes(model.fixed)}"
+        )
+    return {"model": model.as_dict(), "samples": samples}
+
+
 def _copy_tokenizer(src: Path, dst: Path) -> None:
     dst.mkdir(parents=True)
     if not (src / "tokenizer.json").is_file():
@@ -319,15 +358,29 @@ def export_bundle(
     verbose: bool = True,
     cache_dir: os.PathLike | None = None,
     name: str | None = None,
+    attention: str | None = None,
+    measure_memory: bool = True,
 ) -> dict[str, Any]:
     """Export `checkpoint` (directory or Hub id) to the bundle directory `out_dir`; returns the manifest.
 
     `name` is the checkpoint name the bundle answers to (a server's `model`/`routing` name);
     by default a published checkpoint's registry name, else its directory or repo name.
+    `attention`: "fused" (default with TorchScript) or "unfused" (the op-by-op graph; the only
+    one with `dynamo=True`). `measure_memory` probes the graph's per-pass memory in a few small
+    passes and stores the fitted model in the manifest (Linux; skipped where /proc is missing).
     """
     from laya_onnx.export.cases import CALLS, encode_calls, trace_feeds
-    from laya_onnx.export.model import load_decision_model
+    from laya_onnx.export.model import ATTENTION_KINDS, load_decision_model
     from laya_onnx.hub import fetch_checkpoint
+
+    if attention is None:
+        attention = "unfused" if dynamo else DEFAULT_ATTENTION
+    if attention not in ATTENTION_KINDS:
+        raise ValueError(f"attention must be one of {ATTENTION_KINDS}, got {attention!r}")
+    if dynamo and attention == "fused":
+        raise ExportError(
+            "fused attention is written by the TorchScript exporter; use attention='unfused' with dynamo"
+        )
 
     if isinstance(opset, bool) or not isinstance(opset, int) or opset < 14:
         raise ValueError(f"opset must be an integer >= 14 (scaled_dot_product_attention), got {opset!r}")
@@ -346,12 +399,14 @@ def export_bundle(
         )
     with steps.run("loading the decision model (strict key and shape checks)"):
         model, cfg = load_decision_model(ckpt)
+        model.use_attention(attention)
         ecfg = model.encoder.config
         n_params = sum(p.numel() for p in model.parameters())
         steps.say(
             f"    {n_params / 1e6:.1f}M parameters; encoder {ecfg.num_hidden_layers} x {ecfg.hidden_size}, "
-            f"window {ecfg.local_attention}, head layers {cfg.get('head_layers', 2)}"
+            f"window {ecfg.local_attention}, head layers {cfg.get('head_layers', 2)}, {attention} attention"
         )
+        architecture = model_architecture(model, attention)
     max_len, head_max_len = int(cfg.get("max_len", 512)), int(cfg.get("head_max_len", 192))
     with steps.run(f"encoding built-in requests (max_len {max_len}, head_max_len {head_max_len})"):
         cases = encode_calls(ckpt / TOKENIZER_DIR, max_len, head_max_len)
@@ -410,6 +465,10 @@ def export_bundle(
                 f"{validation['max_abs_logit_diff']:.3e}, max |dact_logit| {validation['max_abs_act_diff']:.3e}"
             )
             raise ValidationError(f"{reason}; no bundle was written to {str(out_dir)!r}")
+        memory = None
+        if measure_memory and Path("/proc/self/status").exists():
+            with steps.run("measuring per-pass memory (fresh process per shape)"):
+                memory = pass_memory_record(graph, steps)
         with steps.run(f"writing the bundle to {str(out_dir)!r}"):
             _copy_tokenizer(ckpt / TOKENIZER_DIR, tmp / TOKENIZER_DIR)
             shutil.copyfile(ckpt / CONFIG_FILE, tmp / CONFIG_FILE)
@@ -427,8 +486,11 @@ def export_bundle(
                     "seconds": round(export_seconds, 2),
                     "total_seconds": round(time.perf_counter() - started, 2),
                     "peak_rss_mb": peak_rss_mb(),
+                    "attention": attention,
+                    "architecture": architecture,
                 },
                 validation=validation,
+                **({"memory": memory} if memory is not None else {}),
             )
     steps.say(
         f"bundle ready: {out_dir} ({sum(f['bytes'] for f in manifest['files'].values()) / 2**20:.1f} MiB, "

@@ -42,6 +42,98 @@ ACT_HIDDEN = 256
 HEAD_NORM_EPS = 1e-5
 #: The value masked marker columns get; the runtime never reads those columns.
 MASKED_LOGIT = -1e4
+#: Attention graphs the exporter can write (see `DecisionModel.attention`).
+ATTENTION_KINDS = ("fused", "unfused")
+#: The name our fused attention function is registered under in transformers' AttentionInterface.
+FUSED_ATTN_IMPLEMENTATION = "laya_onnx_fused"
+#: Mask value for a key that must not be attended: finite, so the graph needs no NaN guard, and
+#: exp(score + MASK_MIN - max) is exactly 0 for any real score (as with -inf).
+MASK_MIN = float(torch.finfo(torch.float32).min)
+
+
+# ------------------------------------------------------------------------------ fused attention
+
+
+class FusedAttention(torch.autograd.Function):
+    """softmax(q k^T * scale + masks) v over packed [B, T, heads * dim] tensors, as ONE node.
+
+    In torch it is `scaled_dot_product_attention`; traced by the TorchScript exporter it becomes
+    onnxruntime's `com.microsoft.MultiHeadAttention`, whose CPU kernel keeps only the
+    [B, heads, T, T] probabilities instead of the scores, the masked sum, the softmax and its
+    NaN-guarded copy that the op-by-op graph holds at once. Padding keys are masked by
+    `key_mask` ([B, T] int32, 1 for a real token: the kernel's key_padding_mask, no [T, T]
+    tensor at all); a sliding window adds `window_bias`, one [1, 1, T, T] float32 shared by
+    every row and every sliding layer. RoPE is applied before, in torch.
+    """
+
+    @staticmethod
+    def forward(ctx, q, k, v, key_mask, window_bias, num_heads: int, scale: float):  # type: ignore[override]
+        def heads(x):
+            return x.unflatten(-1, (num_heads, -1)).transpose(1, 2)
+
+        bias = window_bias if window_bias is not None else torch.zeros((), dtype=q.dtype)
+        mask = torch.where((key_mask != 0)[:, None, None, :], bias, torch.tensor(MASK_MIN, dtype=q.dtype))
+        out = F.scaled_dot_product_attention(heads(q), heads(k), heads(v), attn_mask=mask, scale=scale)
+        return out.transpose(1, 2).flatten(-2)
+
+    @staticmethod
+    def symbolic(g, q, k, v, key_mask, window_bias, num_heads: int, scale: float):
+        from torch.onnx._internal.torchscript_exporter.symbolic_helper import (
+            _is_none,
+            _optional_input_placeholder_tensor,
+        )
+
+        bias = _optional_input_placeholder_tensor(g) if _is_none(window_bias) else window_bias
+        # Inputs: query, key, value, bias (of the projections: none), key_padding_mask, attention_bias.
+        out = g.op(
+            "com.microsoft::MultiHeadAttention",
+            q,
+            k,
+            v,
+            _optional_input_placeholder_tensor(g),
+            key_mask,
+            bias,
+            num_heads_i=int(num_heads),
+            scale_f=float(scale),
+            mask_filter_value_f=MASK_MIN,
+        )
+        out.setType(q.type())  # same shape and dtype as the query: [B, T, heads * dim]
+        return out
+
+
+def fused_attention_forward(module, query, key, value, attention_mask, scaling=None, **kwargs):
+    """transformers AttentionInterface entry: [B, heads, T, dim] inputs after RoPE; the
+    `attention_mask` is the (key_mask, window_bias) pair `attention_masks` built."""
+    key_mask, window_bias = attention_mask
+    num_heads = query.shape[1]
+    packed = [x.transpose(1, 2).flatten(-2) for x in (query, key, value)]
+    scale = float(scaling) if scaling is not None else query.shape[-1] ** -0.5
+    out = FusedAttention.apply(*packed, key_mask, window_bias, int(num_heads), scale)
+    return out.unflatten(-1, (num_heads, -1)), None
+
+
+def register_fused_attention() -> bool:
+    """Make `FUSED_ATTN_IMPLEMENTATION` known to transformers; False when this transformers has
+    no AttentionInterface (4.x), which the fused graph needs."""
+    try:
+        from transformers import AttentionInterface
+    except ImportError:
+        return False
+    AttentionInterface.register(FUSED_ATTN_IMPLEMENTATION, fused_attention_forward)
+    return True
+
+
+def attention_masks(attention_mask: torch.Tensor, window: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The masks of a forward, built once and shared by every layer and every row.
+
+    key_mask: [B, T] int32, 1 where the key is a real token. window_bias: [1, 1, T, T] float32,
+    0 where |q - k| <= window // 2 (transformers' bidirectional sliding window) else `MASK_MIN`.
+    """
+    pos = torch.arange(attention_mask.shape[1], device=attention_mask.device)
+    near = (pos[None, :] - pos[:, None]).abs() <= window // 2
+    zero = torch.zeros((), dtype=torch.float32)
+    drop = torch.full((), MASK_MIN, dtype=torch.float32)
+    return (attention_mask != 0).to(torch.int32), torch.where(near, zero, drop)[None, None]
 
 
 # ----------------------------------------------------------------------------------- the head
@@ -52,7 +144,8 @@ class HeadAttention(nn.Module):
 
     q/k/v come from one packed projection (`in_proj_weight`, rows q then k then v) and the
     heads are split with constant-argument reshapes, so the trace keeps batch and sequence
-    dynamic. Attention runs through `scaled_dot_product_attention` with a boolean keep-mask.
+    dynamic. Attention runs through `scaled_dot_product_attention` with a boolean keep-mask, or,
+    given the [B, T] int32 key mask of the fused graph, through `FusedAttention` (one node).
     """
 
     def __init__(self, d_model: int, nhead: int):
@@ -66,8 +159,13 @@ class HeadAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model)
 
     def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-        # x: (B, T, d); keep: (B, 1, 1, T) bool, True where a key is a real token.
+        # x: (B, T, d); keep: (B, 1, 1, T) bool, True where a key is a real token, or the
+        # fused graph's (B, T) int32 key mask.
         qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias)
+        if keep.dim() == 2:
+            q, k, v = qkv.chunk(3, dim=-1)
+            out = FusedAttention.apply(q, k, v, keep, None, self.nhead, self.head_dim**-0.5)
+            return self.out_proj(out)
         q, k, v = (
             part.unflatten(-1, (self.nhead, self.head_dim)).transpose(1, 2) for part in qkv.chunk(3, dim=-1)
         )
@@ -139,6 +237,20 @@ class DecisionModel(nn.Module):
                 if module is not None:
                     module.to_empty(device="cpu")
         self.register_buffer("temperature", torch.ones(len(QTYPES)))
+        self.attention = "unfused"
+
+    def use_attention(self, kind: str) -> None:
+        """`"fused"`: masks built once per forward (finite minimum, float), every attention one
+        `FusedAttention` node; `"unfused"`: transformers' SDPA path, traced op by op."""
+        if kind not in ATTENTION_KINDS:
+            raise ValueError(f"attention must be one of {ATTENTION_KINDS}, got {kind!r}")
+        if kind == "fused" and not register_fused_attention():
+            raise ValueError(
+                "fused attention needs transformers >= 5 (AttentionInterface); export with "
+                "attention='unfused' on this transformers"
+            )
+        self.encoder.config._attn_implementation = FUSED_ATTN_IMPLEMENTATION if kind == "fused" else "sdpa"
+        self.attention = kind
 
     def forward(
         self,
@@ -148,10 +260,15 @@ class DecisionModel(nn.Module):
         marker_mask: torch.Tensor,
         qtype: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        h = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        if self.attention == "fused":
+            keep, window = attention_masks(attention_mask, int(self.encoder.config.local_attention))
+            masks = {"full_attention": (keep, None), "sliding_attention": (keep, window)}
+            h = self.encoder(input_ids=input_ids, attention_mask=masks).last_hidden_state
+        else:
+            h = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+            keep = (attention_mask != 0)[:, None, None, :]
         h = h + self.type_emb(qtype)[:, None, :]
         if self.head is not None:
-            keep = (attention_mask != 0)[:, None, None, :]
             h = self.head(h, keep)
         # Gather each marker's hidden state; padded marker columns read position 0 and are
         # masked below. Negative positions (never produced by the runtime) are clamped.
@@ -345,7 +462,9 @@ def load_decision_model(checkpoint_dir: Path) -> tuple[DecisionModel, dict[str, 
 
 
 __all__ = [
+    "ATTENTION_KINDS",
     "DecisionModel",
+    "FusedAttention",
     "HeadAttention",
     "HeadLayer",
     "HeadStack",

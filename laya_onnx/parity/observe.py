@@ -61,8 +61,8 @@ def instrument_agent(agent) -> RowCapture:
     capture = RowCapture()
     run = agent.session.run
 
-    def captured_run(feeds):
-        logits, act_logits = run(feeds)
+    def captured_run(feeds, **options):
+        logits, act_logits = run(feeds, **options)
         capture.add(
             feeds["input_ids"],
             feeds["attention_mask"],

@@ -32,7 +32,7 @@ from typing import Any
 from aiohttp import web
 from yarl import URL
 
-from laya_onnx.errors import LayaInputError
+from laya_onnx.errors import LayaInputError, PassTooLarge
 from laya_onnx.hooks import aggregate_usage
 from laya_onnx.serve import validate as v
 from laya_onnx.serve.catalog import ModelCard
@@ -311,9 +311,11 @@ async def read_body(request: web.Request) -> bytes:
 async def infer(request: web.Request, fn: Callable[[], Any], what: str) -> Any:
     """Run `fn` on the single worker once the gate is free, and time the pass.
 
-    A `LayaInputError` (InvalidRequest/InvalidRequestType) is the caller's request: 422 with its
-    text verbatim. Anything else — numpy, onnxruntime, a hook's own ValueError — is ours and is
-    logged with its traceback but answered with a fixed 500, so nothing about the host leaks.
+    A row too large for the pass memory budget (`PassTooLarge`) is a 413 with the agent's text
+    (row length, estimate, budget). Any other `LayaInputError` (InvalidRequest/InvalidRequestType)
+    is the caller's request: 422 with its text verbatim. Anything else — numpy, onnxruntime, a
+    hook's own ValueError — is ours and is logged with its traceback but answered with a fixed
+    500, so nothing about the host leaks.
     """
     runtime = request.app[RUNTIME]
     loop = asyncio.get_running_loop()
@@ -323,6 +325,8 @@ async def infer(request: web.Request, fn: Callable[[], Any], what: str) -> Any:
         request[QUEUE_WAIT_MS] = (t0 - queued) * 1000.0
         try:
             result = await loop.run_in_executor(runtime.executor, fn)
+        except PassTooLarge as exc:
+            raise ApiError(413, str(exc)) from None
         except LayaInputError as exc:
             raise ApiError(422, str(exc)) from None
         except Exception:
@@ -398,7 +402,13 @@ async def systemone_batch(request: web.Request) -> web.Response:
         raise ApiError(400, LONE_SURROGATE)
     controls = _agent_controls(body, checkpoint, settings)
     caller_size = v.batch_size(body)
-    planned = v.chunk_plan(len(states), len(questions), body.get("max_len"), settings.batch_tokens())
+    planned = v.chunk_plan(
+        len(states),
+        len(questions),
+        body.get("max_len"),
+        settings.batch_tokens(),
+        memory=v.pass_memory_of(agent),
+    )
     if caller_size is not None:
         controls["batch_size"] = caller_size if planned is None else min(caller_size, planned)
     elif planned is not None:

@@ -243,11 +243,30 @@ def sort_by_length(body: dict[str, Any]) -> bool | None:
     return value
 
 
-def chunk_plan(n_states: int, n_questions: int, max_len: Any, token_budget: int) -> int | None:
-    """States per forward pass that keep one pass inside `token_budget` tokens, or None.
+def pass_memory_of(agent: Any) -> tuple[Any, int] | None:
+    """The agent's (pass memory model, budget in bytes), or None for an agent without one."""
+    model, budget = getattr(agent, "memory_model", None), getattr(agent, "max_pass_memory", None)
+    if model is None or not isinstance(budget, int) or not hasattr(model, "max_rows"):
+        return None
+    return model, budget
 
-    None means the whole batch fits one pass and no `batch_size` is sent at all, so a batch
-    that fits behaves exactly as it would without the plan (padding width moves float bits).
+
+def chunk_plan(
+    n_states: int,
+    n_questions: int,
+    max_len: Any,
+    token_budget: int,
+    memory: tuple[Any, int] | None = None,
+) -> int | None:
+    """States per forward pass that keep one pass inside `token_budget` tokens and, given the
+    agent's `memory` (model, budget), inside its pass memory budget; or None.
+
+    Rows are assumed `max_len` wide (512 without one), as the token budget always assumed; the
+    memory model prices that width with its length**2 attention term, which a linear token count
+    cannot. None means the whole batch fits one pass and no `batch_size` is sent at all, so a
+    batch that fits behaves exactly as it would without the plan (padding width moves float
+    bits). The agent still splits any pass its real rows make too large, and refuses a row that
+    cannot fit alone.
     """
     if n_states <= 0 or n_questions <= 0:
         return None
@@ -256,7 +275,10 @@ def chunk_plan(n_states: int, n_questions: int, max_len: Any, token_budget: int)
         if isinstance(max_len, int) and not isinstance(max_len, bool) and max_len > 0
         else BATCH_ROW_TOKENS_ASSUMED
     )
-    if n_states * n_questions * width <= token_budget:
-        return None
     rows = max(1, token_budget // width)
+    if memory is not None:
+        model, pass_budget = memory
+        rows = min(rows, max(1, model.max_rows(width, pass_budget)))
+    if n_states * n_questions <= rows and n_states * n_questions * width <= token_budget:
+        return None
     return max(1, min(n_states, rows // n_questions))

@@ -1,0 +1,408 @@
+"""Per-pass memory: the bytes one session run needs, as a function of (rows, padded length).
+
+One pass over `rows` rows padded to `length` tokens needs, on top of what the process holds
+at idle (weights, tokenizer, interpreter),
+
+    estimate(rows, length) = per_token * rows * length + per_token_sq * rows * length**2 + fixed
+
+The quadratic term is attention: the graph materialises [rows, heads, length, length] float32
+tensors (scores, probabilities, masks), so a budget counted in tokens (linear) lets one long
+row take gigabytes. The coefficients are *measured* per bundle when it is exported (a few small
+passes in fresh processes, peak RSS growth read from /proc, a least-squares fit scaled up until
+it covers every measurement; `measure_pass_memory`, `fit_pass_memory`) and stored in the
+manifest under "memory". A bundle without them gets a conservative estimate from its recorded
+architecture (`estimate_from_architecture`), or from the largest Laya encoder when even that
+is missing.
+
+`ONNXAgent` splits passes so each stays inside `max_pass_memory` (LAYA_MAX_PASS_MEMORY, bytes
+with K/M/G suffixes, default 2 GiB) and refuses a single row that cannot fit with
+`PassTooLarge`. The probe runs on CPU: on a GPU session the model still bounds the pass, but it
+prices host memory, not device memory. Nothing here imports torch; the probe needs onnxruntime.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from laya_onnx.errors import PassTooLarge
+
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+ENV_MAX_PASS_MEMORY = "LAYA_MAX_PASS_MEMORY"
+#: 2 GiB: on the 2-core / 24 GiB box this project targets, a pass that size already takes seconds
+#: on tiny-english and tens of seconds on the full-size encoder (attention work grows with the same
+#: length**2 as its memory), and five such servers (weights + a full pass each) still leave the box
+#: room; the default lets every built-in request and a 4096-token tiny-english row through.
+DEFAULT_MAX_PASS_MEMORY = 2 * GiB
+#: Headroom on top of the worst measured/fitted ratio, for allocator noise between runs.
+FIT_MARGIN = 1.10
+#: A call whose largest pass is estimated at this or more hands the arena's free memory back to
+#: the OS after its last pass (`GraphSession.run(release_memory=True)`). Below it the arena is
+#: kept: the next pass re-faults what was released (tiny-english, 1 thread, one 2048-token row:
+#: 124 -> 161 ms fused, 197 -> 296 ms unfused; `laya-onnx bench-memory --arena`), which small
+#: passes should not pay, and what they keep is at most about this much.
+ARENA_RELEASE_BYTES = 64 * MiB
+
+_SUFFIXES = {"": 1, "K": KiB, "M": MiB, "G": GiB, "T": 1 << 40}
+_BYTES = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
+
+
+def parse_bytes(value: Any, what: str = ENV_MAX_PASS_MEMORY) -> int:
+    """A positive byte count: an int, or text such as `2G`, `512M`, `1.5GiB`, `300000000`.
+
+    Suffixes K, M, G, T are powers of 1024 (an optional trailing `B` or `iB` is accepted).
+    Anything else raises ValueError naming `what`.
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"{what} must be a byte count such as 2G or 512M, got {value!r}")
+    if isinstance(value, int):
+        n = value
+    else:
+        match = _BYTES.match(str(value)) if isinstance(value, (str, float)) else None
+        if match is None:
+            raise ValueError(
+                f"{what} must be a byte count such as 2G, 512M or 300000000 (K/M/G/T = 1024-based), "
+                f"got {value!r}"
+            )
+        n = int(float(match.group(1)) * _SUFFIXES[match.group(2).upper()])
+    if n <= 0:
+        raise ValueError(f"{what} must be positive, got {value!r}")
+    return n
+
+
+def resolve_max_pass_memory(value: Any = None) -> int:
+    """The pass budget in bytes: `value` if given, else $LAYA_MAX_PASS_MEMORY, else 2 GiB."""
+    if value is not None:
+        return parse_bytes(value, "max_pass_memory")
+    raw = os.environ.get(ENV_MAX_PASS_MEMORY)
+    if raw is None or not raw.strip():
+        return DEFAULT_MAX_PASS_MEMORY
+    return parse_bytes(raw, ENV_MAX_PASS_MEMORY)
+
+
+def format_bytes(n: float) -> str:
+    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+@dataclass(frozen=True)
+class PassMemoryModel:
+    """Peak bytes of one pass above idle: a*rows*len + b*rows*len**2 + c."""
+
+    per_token: float
+    per_token_sq: float
+    fixed: float
+    source: str
+
+    def __post_init__(self):
+        for name in ("per_token", "per_token_sq", "fixed"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+                raise ValueError(f"pass memory model: {name} must be a finite number >= 0, got {value!r}")
+
+    def estimate(self, rows: int, length: int) -> int:
+        """Bytes one pass of `rows` rows padded to `length` tokens needs above idle."""
+        if rows <= 0:
+            return 0
+        return int(
+            math.ceil(rows * (self.per_token * length + self.per_token_sq * length * length) + self.fixed)
+        )
+
+    def max_rows(self, length: int, budget: int) -> int:
+        """How many rows of `length` tokens one pass may hold within `budget` (0: not even one)."""
+        per_row = self.per_token * length + self.per_token_sq * length * length
+        room = budget - self.fixed
+        if room < per_row or per_row <= 0:
+            return 0 if room < per_row else sys.maxsize
+        return int(room // per_row)
+
+    def max_length(self, budget: int) -> int:
+        """The longest single row that fits `budget` (0 when even the fixed part does not)."""
+        room = budget - self.fixed
+        if room <= 0:
+            return 0
+        a, b = self.per_token, self.per_token_sq
+        if b <= 0:
+            return sys.maxsize if a <= 0 else int(room // a)
+        return int((-a + math.sqrt(a * a + 4 * b * room)) / (2 * b))
+
+    def check_row(self, length: int, budget: int) -> None:
+        """Raise PassTooLarge when one row of `length` tokens alone exceeds `budget`."""
+        need = self.estimate(1, length)
+        if need > budget:
+            raise PassTooLarge(
+                "a row of %d tokens needs an estimated %s in one forward pass, more than the "
+                "%s a pass may use (LAYA_MAX_PASS_MEMORY); rows up to about %d tokens fit: "
+                "send a shorter state or a smaller max_len"
+                % (length, format_bytes(need), format_bytes(budget), self.max_length(budget))
+            )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "per_token": self.per_token,
+            "per_token_sq": self.per_token_sq,
+            "fixed": self.fixed,
+            "source": self.source,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PassMemoryModel:
+        try:
+            return cls(
+                per_token=float(data["per_token"]),
+                per_token_sq=float(data["per_token_sq"]),
+                fixed=float(data["fixed"]),
+                source=str(data.get("source", "manifest")),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"bundle manifest: 'memory' is not a pass memory model ({exc})") from None
+
+    @classmethod
+    def for_bundle(cls, manifest: Mapping[str, Any] | None) -> PassMemoryModel:
+        """The bundle's measured model, else an estimate from its architecture, else the largest."""
+        manifest = manifest or {}
+        memory = manifest.get("memory")
+        if isinstance(memory, Mapping) and isinstance(memory.get("model"), Mapping):
+            return cls.from_dict(memory["model"])
+        arch = (manifest.get("export") or {}).get("architecture")
+        if isinstance(arch, Mapping):
+            return estimate_from_architecture(arch)
+        return estimate_from_architecture(LARGEST_ARCHITECTURE, source="largest Laya encoder (no record)")
+
+
+def split_rows(lengths: Sequence[int], model: PassMemoryModel, budget: int) -> list[range]:
+    """Cut rows (in order) into consecutive passes that each stay within `budget`.
+
+    A pass is padded to its longest row, so it grows greedily while `estimate(rows, longest)`
+    fits. One piece covering everything is returned when the whole set fits, so a call the
+    budget does not bind runs exactly the passes it ran before. A row that does not fit even
+    alone raises `PassTooLarge` (check every row before running any pass).
+    """
+    pieces: list[range] = []
+    start, longest = 0, 0
+    for i, length in enumerate(lengths):
+        wider = max(longest, length)
+        if i > start and model.estimate(i - start + 1, wider) > budget:
+            pieces.append(range(start, i))
+            start, wider = i, length
+        if i == start:
+            model.check_row(length, budget)
+        longest = wider
+    if start < len(lengths):
+        pieces.append(range(start, len(lengths)))
+    return pieces
+
+
+# -- the conservative estimate -------------------------------------------------------------------
+
+#: ModernBERT-large, the biggest encoder a Laya checkpoint ships with (the random-english-large
+#: preset has the same shape): what an unrecorded bundle is assumed to be.
+LARGEST_ARCHITECTURE = {
+    "layers": 28,
+    "hidden": 1024,
+    "heads": 16,
+    "intermediate": 2624,
+    "head_layers": 2,
+    "head_heads": 16,
+    "attention": "unfused",
+}
+#: Live float32 [rows, heads, len, len] tensors at the attention peak, per attention kind, and
+#: float32 [rows, len, len] masks beside them, rounded up from measurements (peak growth of a
+#: 2048-token row, `measure_pass_memory`): the unfused graph holds ~6 per head (24 B per head and
+#: len**2 on tiny-english, 2 heads, and tiny-typed-decisions, 4 heads: scores, the masked sum,
+#: softmax, its NaN-guarded copy, the float masks), the fused one ~2 (8.5 B: the kernel's scores
+#: and probabilities).
+LIVE_SQUARE_TENSORS = {"unfused": 7.0, "fused": 2.5}
+LIVE_SQUARE_MASKS = {"unfused": 4.0, "fused": 1.0}
+#: Live float32 [rows, len, width] activations at the peak, in units of (hidden + 2*intermediate).
+LIVE_ACTIVATION_WIDTHS = 4.0
+#: Per-pass overhead independent of the shape (kernel scratch, planner), bytes.
+FIXED_OVERHEAD = 16 * MiB
+
+
+def estimate_from_architecture(arch: Mapping[str, Any], source: str | None = None) -> PassMemoryModel:
+    """A conservative model from layer shapes alone (for bundles exported without measurements)."""
+    try:
+        heads = max(int(arch["heads"]), int(arch.get("head_heads") or 0))
+        width = int(arch["hidden"]) + 2 * int(arch["intermediate"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"bundle manifest: architecture record is incomplete ({exc})") from None
+    kind = "fused" if arch.get("attention") == "fused" else "unfused"
+    return PassMemoryModel(
+        per_token=4.0 * LIVE_ACTIVATION_WIDTHS * width,
+        per_token_sq=4.0 * (LIVE_SQUARE_TENSORS[kind] * heads + LIVE_SQUARE_MASKS[kind]),
+        fixed=float(FIXED_OVERHEAD),
+        source=source or f"estimated from the architecture ({kind} attention, {heads} heads)",
+    )
+
+
+# -- measuring and fitting -------------------------------------------------------------------------
+
+#: Shapes probed at export, smallest first: long single rows pin the quadratic term, wide batches
+#: of short rows the linear one. Shapes the fit so far predicts above `PROBE_CAP` are skipped.
+PROBE_SHAPES: tuple[tuple[int, int], ...] = ((1, 128), (8, 128), (1, 512), (4, 512), (1, 1024), (1, 2048))
+PROBE_CAP = 1 * GiB
+PROBE_TIMEOUT = 600.0
+
+
+def fit_pass_memory(
+    samples: Iterable[tuple[int, int, float]], margin: float = FIT_MARGIN, source: str = "measured"
+) -> PassMemoryModel:
+    """Least-squares fit of (rows, length, bytes) samples, non-negative, scaled to cover them all.
+
+    Each sample is weighted by 1/sqrt(bytes), between a relative fit (small passes dominate,
+    the long-row slope comes out off) and an absolute one (small passes ignored). The
+    coefficients are then scaled to cover the sample with the largest rows*length**2, the fixed
+    part is lifted to cover every other sample, and everything is multiplied by `margin`: the
+    model never predicts less than it was shown.
+    """
+    data = [(float(r), float(n), float(m)) for r, n, m in samples]
+    if len(data) < 3:
+        raise ValueError(f"fitting a pass memory model needs at least 3 measurements, got {len(data)}")
+    x = np.array([[r * n, r * n * n, 1.0] for r, n, _ in data])
+    y = np.array([max(m, 1.0) for _, _, m in data])
+    w = 1.0 / np.sqrt(y)
+    best: np.ndarray | None = None
+    best_err = math.inf
+    # Non-negative least squares by enumeration: 3 coefficients, 7 non-empty supports.
+    for support in range(1, 8):
+        cols = [i for i in range(3) if support >> i & 1]
+        coef, *_ = np.linalg.lstsq(x[:, cols] * w[:, None], y * w, rcond=None)
+        if np.any(coef < 0):
+            continue
+        full = np.zeros(3)
+        full[cols] = coef
+        err = float(np.sum(((x @ full - y) * w) ** 2))
+        if err < best_err:
+            best, best_err = full, err
+    assert best is not None  # the single-column supports always give a non-negative solution
+    predicted = np.maximum(x @ best, 1.0)
+    # Scale to cover the sample that weighs the length**2 term most (the one that decides how the
+    # model extrapolates to long rows), then lift the fixed part to cover the rest: a shortfall
+    # on a small pass is allocator noise, not a reason to inflate the long-row estimate.
+    far = int(np.argmax(x[:, 1]))
+    scale = max(1.0, float(y[far] / predicted[far]))
+    lift = max(0.0, float(np.max(y - scale * predicted)))
+    a, b = (float(v) * scale * margin for v in best[:2])
+    c = (float(best[2]) * scale + lift) * margin
+    return PassMemoryModel(per_token=a, per_token_sq=b, fixed=c, source=source)
+
+
+def _probe_feeds(rows: int, length: int) -> dict[str, np.ndarray]:
+    """Graph inputs of the given shape; token id 1 exists in every vocabulary and the content
+    does not change how much memory a pass takes."""
+    from laya_onnx.bundle import GRAPH_INPUTS
+
+    feeds = {
+        "input_ids": np.ones((rows, length), np.int64),
+        "attention_mask": np.ones((rows, length), np.int64),
+        "marker_pos": np.tile(np.array([[1, 2]], np.int64), (rows, 1)),
+        "marker_mask": np.ones((rows, 2), bool),
+        "qtype": np.zeros((rows,), np.int64),
+    }
+    return {name: feeds[name] for name in GRAPH_INPUTS}
+
+
+def process_memory() -> dict[str, int]:
+    """This process's VmRSS and VmHWM (peak) in bytes, from /proc (Linux only)."""
+    out = {}
+    with open("/proc/self/status", encoding="ascii") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = int(value.split()[0]) * KiB
+    return out
+
+
+def _probe(graph: str, rows: int, length: int, threads: int | None) -> dict[str, Any]:
+    """Run one pass in this (fresh) process; the peak growth over the warmed-up idle RSS."""
+    import time
+
+    from laya_onnx.session import GraphSession
+
+    session = GraphSession(graph, providers=["CPUExecutionProvider"], threads=threads)
+    session.run(_probe_feeds(1, 8))  # session start-up and first-run allocations are idle cost
+    before = process_memory()["VmRSS"]
+    started = time.perf_counter()
+    session.run(_probe_feeds(rows, length))
+    seconds = time.perf_counter() - started
+    peak = process_memory()["VmHWM"]
+    return {"rows": rows, "length": length, "bytes": max(0, peak - before), "seconds": round(seconds, 3)}
+
+
+def measure_pass_memory(
+    graph: os.PathLike | str,
+    shapes: Sequence[tuple[int, int]] = PROBE_SHAPES,
+    *,
+    cap: int = PROBE_CAP,
+    threads: int | None = None,
+    timeout: float = PROBE_TIMEOUT,
+) -> list[dict[str, Any]]:
+    """Peak RSS growth of one pass per shape, each in a fresh process (Linux /proc).
+
+    A fresh process per shape keeps one measurement from inheriting the allocator state of the
+    previous one. Once three shapes are in, a shape the fit so far predicts above `cap` bytes is
+    skipped, so probing a big encoder stays bounded.
+    """
+    if not Path("/proc/self/status").exists():
+        raise OSError("measuring pass memory reads /proc/self/status; this platform has none")
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    results: list[dict[str, Any]] = []
+    for rows, length in shapes:
+        if len(results) >= 3:
+            so_far = fit_pass_memory([(s["rows"], s["length"], s["bytes"]) for s in results], margin=1.0)
+            if so_far.estimate(rows, length) > cap:
+                continue
+        cmd = [sys.executable, "-m", "laya_onnx.memory", str(graph), str(rows), str(length)]
+        if threads:
+            cmd.append(str(int(threads)))
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        if proc.returncode != 0:
+            raise RuntimeError(
+                f"memory probe {rows}x{length} on {str(graph)!r} failed: {proc.stderr.strip()[-2000:]}"
+            )
+        results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m laya_onnx.memory GRAPH ROWS LENGTH [THREADS]`: one probe, one JSON line."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) not in (3, 4):
+        print("usage: python -m laya_onnx.memory GRAPH ROWS LENGTH [THREADS]", file=sys.stderr)
+        return 2
+    threads = int(args[3]) if len(args) == 4 else None
+    print(json.dumps(_probe(args[0], int(args[1]), int(args[2]), threads)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+
+__all__ = [
+    "DEFAULT_MAX_PASS_MEMORY",
+    "ENV_MAX_PASS_MEMORY",
+    "PassMemoryModel",
+    "PassTooLarge",
+    "estimate_from_architecture",
+    "split_rows",
+    "fit_pass_memory",
+    "measure_pass_memory",
+    "parse_bytes",
+    "resolve_max_pass_memory",
+]
