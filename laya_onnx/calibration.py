@@ -298,13 +298,16 @@ def state_usage(rows: Sequence[Row], input_tokens: int) -> dict[str, Any]:
 def decode_state(
     questions: Mapping[Any, Question],
     rows: Sequence[Row],
-    logits: np.ndarray,
-    act: np.ndarray,
+    logits: np.ndarray | Sequence[np.ndarray],
+    act: np.ndarray | Sequence[np.ndarray],
     offset: int,
     calibration: Calibration,
     lang: str | None = None,
 ) -> dict[str, Any]:
-    """One state's result from the batch rows starting at `offset` (act already softmaxed)."""
+    """One state's result from the batch rows starting at `offset` (act already softmaxed).
+
+    `logits`/`act` index by row: a pass's arrays, or per-row arrays gathered from several
+    passes (whose marker widths may differ; each row reads only its own markers)."""
     answers = {}
     for r, row in enumerate(rows):
         answers[row.qid] = decode_answer(

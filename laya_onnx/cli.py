@@ -410,14 +410,18 @@ def build_parser() -> argparse.ArgumentParser:
     bm = sub.add_parser(
         "bench-memory",
         help="peak RSS and time of a long-state batch, one fresh process per runtime configuration",
+        description="Run a batch of long states (the memory report's scenario, scaled by --tokens) "
+        "through the bundle, and optionally through an --attention unfused bundle (as the runtime "
+        "ran before: no pass budget, arena kept) and the reference laya.Agent, each in its own "
+        "process, and print idle, peak and after RSS and the median call time.",
     )
     bm.add_argument("bundle", help="the bundle as exported now (fused attention)")
     bm.add_argument("--unfused", default=None, help="an --attention unfused bundle of the same checkpoint")
     bm.add_argument("--checkpoint", default=None, help="also run the reference laya.Agent (dev extra)")
-    bm.add_argument("--states", type=int, default=2)
+    bm.add_argument("--states", type=int, default=2, help="states in the batch (default 2)")
     bm.add_argument("--words", type=int, default=7000, help='each state is "w0 w1 ... w{words-1}"')
     bm.add_argument("--tokens", type=int, default=4096, help="max_len of the request")
-    bm.add_argument("--repeats", type=int, default=3)
+    bm.add_argument("--repeats", type=int, default=3, help="timed calls per configuration")
     bm.add_argument("--only", default=None, help="comma-separated: after,before,unfused+release,reference")
     bm.add_argument("--json", action="store_true", help="also print the report as JSON")
     bm.add_argument(

@@ -305,7 +305,7 @@ def model_architecture(model, attention: str) -> dict[str, Any]:
     """The layer shapes the pass memory estimate needs when a bundle has no measurement."""
     from laya_onnx.export.model import head_heads
 
-    ecfg = model.encoder.config
+    ecfg: Any = model.encoder.config
     return {
         "layers": int(ecfg.num_hidden_layers),
         "hidden": int(ecfg.hidden_size),

@@ -67,7 +67,7 @@ class FusedAttention(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, q, k, v, key_mask, window_bias, num_heads: int, scale: float):  # type: ignore[override]
+    def forward(ctx, q, k, v, key_mask, window_bias, num_heads: int, scale: float):
         def heads(x):
             return x.unflatten(-1, (num_heads, -1)).transpose(1, 2)
 
@@ -249,7 +249,8 @@ class DecisionModel(nn.Module):
                 "fused attention needs transformers >= 5 (AttentionInterface); export with "
                 "attention='unfused' on this transformers"
             )
-        self.encoder.config._attn_implementation = FUSED_ATTN_IMPLEMENTATION if kind == "fused" else "sdpa"
+        config: Any = self.encoder.config
+        config._attn_implementation = FUSED_ATTN_IMPLEMENTATION if kind == "fused" else "sdpa"
         self.attention = kind
 
     def forward(
@@ -261,7 +262,8 @@ class DecisionModel(nn.Module):
         qtype: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if self.attention == "fused":
-            keep, window = attention_masks(attention_mask, int(self.encoder.config.local_attention))
+            config: Any = self.encoder.config
+            keep, window = attention_masks(attention_mask, int(config.local_attention))
             masks = {"full_attention": (keep, None), "sliding_attention": (keep, window)}
             h = self.encoder(input_ids=input_ids, attention_mask=masks).last_hidden_state
         else:

@@ -44,7 +44,7 @@ def _child(config: str, path: str, states: int, words: int, tokens: int, repeats
     from laya_onnx.memory import process_memory
 
     if config == "reference":
-        from laya.agent import Agent  # type: ignore[import-not-found]
+        from laya.agent import Agent
 
         agent: Any = Agent(path)
     else:
