@@ -11,6 +11,7 @@ import os
 import threading
 import time
 from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 from laya_onnx.bundle import Bundle
@@ -184,9 +185,9 @@ class ONNXAgent(HookRegistry):
             max_len=max_len,
             head_max_len=head_max_len,
         )
-        run = dict(raise_errors=raise_errors, lock=self._hooks_lock, timeout=timeout)
+        fire = partial(dispatch, active, raise_errors=raise_errors, lock=self._hooks_lock, timeout=timeout)
         try:
-            dispatch(active, "on_predict_start", ctx, **run)
+            fire("on_predict_start", ctx)
             if ctx.results is None:
                 ctx.results = self._checked_infer(
                     ctx, lang=lang, batch_size=batch_size, sort_by_length=sort_by_length
@@ -194,7 +195,7 @@ class ONNXAgent(HookRegistry):
         except BaseException as exc:
             ctx.error = exc
             try:
-                dispatch(active, "on_error", ctx, **run)
+                fire("on_error", ctx)
             except BaseException as hook_exc:
                 exc.__context__ = hook_exc
             raise
@@ -204,7 +205,7 @@ class ONNXAgent(HookRegistry):
                 ctx.usage = aggregate_usage(ctx.results)
                 apply_confidence_gate(ctx.results, mc)
             try:
-                dispatch(active, "on_predict_end", ctx, **run)
+                fire("on_predict_end", ctx)
             except BaseException as hook_exc:
                 if ctx.error is None:
                     raise

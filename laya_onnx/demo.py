@@ -9,8 +9,9 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
-README_REQUEST = {
+README_REQUEST: dict[str, Any] = {
     "state": "I was charged twice this month, I want my money back",
     "questions": {
         "queue": {

@@ -30,7 +30,9 @@ HOOK_EVENTS = ("on_predict_start", "on_predict_end", "on_route", "on_load", "on_
 class PredictContext:
     """Mutable state shared by every hook of one call (identity equality, so it is hashable)."""
 
-    states: list[Any]
+    # As the caller passed them (laya does not copy them either) or as a start hook rewrote them:
+    # any value; the agent checks what survives the start hooks before inference.
+    states: Any
     questions: dict[Any, Any]
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     results: list[dict[str, Any]] | None = None

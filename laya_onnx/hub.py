@@ -22,6 +22,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from laya_onnx.names import published_name
 
@@ -153,7 +154,7 @@ def fetch_checkpoint(
     from huggingface_hub import snapshot_download
 
     prefix = f"{sub}/" if sub else ""
-    kwargs = {
+    kwargs: dict[str, Any] = {
         "allow_patterns": [prefix + f for f in files],
         "token": token or os.environ.get("HF_TOKEN") or None,
     }

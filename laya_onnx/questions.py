@@ -216,14 +216,13 @@ def to_question(qid: Any, qdef: Mapping[str, Any]) -> Question:
     if not isinstance(ins, str):
         with caller_value():  # a structure json cannot encode (a set inside a dict)
             ins = json.dumps(ins, ensure_ascii=False)
-    order = qdef.get("option_order")
     return Question(
         qid=qid,
         type=t,
         instructions=ins,
         criteria=crit,
         labels=qdef.get("labels") if "labels" in qdef else None,
-        option_order=tuple(int(i) for i in order) if "option_order" in qdef else None,
+        option_order=tuple(int(i) for i in qdef["option_order"]) if "option_order" in qdef else None,
     )
 
 

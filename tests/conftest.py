@@ -1,17 +1,29 @@
-"""Session-wide fixtures: tiny checkpoints and exported bundles, generated once per session.
+"""Session-wide fixtures and the test tiers.
 
-    checkpoint_factory(preset="tiny-english", seed=0) -> Path   (make_checkpoint, cached)
+    checkpoint_factory(preset="tiny-english", seed=0) -> Path   (make_checkpoint, cached; torch)
     bundle_factory(preset="tiny-english") -> Path                (export_bundle, cached)
 
+Tiers: a test that needs more than the runtime core (`laya-onnx[cpu]` + pytest) carries a marker
+(registered in pyproject.toml) naming what it needs: `torch` (the export extra: torch,
+transformers, onnx; every test using checkpoint_factory), `reference` (the reference `laya`
+package) and `serve` (aiohttp). A marked test whose dependency is not importable is skipped
+with the reason; test modules import those dependencies lazily, so every module collects in
+the torch-free runtime venv that tests/run builds.
+
+Bundles: with LAYA_ONNX_TEST_BUNDLES set, bundle_factory returns pre-built bundles from
+`$LAYA_ONNX_TEST_BUNDLES/<preset>` and never imports torch (tests/run exports them with the
+full venv for the runtime tier); otherwise it exports them here, once per session.
+
 Everything is generated locally under pytest's tmp_path_factory; nothing touches the network
-(HF_HUB_OFFLINE is forced on for the whole session). torch is imported only when a fixture
-first runs, so torch-free tests that do not use them stay torch-free.
+(HF_HUB_OFFLINE is forced on for the whole session).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import threading
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -21,13 +33,54 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 TINY_PRESETS = ("tiny-english", "tiny-multilingual", "tiny-typed-decisions")
+PREBUILT_BUNDLES_ENV = "LAYA_ONNX_TEST_BUNDLES"
+
+# marker -> (the modules it needs, where they come from)
+TIER_NEEDS = {
+    "torch": (
+        ("torch", "transformers", "safetensors", "onnx"),
+        "the export extra: pip install 'laya-onnx[export]'",
+    ),
+    "reference": (("laya",), "the reference: pip install 'laya-onnx[dev]' (laya==0.4.15)"),
+    "serve": (("aiohttp",), "the serve extra: pip install 'laya-onnx[serve]'"),
+}
+
+
+@cache
+def _missing(modules: tuple[str, ...]) -> tuple[str, ...]:
+    """The modules that cannot be imported here (found without importing them: torch is slow)."""
+    return tuple(m for m in modules if importlib.util.find_spec(m) is None)
+
+
+def pytest_collection_modifyitems(config, items):
+    unmarked = [
+        item.nodeid
+        for item in items
+        if "checkpoint_factory" in getattr(item, "fixturenames", ())
+        and item.get_closest_marker("torch") is None
+    ]
+    if unmarked:
+        # checkpoint_factory always needs torch; an unmarked user would fail in the runtime tier
+        # instead of being deselected there.
+        raise pytest.UsageError(
+            "these tests use checkpoint_factory (torch) but carry no @pytest.mark.torch:\n  "
+            + "\n  ".join(unmarked)
+        )
+    for item in items:
+        for marker, (modules, source) in TIER_NEEDS.items():
+            if item.get_closest_marker(marker) is None:
+                continue
+            missing = _missing(modules)
+            if missing:
+                reason = f"[{marker}] needs {', '.join(missing)}, not importable here ({source})"
+                item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(scope="session")
 def checkpoint_factory(tmp_path_factory):
     """Callable preset[, seed] -> checkpoint directory; each (preset, seed) is written once."""
     root = tmp_path_factory.mktemp("checkpoints")
-    cache = {}
+    made: dict[tuple[str, int], Path] = {}
     lock = threading.Lock()
 
     def make(preset: str = "tiny-english", seed: int = 0) -> Path:
@@ -35,36 +88,58 @@ def checkpoint_factory(tmp_path_factory):
 
         with lock:
             key = (preset, seed)
-            if key not in cache:
-                cache[key] = make_checkpoint(preset, root / f"{preset}-seed{seed}", seed=seed)
-            return cache[key]
+            if key not in made:
+                made[key] = make_checkpoint(preset, root / f"{preset}-seed{seed}", seed=seed)
+            return made[key]
 
     return make
 
 
+def _prebuilt_bundles(root: Path):
+    def find(preset: str = "tiny-english") -> Path:
+        bundle = root / preset
+        if not (bundle / "manifest.json").is_file():
+            raise FileNotFoundError(
+                f"{PREBUILT_BUNDLES_ENV}={root} has no bundle for preset {preset!r} "
+                f"(no {bundle / 'manifest.json'}); export it there, as tests/run does, or unset "
+                f"{PREBUILT_BUNDLES_ENV} to export bundles in the session (needs torch)"
+            )
+        return bundle
+
+    return find
+
+
 @pytest.fixture(scope="session")
-def bundle_factory(checkpoint_factory, tmp_path_factory):
-    """Callable preset -> bundle directory exported (and validated) from checkpoint_factory(preset)."""
+def bundle_factory(request, tmp_path_factory):
+    """Callable preset -> bundle directory: pre-built from $LAYA_ONNX_TEST_BUNDLES when set, else
+    exported (and validated) from checkpoint_factory(preset)."""
+    prebuilt = os.environ.get(PREBUILT_BUNDLES_ENV)
+    if prebuilt:
+        return _prebuilt_bundles(Path(prebuilt))
+    modules, source = TIER_NEEDS["torch"]
+    if _missing(modules):
+        pytest.skip(
+            f"no bundles: {PREBUILT_BUNDLES_ENV} is unset and exporting needs "
+            f"{', '.join(_missing(modules))} ({source})"
+        )
+    # Asked for here, not as a parameter: tests that only need bundles must not appear to use
+    # checkpoint_factory (see pytest_collection_modifyitems).
+    checkpoint_factory = request.getfixturevalue("checkpoint_factory")
     root = tmp_path_factory.mktemp("bundles")
-    cache = {}
+    exported: dict[str, Path] = {}
     lock = threading.Lock()
 
     def make(preset: str = "tiny-english") -> Path:
         from laya_onnx.export import export_bundle
 
         with lock:
-            if preset not in cache:
+            if preset not in exported:
                 out = root / preset
                 export_bundle(checkpoint_factory(preset), out, verbose=False, name=preset)
-                cache[preset] = out
-            return cache[preset]
+                exported[preset] = out
+            return exported[preset]
 
     return make
-
-
-@pytest.fixture(scope="session")
-def tiny_checkpoint(checkpoint_factory) -> Path:
-    return checkpoint_factory("tiny-english")
 
 
 @pytest.fixture

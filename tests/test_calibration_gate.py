@@ -1,4 +1,5 @@
-"""Calibration maths and the confidence gate against the reference's own functions."""
+"""Calibration maths and the confidence gate against the reference's own functions (imported
+inside the `reference` tests, so the module collects without laya)."""
 
 import warnings
 
@@ -8,26 +9,32 @@ import pytest
 from laya_onnx import calibration as cal
 from laya_onnx import gate
 
-common = pytest.importorskip("laya.common")
-confidence = pytest.importorskip("laya.confidence")
-
 WEIRD = [0.1006, 0.5, 1, 7, 5.0001, -3, True, False, None, "1.5", "x", float("nan"), float("inf"), [1]]
 
 
+@pytest.mark.reference
 @pytest.mark.parametrize("t", WEIRD, ids=repr)
 def test_clamp_temperature_matches_reference(t):
+    from laya import common
+
     assert cal.clamp_temperature(t) == common.clamp_temperature(t)
     applied = cal.clamp_temperature(t)
     assert cal.temperature_rejected(t, applied) == common.temperature_rejected(t, applied)
 
 
+@pytest.mark.reference
 @pytest.mark.parametrize("qtype", [0, 1, 2])
 @pytest.mark.parametrize("k", [1, 2, 3, 5, 6, 10, 11, 40])
 def test_temp_bucket_matches_reference(qtype, k):
+    from laya import common
+
     assert cal.temp_bucket(qtype, k) == common.temp_bucket(qtype, k)
 
 
+@pytest.mark.reference
 def test_probability_maths_match_reference_bit_for_bit():
+    from laya import common
+
     rng = np.random.default_rng(0)
     for k in (1, 2, 3, 7, 20):
         for _ in range(20):
@@ -44,7 +51,10 @@ def test_probability_maths_match_reference_bit_for_bit():
             assert np.array_equal(cal.unpermute(p, order), common.unpermute_probs(p, order))
 
 
+@pytest.mark.reference
 def test_lang_temperatures_match_reference():
+    from laya import common
+
     raw = {
         "de-DE": {"temperature": [2, 0.1, True], "temperature_by_options": {"choice:2": 9}},
         "FR": None,
@@ -77,6 +87,7 @@ def test_checkpoint_temperatures_are_clamped_with_a_warning():
     assert c.temperature_for(0, 3) == 1.0
 
 
+@pytest.mark.reference
 @pytest.mark.parametrize(
     "mc",
     [
@@ -95,6 +106,8 @@ def test_checkpoint_temperatures_are_clamped_with_a_warning():
     ids=repr,
 )
 def test_min_confidence_refusals_match_reference(mc):
+    from laya import confidence
+
     with pytest.raises(ValueError) as ref:
         confidence.check_min_confidence(mc)
     with pytest.raises(ValueError) as ours:
@@ -139,10 +152,13 @@ def _results():
     ]
 
 
+@pytest.mark.reference
 @pytest.mark.parametrize(
     "mc", [None, 0.0, 0.6, 0.99, {"choice:3-5": 0.8, "default": 0.5}, {"noul:2": 0.9}], ids=repr
 )
 def test_gate_writes_what_reference_writes(mc):
+    from laya import confidence
+
     ours, ref = _results(), _results()
     gate.apply_confidence_gate(ours, mc)
     confidence.apply_confidence_gate(ref, mc)

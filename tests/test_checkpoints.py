@@ -3,6 +3,8 @@
 The reference (`laya` 0.4.15, `transformers`) is used as the oracle: its Agent must load our
 checkpoints unmodified and offline, its `build_model` must describe the same state dict as our
 `DecisionModel`, and its forward must give the same numbers as ours on the same weights.
+The module is in the torch tier (torch is imported inside the tests, so it still collects in the
+torch-free runtime tier).
 """
 
 from __future__ import annotations
@@ -15,12 +17,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from laya_onnx.bundle import OutputExistsError
 from laya_onnx.checkpoints import PRESETS, make_checkpoint, state_dict_shapes
-from laya_onnx.export.cases import encode_calls
-from laya_onnx.export.model import load_decision_model
+
+pytestmark = pytest.mark.torch
 
 TINY = ("tiny-english", "tiny-multilingual", "tiny-typed-decisions")
 RELEASE_FILES = (
@@ -121,6 +122,7 @@ def test_refuses_to_overwrite_a_non_empty_directory_or_a_file(tmp_path):
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.reference
 @pytest.mark.parametrize("preset", TINY)
 def test_reference_agent_loads_it_offline_and_unmodified(preset, checkpoint_factory):
     import laya
@@ -195,6 +197,7 @@ def test_multilingual_tokenizer_uses_byte_fallback(checkpoint_factory):
     assert raw.decode(enc.ids) == "שלום"
 
 
+@pytest.mark.reference
 @pytest.mark.parametrize("preset", TINY)
 def test_state_dict_matches_the_reference_model(preset, checkpoint_factory):
     from laya.common import build_model
@@ -229,10 +232,15 @@ def test_state_dict_matches_the_reference_model(preset, checkpoint_factory):
     assert ours["act_head.2.weight"][0] == len(cfg["act_costs"]) + 1
 
 
+@pytest.mark.reference
 @pytest.mark.parametrize("preset", TINY)
 def test_forward_equals_the_reference_forward(preset, checkpoint_factory):
+    import torch
     from laya.common import build_model
     from safetensors.torch import load_file
+
+    from laya_onnx.export.cases import encode_calls
+    from laya_onnx.export.model import load_decision_model
 
     root = checkpoint_factory(preset)
     ours, cfg = load_decision_model(root)
@@ -274,6 +282,11 @@ def test_encoder_has_every_architectural_feature_live(checkpoint_factory):
 def test_sliding_window_and_rope_change_the_answer(checkpoint_factory):
     """States longer than the window must be read through it: widening the window (or swapping
     the local RoPE base) changes the logits, so a runtime that ignored either would be caught."""
+    import torch
+
+    from laya_onnx.export.cases import encode_calls
+    from laya_onnx.export.model import load_decision_model
+
     root = checkpoint_factory("tiny-english")
     model, cfg = load_decision_model(root)
     case = encode_calls(root / "tokenizer", cfg["max_len"], cfg["head_max_len"])[5]  # past the window
@@ -297,6 +310,11 @@ def test_sliding_window_and_rope_change_the_answer(checkpoint_factory):
 @pytest.mark.parametrize("preset", TINY)
 def test_probabilities_are_clearly_spread(preset, checkpoint_factory):
     """Random weights must not give near-uniform answers, or decision parity is a coin flip."""
+    import torch
+
+    from laya_onnx.export.cases import encode_calls
+    from laya_onnx.export.model import load_decision_model
+
     root = checkpoint_factory(preset)
     model, cfg = load_decision_model(root)
     gaps, tops = [], []

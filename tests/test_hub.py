@@ -74,6 +74,7 @@ def test_hub_module_is_torch_free():
         ("someone/else", None, "main"),
     ],
 )
+@pytest.mark.reference
 def test_resolve_revision_matches_laya(repo, revision, env, monkeypatch):
     from laya.revisions import resolve_revision as reference
 
@@ -97,6 +98,7 @@ def test_reviewed_pins_and_refusals(monkeypatch):
     assert hub.resolve_revision("someone/else", "  ") is None  # a blank argument suppresses it
 
 
+@pytest.mark.reference
 def test_snapshot_revision_matches_laya(tmp_path):
     from laya.revisions import snapshot_revision as reference
 
@@ -209,6 +211,7 @@ def test_snapshot_download_is_asked_for_checkpoint_files_only(tmp_path, monkeypa
     assert calls[1][1]["allow_patterns"] == ["rl_agent_config.json", "tokenizer/*", "encoder/*"]
 
 
+@pytest.mark.torch
 def test_export_from_a_hub_id_records_repo_and_commit(checkpoint_factory, tmp_path, monkeypatch):
     from huggingface_hub import constants
 

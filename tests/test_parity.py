@@ -4,10 +4,9 @@ import json
 
 import pytest
 
-pytest.importorskip("laya.agent")
-
 from laya_onnx.parity import run_parity
 
+pytestmark = [pytest.mark.torch, pytest.mark.reference]
 PRESETS = ["tiny-english", "tiny-multilingual", "tiny-typed-decisions"]
 
 

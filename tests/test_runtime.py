@@ -24,6 +24,15 @@ def agent(bundle_factory):
     return ONNXAgent(bundle_factory("tiny-english"))
 
 
+def test_the_multilingual_bundle_answers_a_cyrillic_state(bundle_factory):
+    """The runtime core loads the multilingual bundle the exporter wrote and reads non-Latin text."""
+    agent = ONNXAgent(bundle_factory("tiny-multilingual"))
+    result = agent.predict(
+        "Клиента списали деньги дважды", {"r": {"type": "noul", "instructions": "Refund?"}}
+    )
+    assert 0.0 <= result["answers"]["r"]["noul"] <= 1.0
+
+
 def test_resolve_providers_auto_and_explicit():
     assert resolve_providers(None, [CPU]) == [CPU]
     assert resolve_providers(None, [CUDA, CPU]) == [CUDA, CPU]

@@ -1,4 +1,7 @@
-"""Token ids and sequences equal laya's (transformers tokenizer + laya.common) on every tiny preset."""
+"""Token ids and sequences equal laya's (transformers tokenizer + laya.common) on every tiny preset.
+
+Every test needs torch (checkpoint_factory) and transformers; transformers and the reference are
+imported inside the tests, so the module collects in the torch-free runtime tier."""
 
 import os
 
@@ -8,9 +11,7 @@ from laya_onnx.questions import normalize_questions
 from laya_onnx.sequences import build_heads, encode_state
 from laya_onnx.tokenizer import LayaTokenizer
 
-common = pytest.importorskip("laya.common")
-Agent = pytest.importorskip("laya.agent").Agent
-transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.torch
 
 PRESETS = ["tiny-english", "tiny-multilingual", "tiny-typed-decisions"]
 TEXTS = [
@@ -34,6 +35,8 @@ TEXTS = [
 
 @pytest.fixture(scope="module", params=PRESETS)
 def tokenizers_pair(request, checkpoint_factory):
+    import transformers
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     tok_dir = checkpoint_factory(request.param) / "tokenizer"
     return (
@@ -115,9 +118,13 @@ STATES = [
 ]
 
 
+@pytest.mark.reference
 @pytest.mark.parametrize("budget", [None, (128, 64), (40, 200)], ids=["config", "small", "overflowing"])
 @pytest.mark.parametrize("qset", range(len(QUESTION_SETS)))
 def test_rows_match_reference(tokenizers_pair, checkpoint_factory, qset, budget):
+    from laya import common
+    from laya.agent import Agent
+
     preset, ours, hf = tokenizers_pair
     questions = QUESTION_SETS[qset]
     cfg = {"max_len": 512, "head_max_len": 192}

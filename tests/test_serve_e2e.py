@@ -19,7 +19,7 @@ import urllib.request
 
 import pytest
 
-pytest.importorskip("aiohttp")
+pytestmark = pytest.mark.serve
 
 REQUEST = {
     "state": "I was charged twice this month, I want my money back",

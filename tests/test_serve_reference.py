@@ -6,7 +6,8 @@ the model must agree.
 The one intended difference: with one checkpoint behind it, our "unknown model" 422 lists that
 checkpoint and its aliases rather than laya's whole registry.
 
-Needs `fastapi` and `httpx` beside the `laya==0.4.15` dev dependency; skipped without them.
+Needs `fastapi` and `httpx` beside the `laya==0.4.15` dev dependency; skipped without them
+(imported inside the test, so the module collects in the runtime tier, which has aiohttp).
 """
 
 from __future__ import annotations
@@ -17,13 +18,9 @@ import re
 
 import pytest
 
-pytest.importorskip("fastapi")
-pytest.importorskip("httpx")
-pytest.importorskip("laya.serve")
-
-from fastapi.testclient import TestClient
-
 from tests.serve_support import BATCH, BODY, URL, FakeAgent, Q, served
+
+pytestmark = [pytest.mark.serve, pytest.mark.reference]
 
 ROUTING = {
     "model": "english",
@@ -195,7 +192,10 @@ _REGISTRY = re.compile(r"choose one of \[.*?\] \(or an alias: \[.*?\]\)")
 
 
 def test_wire_behaviour_matches_laya_serve(monkeypatch):
+    pytest.importorskip("fastapi")  # laya.serve's own server stack, beside laya
+    pytest.importorskip("httpx")
     import laya.serve as reference
+    from fastapi.testclient import TestClient
 
     for key in ("LAYA_API_KEY", "LAYA_MAX_TOKEN_BUDGET", "LAYA_MAX_BATCH_TOKENS", "LAYA_MAX_CONCURRENT"):
         monkeypatch.delenv(key, raising=False)

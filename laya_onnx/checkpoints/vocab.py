@@ -23,6 +23,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tokenizers import (
     AddedToken,
@@ -70,13 +71,14 @@ def _train_bpe(
     if normalizer is not None:
         tok.normalizer = normalizer
     tok.pre_tokenizer = pre_tokenizer
-    kwargs = dict(
-        vocab_size=vocab_size,
-        min_frequency=1,
-        show_progress=False,
-        special_tokens=[],
-        initial_alphabet=list(initial_alphabet),
-    )
+    kwargs: dict[str, Any] = {
+        "vocab_size": vocab_size,
+        "min_frequency": 1,
+        "show_progress": False,
+        "special_tokens": [],
+        "initial_alphabet": list(initial_alphabet),
+    }
+    # Only when set: the binding refuses limit_alphabet=None (its stub says it takes None).
     if limit_alphabet is not None:
         kwargs["limit_alphabet"] = limit_alphabet
     tok.train_from_iterator(list(lines), trainers.BpeTrainer(**kwargs))

@@ -161,6 +161,8 @@ def _export_graph(model, feeds: dict[str, np.ndarray], path: Path, *, opset: int
             optimize=True,
             external_data=False,
         )
+    if program is None:  # only the TorchScript path returns None
+        raise ExportError("torch.onnx.export(dynamo=True) returned no ONNX program")
     program.save(str(path), external_data=False)
     return "torch.onnx.export (dynamo)"
 

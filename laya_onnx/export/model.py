@@ -24,9 +24,10 @@ batch size, sequence length and marker count (>= 2 marker columns, see `MIN_MARK
 
 from __future__ import annotations
 
+import importlib
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +36,9 @@ from torch import nn
 from laya_onnx.bundle import CONFIG_FILE, WEIGHTS_FILE, read_json_object
 from laya_onnx.questions import QTYPES  # row order of `type_emb`
 from laya_onnx.sequences import check_option_layout
+
+if TYPE_CHECKING:
+    from transformers import ModernBertModel
 
 ENCODER_DIR = "encoder"
 
@@ -218,7 +222,9 @@ class DecisionModel(nn.Module):
     distribution: top-1 probability, top-1 minus top-2, normalised entropy and k / 255.
     """
 
-    def __init__(self, encoder: nn.Module, head_layers: int = 2, n_act: int = 2, *, empty: bool = False):
+    def __init__(
+        self, encoder: ModernBertModel, head_layers: int = 2, n_act: int = 2, *, empty: bool = False
+    ):
         """`empty=True` leaves the head's parameters uninitialised (for a model about to be
         loaded): they are created on the meta device and materialised empty on CPU, so building
         the model neither spends time on initialisers nor draws from torch's global RNG."""
@@ -285,7 +291,8 @@ class DecisionModel(nn.Module):
         # Always top-2: the graph needs >= 2 marker columns, which the runtime guarantees.
         top = p.topk(2, dim=-1).values
         feats = torch.stack([top[:, 0], top[:, 0] - top[:, 1], ent, k / 255.0], dim=-1)
-        act_input = torch.cat([h[:, 0].float(), feats], dim=-1).to(self.act_head[0].weight.dtype)
+        act_dtype = next(self.act_head.parameters()).dtype
+        act_input = torch.cat([h[:, 0].float(), feats], dim=-1).to(act_dtype)
         return logits, self.act_head(act_input)
 
 
@@ -325,8 +332,8 @@ def _skip_init():
     """transformers' `no_init_weights`, which moved between 4.x and 5.x."""
     try:
         from transformers.initialization import no_init_weights
-    except ImportError:  # transformers 4.x
-        from transformers.modeling_utils import no_init_weights
+    except ImportError:  # transformers 4.x (looked up by name: the 5.x this is typed against lacks it)
+        no_init_weights = importlib.import_module("transformers.modeling_utils").no_init_weights
     with no_init_weights():
         yield
 

@@ -318,6 +318,8 @@ async def infer(request: web.Request, fn: Callable[[], Any], what: str) -> Any:
     500, so nothing about the host leaks.
     """
     runtime = request.app[RUNTIME]
+    if runtime.gate is None:  # _runtime_ctx makes it on startup; a request cannot come earlier
+        raise RuntimeError("inference requested outside the app's run (no inference gate)")
     loop = asyncio.get_running_loop()
     queued = time.perf_counter()
     async with runtime.gate:
