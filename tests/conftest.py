@@ -41,7 +41,7 @@ TIER_NEEDS = {
         ("torch", "transformers", "safetensors", "onnx"),
         "the export extra: pip install 'laya-onnx[export]'",
     ),
-    "reference": (("laya",), "the reference: pip install 'laya-onnx[dev]' (laya==0.4.15)"),
+    "reference": (("laya",), "the dev extra, which brings laya==0.4.15: pip install 'laya-onnx[dev]'"),
     "serve": (("aiohttp",), "the serve extra: pip install 'laya-onnx[serve]'"),
 }
 
