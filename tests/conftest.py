@@ -34,6 +34,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 TINY_PRESETS = ("tiny-english", "tiny-multilingual", "tiny-typed-decisions")
 PREBUILT_BUNDLES_ENV = "LAYA_ONNX_TEST_BUNDLES"
+# Read once, here: the serve tests' no_laya_env fixture unsets every LAYA_* variable per test.
+PREBUILT_BUNDLES = os.environ.get(PREBUILT_BUNDLES_ENV)
 
 # marker -> (the modules it needs, where they come from)
 TIER_NEEDS = {
@@ -113,9 +115,8 @@ def _prebuilt_bundles(root: Path):
 def bundle_factory(request, tmp_path_factory):
     """Callable preset -> bundle directory: pre-built from $LAYA_ONNX_TEST_BUNDLES when set, else
     exported (and validated) from checkpoint_factory(preset)."""
-    prebuilt = os.environ.get(PREBUILT_BUNDLES_ENV)
-    if prebuilt:
-        return _prebuilt_bundles(Path(prebuilt))
+    if PREBUILT_BUNDLES:
+        return _prebuilt_bundles(Path(PREBUILT_BUNDLES))
     modules, source = TIER_NEEDS["torch"]
     if _missing(modules):
         pytest.skip(

@@ -167,6 +167,7 @@ def test_make_checkpoint_refuses_a_non_empty_directory_in_cli_words(tmp_path, ca
     assert (tmp_path / "keep.txt").read_text() == "precious"
 
 
+@pytest.mark.torch
 def test_export_refuses_a_non_empty_directory_in_cli_words(checkpoint_factory, tmp_path, capsys):
     (tmp_path / "keep.txt").write_text("precious")
     status, out = _run(capsys, ["export", str(checkpoint_factory("tiny-english")), "-o", str(tmp_path)])
@@ -176,6 +177,7 @@ def test_export_refuses_a_non_empty_directory_in_cli_words(checkpoint_factory, t
     )
 
 
+@pytest.mark.torch
 def test_export_validation_failure_is_a_runtime_failure(monkeypatch, tmp_path, capsys):
     from laya_onnx import export
     from laya_onnx.export import ValidationError
@@ -192,6 +194,7 @@ def test_export_validation_failure_is_a_runtime_failure(monkeypatch, tmp_path, c
     )
 
 
+@pytest.mark.serve
 def test_serve_settings_errors_are_usage_errors(tmp_path, capsys):
     status, out = _run(capsys, ["serve", str(tmp_path / "missing"), "--port", "70000"])
     assert status == EXIT_USAGE

@@ -8,7 +8,7 @@ import pytest
 
 from tests.serve_support import BATCH, BODY, URL, Q, aio, post, raw_request, served
 
-pytestmark = pytest.mark.usefixtures("no_laya_env")
+pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("no_laya_env")]
 
 
 @aio

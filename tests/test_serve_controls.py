@@ -9,7 +9,7 @@ import pytest
 
 from tests.serve_support import BATCH, BODY, URL, Q, aio, kwargs_of, post, served
 
-pytestmark = pytest.mark.usefixtures("no_laya_env")
+pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("no_laya_env")]
 
 
 @pytest.mark.parametrize(

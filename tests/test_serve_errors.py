@@ -15,7 +15,7 @@ from laya_onnx.errors import InvalidRequest, InvalidRequestType
 from laya_onnx.serve.wire import NonFiniteNumber, render
 from tests.serve_support import BATCH, BODY, URL, FakeAgent, Q, aio, post, served
 
-pytestmark = pytest.mark.usefixtures("no_laya_env")
+pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("no_laya_env")]
 
 
 @aio

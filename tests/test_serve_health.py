@@ -6,7 +6,7 @@ import pytest
 
 from tests.serve_support import FakeAgent, aio, served
 
-pytestmark = pytest.mark.usefixtures("no_laya_env")
+pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("no_laya_env")]
 
 
 HEALTH_KEYS = [

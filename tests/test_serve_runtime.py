@@ -11,7 +11,7 @@ import pytest
 from laya_onnx.serve.app import RUNTIME
 from tests.serve_support import BATCH, BODY, URL, FakeAgent, Q, aio, post, served
 
-pytestmark = pytest.mark.usefixtures("no_laya_env")
+pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("no_laya_env")]
 
 
 @aio

@@ -8,7 +8,7 @@ import pytest
 
 from laya_onnx.serve import settings as serve_settings
 
-pytestmark = pytest.mark.usefixtures("no_laya_env")
+pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("no_laya_env")]
 
 
 @pytest.mark.parametrize("raw,expect", [(None, 16), ("", 16), ("abc", 16), ("0", 16), ("-3", 16), ("4", 4)])

@@ -8,7 +8,7 @@ import pytest
 from laya_onnx.serve.wire import jev_confidence
 from tests.serve_support import BATCH, BODY, URL, FakeAgent, Q, aio, kwargs_of, post, served
 
-pytestmark = pytest.mark.usefixtures("no_laya_env")
+pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("no_laya_env")]
 
 
 @aio
