@@ -9,8 +9,9 @@ The fake agent implements `laya_onnx.serve.protocol.ServedAgent`; it is determin
 every call and the thread it ran on, and can be made to block on an Event so tests can prove
 that /health answers during inference and that the admission bound refuses the excess.
 
-A serve test module starts with `pytestmark = pytest.mark.usefixtures("no_laya_env")`
-(tests/conftest.py), so a LAYA_* variable in the developer's shell cannot change what it sees.
+A serve test module starts with
+`pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("no_laya_env")]` (tests/conftest.py):
+its tier, and no LAYA_* variable from the developer's shell changing what it sees.
 """
 
 from __future__ import annotations

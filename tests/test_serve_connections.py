@@ -37,7 +37,7 @@ from tests.serve_support import (
     served,
 )
 
-pytestmark = pytest.mark.usefixtures("no_laya_env")
+pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("no_laya_env")]
 
 #: Put in requests to prove the refusal does not quote the request back.
 MARKER = "zq-echo-marker-7"

@@ -37,7 +37,7 @@ from tests.serve_support import (
 )
 from tests.slow_agent import SlowAgent
 
-pytestmark = pytest.mark.usefixtures("no_laya_env")
+pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("no_laya_env")]
 
 TESTS = Path(__file__).resolve().parent
 

@@ -25,7 +25,7 @@ pytest.importorskip("aiohttp")
 from laya_onnx.serve.server import _bind
 from tests.serve_support import BODY, URL, exchange, free_port, parse_responses, request, wait_healthy
 
-pytestmark = pytest.mark.usefixtures("no_laya_env")
+pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("no_laya_env")]
 
 CLI = [sys.executable, "-m", "laya_onnx", "serve"]
 
