@@ -6,7 +6,7 @@
 Tiers: a test that needs more than the runtime core (`laya-onnx[cpu]` + pytest) carries a marker
 (registered in pyproject.toml) naming what it needs: `torch` (the export extra: torch,
 transformers, onnx; every test using checkpoint_factory), `reference` (the reference `laya`
-package) and `serve` (aiohttp). A marked test whose dependency is not importable is skipped
+package), `serve` (the serve extra) and `devtools` (schemathesis, jsonschema-rs). A marked test whose dependency is not importable is skipped
 with the reason; test modules import those dependencies lazily, so every module collects in
 the torch-free runtime venv that tests/run builds.
 
@@ -44,7 +44,11 @@ TIER_NEEDS = {
         "the export extra: pip install 'laya-onnx[export]'",
     ),
     "reference": (("laya",), "the dev extra, which brings laya==0.4.15: pip install 'laya-onnx[dev]'"),
-    "serve": (("aiohttp",), "the serve extra: pip install 'laya-onnx[serve]'"),
+    "serve": (
+        ("aiohttp", "prometheus_client", "pydantic"),
+        "the serve extra: pip install 'laya-onnx[serve]'",
+    ),
+    "devtools": (("schemathesis", "jsonschema_rs"), "the dev extra: pip install 'laya-onnx[dev]'"),
 }
 
 

@@ -45,6 +45,8 @@ from schemathesis import GenerationMode
 
 from laya_onnx.serve import create_app
 
+pytestmark = [pytest.mark.serve, pytest.mark.devtools]
+
 EXAMPLES = int(os.environ.get("LAYA_ONNX_FUZZ_EXAMPLES", "600"))
 SECONDS = float(os.environ.get("LAYA_ONNX_FUZZ_SECONDS", "150"))
 #: Another value draws other cases (for a longer exploratory run); CI keeps 0, so reruns agree.

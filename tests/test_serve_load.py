@@ -23,7 +23,7 @@ from laya_onnx.serve.loadbench import bench_app
 from laya_onnx.serve.metrics import METRICS
 from tests.serve_support import FakeAgent, Q
 
-pytestmark = pytest.mark.usefixtures("no_laya_env")
+pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("no_laya_env")]
 
 PASS_SECONDS = 0.02
 SLOTS = 4

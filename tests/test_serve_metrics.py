@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from laya_onnx.serve.errors import UNAUTHORIZED
 from tests.serve_support import BATCH, BODY, URL, FakeAgent, aio, post, served
 
-pytestmark = pytest.mark.usefixtures("no_laya_env")
+pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("no_laya_env")]
 
 
 async def scrape(client, **headers) -> dict[tuple[str, tuple], float]:

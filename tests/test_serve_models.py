@@ -13,7 +13,7 @@ pytest.importorskip("aiohttp")
 from laya_onnx.serve.catalog import DEFAULT_PRECISION, UNKNOWN_RELEASE_DATE
 from tests.serve_support import BODY, URL, FakeAgent, aio, post, served
 
-pytestmark = pytest.mark.usefixtures("no_laya_env")
+pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("no_laya_env")]
 
 JEV_KEYS = ["name", "description", "release_date"]
 X_KEYS = [
