@@ -6,9 +6,10 @@
 Tiers: a test that needs more than the runtime core (`laya-onnx[cpu]` + pytest) carries a marker
 (registered in pyproject.toml) naming what it needs: `torch` (the export extra: torch,
 transformers, onnx; every test using checkpoint_factory), `reference` (the reference `laya`
-package), `serve` (the serve extra) and `devtools` (schemathesis, jsonschema-rs). A marked test whose dependency is not importable is skipped
-with the reason; test modules import those dependencies lazily, so every module collects in
-the torch-free runtime venv that tests/run builds.
+package) and `serve` (the serve extra). A marked test whose dependency is not importable is
+skipped with the reason. Test modules import torch and laya lazily, so every module collects in
+the torch-free runtime venv that tests/run builds; a module built on a tool that venv lacks
+(schemathesis, jsonschema-rs) skips itself with pytest.importorskip.
 
 Bundles: with LAYA_ONNX_TEST_BUNDLES set, bundle_factory returns pre-built bundles from
 `$LAYA_ONNX_TEST_BUNDLES/<preset>` and never imports torch (tests/run exports them with the
@@ -48,7 +49,6 @@ TIER_NEEDS = {
         ("aiohttp", "prometheus_client", "pydantic"),
         "the serve extra: pip install 'laya-onnx[serve]'",
     ),
-    "devtools": (("schemathesis", "jsonschema_rs"), "the dev extra: pip install 'laya-onnx[dev]'"),
 }
 
 

@@ -45,7 +45,7 @@ from schemathesis import GenerationMode
 
 from laya_onnx.serve import create_app
 
-pytestmark = [pytest.mark.serve, pytest.mark.devtools]
+pytestmark = pytest.mark.serve
 
 EXAMPLES = int(os.environ.get("LAYA_ONNX_FUZZ_EXAMPLES", "600"))
 SECONDS = float(os.environ.get("LAYA_ONNX_FUZZ_SECONDS", "150"))

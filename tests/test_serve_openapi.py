@@ -20,7 +20,7 @@ from laya_onnx.serve import create_app
 from laya_onnx.serve.openapi import openapi_document
 from tests.serve_support import BATCH, BODY, URL, FakeAgent, aio, post, served
 
-pytestmark = [pytest.mark.serve, pytest.mark.devtools, pytest.mark.usefixtures("no_laya_env")]
+pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("no_laya_env")]
 
 DECISION_ERRORS = {"400", "401", "408", "413", "422", "500", "503"}
 
