@@ -16,7 +16,7 @@ from typing import Any
 
 from laya_onnx.bundle import Bundle
 from laya_onnx.calibration import Calibration, act_probabilities, decode_state, empty_result
-from laya_onnx.errors import InvalidRequestType
+from laya_onnx.errors import InvalidRequest, InvalidRequestType
 from laya_onnx.gate import apply_confidence_gate, check_min_confidence
 from laya_onnx.hooks import (
     HookRegistry,
@@ -30,9 +30,10 @@ from laya_onnx.hooks import (
 from laya_onnx.hub import BUNDLE_FILES, fetch_checkpoint
 from laya_onnx.memory import ARENA_RELEASE_BYTES, PassMemoryModel, resolve_max_pass_memory, split_rows
 from laya_onnx.questions import normalize_questions
-from laya_onnx.sequences import build_heads, check_option_layout, collate, encode_state
+from laya_onnx.sequences import build_heads, check_option_layout, collate, encode_state, option_spans
 from laya_onnx.session import FallbackEntry, GraphSession
 from laya_onnx.tokenizer import LayaTokenizer
+from laya_onnx.tournament import check_group_size, fitting_group_size, run_tournament
 
 State = str | dict | list | Any
 DEFAULT_MAX_LEN = 512
@@ -133,11 +134,16 @@ class ONNXAgent(HookRegistry):
         max_len: int | None = None,
         head_max_len: int | None = None,
         min_confidence: Any = None,
+        tournament: bool | int | None = None,
     ) -> dict[str, Any]:
-        """Answer `questions` about one state (text, JSON value, or a conversation list)."""
-        return self.predict_batch(
-            [state],
-            questions,
+        """Answer `questions` about one state (text, JSON value, or a conversation list).
+
+        `tournament` (off by default, as in laya) answers large choices by elimination
+        (`laya_onnx.tournament`): an int is the group size; True takes the largest group whose
+        options keep all their tokens in `head_max_len` and runs no round when every choice
+        already does. Each round is one more `predict` call, hooks included.
+        """
+        kwargs = dict(
             lang=lang,
             hooks=hooks,
             on_predict_start=on_predict_start,
@@ -147,9 +153,34 @@ class ONNXAgent(HookRegistry):
             max_len=max_len,
             head_max_len=head_max_len,
             min_confidence=min_confidence,
-        )[0]
+        )
+        if tournament is None or tournament is False:
+            return self.predict_batch([state], questions, **kwargs)[0]
+        if tournament is True:
+            group = self.tournament_group_size(questions, head_max_len)
+            if group is None:
+                return self.predict_batch([state], questions, **kwargs)[0]
+        else:
+            try:
+                group = check_group_size(tournament)
+            except ValueError:
+                raise InvalidRequest(
+                    "tournament must be True, False/None, or a group size of at least 2, got %r"
+                    % (tournament,)
+                ) from None
+        return run_tournament(self.predict, state, questions, group, **kwargs)
 
     system_one = predict
+
+    def tournament_group_size(self, questions: Any, head_max_len: int | None = None) -> int | None:
+        """The group size `predict(..., tournament=True)` uses, or None when one pass reads every
+        choice without shrinking an option (see `tournament.fitting_group_size`)."""
+        qs = normalize_questions(questions)
+        budget = self.head_max_len if head_max_len is None else head_max_len
+        lengths = [
+            [len(span) for span in option_spans(self.tok, q)] for q in qs.values() if q.type == "choice"
+        ]
+        return fitting_group_size(lengths, budget)
 
     def predict_batch(
         self,

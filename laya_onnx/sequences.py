@@ -129,22 +129,32 @@ class Head:
     options: dict[str, Any]
 
 
-def build_head(tok: LayaTokenizer, q: Question, head_max_len: int) -> Head:
+def option_spans(tok: LayaTokenizer, q: Question) -> list[list[int]]:
+    """Each option's span in slot order: its [MASK] and up to OPTION_MAX_TOKENS tokens of its text."""
     mask = tok.mask_token
     texts = render_options(q)
     for i, text in enumerate(texts):
         if unencodable_at(text) is not None:
             require_encodable(text, option_subject(q, i))
     order = q.option_order if q.option_order is not None else range(len(texts))
-    require_encodable(q.instructions, "question %r instructions" % (q.qid,))
-    instruction = tok.encode("%s question: %s" % (q.type, q.instructions.replace(mask, " ")))
-    spans = [
+    return [
         [tok.mask_token_id] + tok.truncate(tok.encode(" " + texts[i].replace(mask, " ")), OPTION_MAX_TOKENS)
         for i in order
     ]
+
+
+def options_fit(span_lengths: Sequence[int], head_max_len: int) -> bool:
+    """Whether options of these span lengths keep every token in one head (no shrinking)."""
+    return head_max_len - sum(span_lengths) >= OPTION_SHRINK_BELOW
+
+
+def build_head(tok: LayaTokenizer, q: Question, head_max_len: int) -> Head:
+    spans = option_spans(tok, q)  # first: an option's encoding error is reported before the instructions'
+    require_encodable(q.instructions, "question %r instructions" % (q.qid,))
+    instruction = tok.encode("%s question: %s" % (q.type, q.instructions.replace(tok.mask_token, " ")))
     budget = head_max_len - sum(len(s) for s in spans)
     per_option = None
-    if budget < OPTION_SHRINK_BELOW:
+    if not options_fit([len(s) for s in spans], head_max_len):
         per_option = max(OPTION_FLOOR, (head_max_len - OPTION_SHRINK_BELOW) // max(1, len(spans)))
         spans = [s[:per_option] for s in spans]
         budget = head_max_len - sum(len(s) for s in spans)

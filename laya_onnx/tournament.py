@@ -1,0 +1,213 @@
+"""Choice questions with more options than one pass reads well, answered by elimination.
+
+One pass gives every option of a question a share of one `head_max_len` window; past a few dozen
+options the shares shrink to a few tokens and the options stop being told apart. A tournament
+reads them in groups instead (laya 0.4.15's `shortlist.predict_tournament`, restated here):
+
+  * a choice with more than `group_size` labels is cut, in criteria order, into
+    ceil(n / group_size) contiguous groups of near-equal size;
+  * one predict call answers every group of every such choice (the groups go in as separate
+    questions named "0", "1", ... so they share one forward pass), and each group's `choice`
+    goes through to the next round;
+  * rounds repeat until no choice has more than `group_size` labels left; a final call then
+    answers every question of the request, each narrowed choice cut to its finalists.
+
+The answer keeps the shape of a one-pass answer (laya-serve's `_predict_with_tournament`):
+`probabilities` names every option in criteria order, the finalists carry the final call's
+probabilities and an eliminated option carries 0.0, so the values still sum to 1 and `choice` is
+still their argmax; `x_tournament` = {finalists, rounds[, option_order_dropped]} says which
+options the final call scored. `confidence`, `answer_confidence` and the gate keys are the final
+call's; `usage.input_tokens` is summed over every call, the other usage keys are the final call's.
+
+A narrowed choice loses its `option_order` (one RuntimeWarning per question): the order has one
+slot per option and no longer fits the kept labels, and remapping it would move options between
+slots.
+
+`predict` is any callable with `ONNXAgent.predict`'s shape, so the server runs the same code
+over whatever agent it fronts. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from laya_onnx.errors import InvalidRequest, InvalidRequestType
+from laya_onnx.questions import check_question
+from laya_onnx.sequences import OPTION_SHRINK_BELOW
+
+#: laya.shortlist.DEFAULT_TOURNAMENT_GROUP: the group size when nothing better is known.
+DEFAULT_GROUP_SIZE = 16
+MIN_GROUP_SIZE = 2
+
+Predict = Callable[..., dict[str, Any]]
+
+
+def check_group_size(group_size: Any) -> int:
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < MIN_GROUP_SIZE:
+        raise InvalidRequest("group_size must be an integer of at least 2, got %r" % (group_size,))
+    return group_size
+
+
+def choice_labels(qid: Any, criteria: Any) -> list[Any]:
+    """A choice's labels in criteria order (dict keys, or the list itself)."""
+    if isinstance(criteria, dict):
+        labels = list(criteria)
+    elif isinstance(criteria, list):
+        labels = list(criteria)
+    else:
+        raise InvalidRequestType(
+            "question %r: choice criteria must be a dict or list, got %s" % (qid, type(criteria).__name__)
+        )
+    return labels
+
+
+def split_groups(labels: list[Any], group_size: int) -> list[list[Any]]:
+    """`labels` cut into ceil(n / group_size) contiguous groups whose sizes differ by at most one."""
+    n = len(labels)
+    parts = -(-n // group_size)
+    return [labels[i * n // parts : (i + 1) * n // parts] for i in range(parts)]
+
+
+def large_choices(questions: Mapping[Any, Any], group_size: int) -> dict[Any, list[Any]]:
+    """{qid: labels} for every choice with more than `group_size` options, in question order."""
+    large = {}
+    for qid, q in questions.items():
+        if isinstance(q, dict) and q.get("type") == "choice":
+            criteria = q.get("criteria")
+            if isinstance(criteria, (dict, list)) and len(criteria) > group_size:
+                large[qid] = choice_labels(qid, criteria)
+    return large
+
+
+def fitting_group_size(span_lengths: Iterable[list[int]], head_max_len: int) -> int | None:
+    """The largest group size at which every choice's options keep all their tokens, or None.
+
+    `span_lengths` holds one list per choice question: each option's span length (its [MASK]
+    plus its text tokens) as one pass would build it. A choice whose options all fit one head
+    puts no bound on the group; for the others, any `g` of their longest options must fit, so
+    every group of every round (finalists are a subset) is read without shrinking. None means
+    every choice fits and one pass is enough. The floor is 2: a tournament needs pairs.
+    """
+    bound = None
+    for lengths in span_lengths:
+        ordered = sorted(lengths, reverse=True)
+        if head_max_len - sum(ordered) >= OPTION_SHRINK_BELOW:
+            continue
+        g, used = 0, 0
+        for length in ordered:
+            if head_max_len - (used + length) < OPTION_SHRINK_BELOW:
+                break
+            used += length
+            g += 1
+        g = max(MIN_GROUP_SIZE, g)
+        bound = g if bound is None else min(bound, g)
+    return bound
+
+
+def _narrowed(qid: Any, question: dict[str, Any], labels: list[Any], warned: set) -> dict[str, Any]:
+    criteria = question["criteria"]
+    kept = {label: criteria[label] for label in labels} if isinstance(criteria, dict) else list(labels)
+    narrowed = {k: v for k, v in question.items() if k != "option_order"}
+    narrowed["criteria"] = kept
+    if "option_order" in question and qid not in warned:
+        warned.add(qid)
+        warnings.warn(
+            "question %r: 'option_order' was dropped because the tournament narrowed its %d "
+            "options to %d; the order has one slot per option and remapping it would move "
+            "options between slots" % (qid, len(criteria), len(labels)),
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return narrowed
+
+
+def _answers(result: Any) -> dict[Any, Any]:
+    if not isinstance(result, dict):
+        raise TypeError("predict must return a dict, got %s" % type(result).__name__)
+    answers = result.get("answers")
+    if not isinstance(answers, dict):
+        raise TypeError("predict must return an answers dict, got %s" % type(answers).__name__)
+    return answers
+
+
+def run_tournament(
+    predict: Predict, state: Any, questions: dict[Any, Any], group_size: int, **predict_kwargs: Any
+) -> dict[str, Any]:
+    """Answer `questions`, narrowing every choice over `group_size` options by elimination.
+
+    `predict_kwargs` go to every call (budgets, lang, min_confidence, ...). With no choice over
+    `group_size` this is exactly one `predict` call. The caller's questions are not mutated.
+    """
+    group_size = check_group_size(group_size)
+    if not isinstance(questions, dict):
+        raise InvalidRequestType(
+            "questions must be a dict of question id -> definition, got %s" % type(questions).__name__
+        )
+    large = large_choices(questions, group_size)
+    if not large:
+        return predict(state, questions, **predict_kwargs)
+    # Checked up front so a bad question is refused under its own id, not as a round's "0", "1".
+    for qid, q in questions.items():
+        check_question(qid, q)
+
+    field = {qid: list(labels) for qid, labels in large.items()}
+    rounds = dict.fromkeys(large, 0)
+    warned: set = set()
+    input_tokens = 0
+    while True:
+        groups = [
+            (qid, part)
+            for qid, labels in field.items()
+            if len(labels) > group_size
+            for part in split_groups(labels, group_size)
+        ]
+        if not groups:
+            break
+        round_questions = {
+            str(i): _narrowed(qid, questions[qid], part, warned) for i, (qid, part) in enumerate(groups)
+        }
+        result = predict(state, round_questions, **predict_kwargs)
+        answers = _answers(result)
+        input_tokens += (result.get("usage") or {}).get("input_tokens", 0)
+        winners: dict[Any, list[Any]] = {}
+        for i, (qid, _part) in enumerate(groups):
+            winners.setdefault(qid, []).append(answers[str(i)]["choice"])
+        for qid, kept in winners.items():
+            field[qid] = kept
+            rounds[qid] += 1
+
+    final_questions = dict(questions)
+    for qid, labels in field.items():
+        final_questions[qid] = _narrowed(qid, questions[qid], labels, warned)
+    final = predict(state, final_questions, **predict_kwargs)
+    answers = dict(_answers(final))
+    input_tokens += (final.get("usage") or {}).get("input_tokens", 0)
+    for qid, labels in large.items():
+        answer = answers.get(qid)
+        if not isinstance(answer, dict):
+            continue
+        scored = answer.get("probabilities") or {}
+        report: dict[str, Any] = {"finalists": list(field[qid]), "rounds": rounds[qid]}
+        if questions[qid].get("option_order") is not None:
+            report["option_order_dropped"] = True
+        answers[qid] = {
+            **answer,
+            "probabilities": {label: scored.get(label, 0.0) for label in labels},
+            "x_tournament": report,
+        }
+    usage = dict(final.get("usage") or {})
+    usage["input_tokens"] = input_tokens
+    return {**final, "answers": answers, "usage": usage}
+
+
+__all__ = [
+    "DEFAULT_GROUP_SIZE",
+    "check_group_size",
+    "choice_labels",
+    "fitting_group_size",
+    "large_choices",
+    "run_tournament",
+    "split_groups",
+]
