@@ -39,6 +39,7 @@ from laya_onnx.serve import create_app
 from laya_onnx.serve.protocol import ServedAgent
 from laya_onnx.serve.server import RunningServer
 from laya_onnx.serve.settings import ServerLimits
+from laya_onnx.tournament import DEFAULT_GROUP_SIZE
 
 URL = "/v1/systemone"
 BATCH = "/v1/systemone/batch"
@@ -156,6 +157,10 @@ class FakeAgent:
         finally:
             with self._lock:
                 self.active -= 1
+
+    def tournament_group_size(self, questions, head_max_len=None):
+        """No head budget to measure: laya's default group (`laya.shortlist`)."""
+        return DEFAULT_GROUP_SIZE
 
     def predict(self, state, questions, **kw):
         self._enter(("predict", state, questions, kw))

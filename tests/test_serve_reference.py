@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import warnings
 
 import pytest
 
@@ -171,6 +172,9 @@ def _requests():
         yield batch(
             **{("states" if k == "state" else k): ([v] if k == "state" else v) for k, v in kw.items()}
         )
+    for kw in _large_choice_bodies():
+        yield single(**kw)
+        yield batch(**kw)
     for kw in (
         [dict(batch_size=v) for v in [True, 2.0, "2", 0, -5, 2, 100]]
         + [dict(sort_by_length=v) for v in ["yes", 1, True, False]]
@@ -188,10 +192,50 @@ def _requests():
         yield batch(**kw)
 
 
+def _large_choice_bodies():
+    """Choices around the one-pass cap (100) and the tournament cap (255), and the cases that
+    keep or drop `option_order`, or refuse non-string labels, when a choice is narrowed."""
+
+    def choice(n, **extra):
+        return {"type": "choice", "instructions": "x", "criteria": ["opt %d" % i for i in range(n)], **extra}
+
+    described = {"opt %d" % i: "about %d" % i for i in range(120)}
+    for n in (17, 100, 101, 255, 256):
+        yield dict(questions={"c": choice(n)})
+    yield dict(questions={"c": {"type": "choice", "instructions": "x", "criteria": described}, **Q})
+    yield dict(questions={"c": choice(40, option_order=list(range(40))[::-1])})
+    yield dict(questions={"c": choice(120, option_order=list(range(120))[::-1]), "d": choice(20)})
+    yield dict(questions={"c": {"type": "choice", "instructions": "x", "criteria": list(range(40))}})
+    yield dict(questions={"c": {"type": "choice", "instructions": "x", "criteria": list(range(120))}})
+    yield dict(questions={"c": choice(120), "d": choice(30), **Q}, min_confidence=0.5, max_len=400)
+
+
 _REGISTRY = re.compile(r"choose one of \[.*?\] \(or an alias: \[.*?\]\)")
 
 
-def test_wire_behaviour_matches_laya_serve(monkeypatch):
+_OVER_CAP = re.compile(r"too many choice options for '(.+)' \((\d+) > 100\)")
+
+
+def _elimination_instead_of_413(theirs, mine, raw) -> bool:
+    """The one intended difference beyond the registry: a choice over laya-serve's one-pass cap
+    of 100 options, which laya-serve refuses unless LAYA_TOURNAMENT_GROUP is set, is answered by
+    elimination up to Jev's 255 (or refused for a non-string label), and over 255 gets our 413."""
+    match = _OVER_CAP.fullmatch(theirs[1]["detail"]) if theirs[0] == 413 else None
+    if match is None:
+        return False
+    qid, n = match.group(1), int(match.group(2))
+    if n > 255:
+        return mine == (413, {"detail": "too many choice options for '%s' (%d > 255)" % (qid, n)}, False)
+    if mine[0] == 422:
+        return "needs every label to be a string" in mine[1]["detail"]
+    results = mine[1].get("results", [mine[1]]) if mine[0] == 200 else []
+    return bool(results) and all(len(r["answers"][qid]["probabilities"]) == n for r in results)
+
+
+@pytest.mark.parametrize("tournament_group", ["", "16", "2"])
+def test_wire_behaviour_matches_laya_serve(monkeypatch, tournament_group):
+    """Unset, the only differences are the registry text and `_elimination_instead_of_413`; with
+    LAYA_TOURNAMENT_GROUP set on both servers, answers (tournament rounds included) are equal."""
     pytest.importorskip("fastapi")  # laya.serve's own server stack, beside laya
     pytest.importorskip("httpx")
     import laya.serve as reference
@@ -199,10 +243,11 @@ def test_wire_behaviour_matches_laya_serve(monkeypatch):
 
     for key in ("LAYA_API_KEY", "LAYA_MAX_TOKEN_BUDGET", "LAYA_MAX_BATCH_TOKENS", "LAYA_MAX_CONCURRENT"):
         monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("LAYA_TOURNAMENT_GROUP", tournament_group)
     router = FakeRouter()
 
     async def compare():
-        mismatches, registry_only, n = [], 0, 0
+        mismatches, registry_only, eliminated, n = [], 0, 0, 0
         async with served() as ours:
             with TestClient(reference.create_app(router)) as ref:
                 for strict in ("0", "1"):
@@ -211,8 +256,10 @@ def test_wire_behaviour_matches_laya_serve(monkeypatch):
                         n += 1
                         data = raw.encode("utf-8", "surrogatepass")
                         before_ref, before_ours = len(router.forwarded), len(ours.agent.calls)
-                        rr = ref.post(path, content=data)
-                        r = await ours.post(path, data=data)
+                        with warnings.catch_warnings():
+                            warnings.simplefilter("ignore", RuntimeWarning)  # dropped option_order
+                            rr = ref.post(path, content=data)
+                            r = await ours.post(path, data=data)
                         theirs = (rr.status_code, rr.json(), "server-timing" in rr.headers)
                         mine = (r.status, await r.json(content_type=None), "Server-Timing" in r.headers)
                         sent_ref = router.forwarded[before_ref:]
@@ -226,10 +273,16 @@ def test_wire_behaviour_matches_laya_serve(monkeypatch):
                         ):
                             registry_only += 1
                             continue
+                        if not tournament_group and _elimination_instead_of_413(theirs, mine, raw):
+                            eliminated += 1
+                            continue
                         mismatches.append((strict, path, raw[:100], theirs, mine, sent_ref, sent_ours))
-        return n, registry_only, mismatches
+        return n, registry_only, eliminated, mismatches
 
-    n, registry_only, mismatches = asyncio.run(compare())
+    n, registry_only, eliminated, mismatches = asyncio.run(compare())
     assert n > 300
     assert registry_only > 0  # the path-like models and unknown tasks above
-    assert not mismatches, "\n".join(map(repr, mismatches[:5]))
+    assert not mismatches, "\n".join(repr(m)[:1500] for m in mismatches[:5])
+    # 101 (twice), 255, 256, 120 described, 120 ordered, 120 ints, 120 + min_confidence:
+    # 8 bodies x 2 routes x 2 strict modes
+    assert eliminated == (32 if not tournament_group else 0)

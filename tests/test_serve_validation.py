@@ -135,7 +135,8 @@ async def test_slow_body_is_408_and_releases_the_slot():
 @aio
 async def test_question_and_option_limits():
     many = {"q%d" % i: {"type": "noul", "instructions": "x"} for i in range(65)}
-    choice101 = {"c": {"type": "choice", "instructions": "x", "criteria": [str(i) for i in range(101)]}}
+    # 101..255 options are answered by elimination (tests/test_serve_jev.py); the cap is Jev's 255
+    choice256 = {"c": {"type": "choice", "instructions": "x", "criteria": [str(i) for i in range(256)]}}
     score33 = {"s": {"type": "score", "instructions": "x", "criteria": [str(i) for i in range(33)]}}
     null_level = {"s": {"type": "score", "instructions": "x", "criteria": ["a", None, "c"]}}
     total = {
@@ -144,7 +145,7 @@ async def test_question_and_option_limits():
     }
     cases = [
         (many, 413, "too many questions (65 > 64)"),
-        (choice101, 413, "too many choice options for 'c' (101 > 100)"),
+        (choice256, 413, "too many choice options for 'c' (256 > 255)"),
         (score33, 413, "too many score levels for 's' (33 > 32)"),
         (null_level, 422, "score question 's' has a null level at index 1; give every level a description"),
         (total, 413, "too many answer options across questions (600 > 512)"),

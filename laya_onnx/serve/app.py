@@ -34,6 +34,8 @@ from yarl import URL
 
 from laya_onnx.errors import LayaInputError, PassTooLarge
 from laya_onnx.hooks import aggregate_usage
+from laya_onnx.serve import jev
+from laya_onnx.serve import tournament as elimination
 from laya_onnx.serve import validate as v
 from laya_onnx.serve.catalog import ModelCard
 from laya_onnx.serve.drain import Drain, InferenceGate
@@ -105,6 +107,16 @@ def json_response(payload: Any, status: int = 200, headers: dict[str, str] | Non
 
 def error_response(status: int, detail: str, headers: dict[str, str] | None = None) -> web.Response:
     return json_response({"detail": detail}, status=status, headers=headers)
+
+
+def refusal(
+    request: web.Request, status: int, detail: str, headers: dict[str, str] | None = None, errors=None
+) -> web.Response:
+    """An app-level error in the app's wire profile: laya-serve's `{"detail": "<string>"}`, or
+    the Jev profile's shapes (`jev.error_payload`)."""
+    if request.app[SETTINGS].jev:
+        return json_response(jev.error_payload(status, detail, errors), status=status, headers=headers)
+    return error_response(status, detail, headers)
 
 
 #: The request's id (the caller's X-Request-Id when acceptable, else generated).
@@ -181,14 +193,15 @@ async def request_context_middleware(request: web.Request, handler: Handler) -> 
 
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Every failure leaves as `{"detail": "<string>"}`; nothing else ever reaches a client."""
+    """Every failure leaves as a `refusal` (`{"detail": "<string>"}`, or the Jev profile's
+    shapes); nothing else ever reaches a client."""
     try:
         return await handler(request)
     except ApiError as exc:
-        return error_response(exc.status, exc.detail, exc.headers)
+        return refusal(request, exc.status, exc.detail, exc.headers, getattr(exc, "errors", None))
     except web.RequestPayloadError:
         # aiohttp could not de-chunk or decompress the body: the caller's bytes, not our fault
-        response = error_response(400, BODY_UNDECODABLE)
+        response = refusal(request, 400, BODY_UNDECODABLE)
         response.force_close()  # the rest of the stream cannot be framed either
         return response
     except web.HTTPException as exc:
@@ -197,12 +210,12 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         headers = {
             k: val for k, val in exc.headers.items() if k.lower() not in ("content-type", "content-length")
         }
-        return error_response(exc.status, exc.reason, headers)
+        return refusal(request, exc.status, exc.reason, headers)
     except asyncio.CancelledError:
         raise
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.rel_url.path)
-        return error_response(500, "Internal Server Error")
+        return refusal(request, 500, "Internal Server Error")
 
 
 def _route_name(request: web.Request) -> str | None:
@@ -373,60 +386,75 @@ def _agent_controls(body: dict[str, Any], checkpoint: Checkpoint, settings: Sett
     return controls
 
 
+def _shape(settings: Settings, result: dict[str, Any], strict: bool) -> dict[str, Any]:
+    return jev.shape(result, strict) if settings.jev else shape(result, strict)
+
+
 async def systemone(request: web.Request) -> web.Response:
     agent, checkpoint, settings = request.app[AGENT], request.app[CHECKPOINT], request.app[SETTINGS]
-    body = v.parse_json(await read_body(request))
-    if not isinstance(body, dict) or "questions" not in body:
-        raise ApiError(400, "request body must be an object with a 'questions' field")
-    state, questions = body.get("state"), body["questions"]
-    v.check_request_limits(state, questions)
-    v.refuse_hooks(body)
-    if v.has_lone_surrogate(body):
-        raise ApiError(400, LONE_SURROGATE)
-    controls = _agent_controls(body, checkpoint, settings)
-    checkpoint.check_task(body.get("task"))
+    with jev.validation_stage(settings.jev):
+        body = v.parse_json(await read_body(request))
+        if settings.jev:
+            body = jev.validate(body, jev.SystemOneRequest)
+        if not isinstance(body, dict) or "questions" not in body:
+            raise ApiError(400, "request body must be an object with a 'questions' field")
+        state, questions = body.get("state"), body["questions"]
+        v.check_request_limits(state, questions)
+        v.refuse_hooks(body)
+        if v.has_lone_surrogate(body):
+            raise ApiError(400, LONE_SURROGATE)
+        controls = _agent_controls(body, checkpoint, settings)
+        checkpoint.check_task(body.get("task"))
 
-    result = await infer(request, partial(agent.predict, state, questions, **controls), "inference")
+    run = partial(elimination.predict, agent, state, questions, settings.tournament_group, **controls)
+    result = await infer(request, run, "inference")
     strict = settings.strict()
-    return respond(request, lambda: shape({**result, "routing": checkpoint.routing()}, strict), "inference")
+    return respond(
+        request, lambda: _shape(settings, {**result, "routing": checkpoint.routing()}, strict), "inference"
+    )
 
 
 async def systemone_batch(request: web.Request) -> web.Response:
     agent, checkpoint, settings = request.app[AGENT], request.app[CHECKPOINT], request.app[SETTINGS]
-    body = v.parse_json(await read_body(request))
-    if not isinstance(body, dict) or "questions" not in body or "states" not in body:
-        raise ApiError(400, "request body must be an object with 'states' and 'questions' fields")
-    states, questions = body["states"], body["questions"]
-    v.check_batch_limits(states, questions)
-    v.refuse_hooks(body)
-    v.refuse_out_parameters(body)
-    if v.has_lone_surrogate(body):
-        raise ApiError(400, LONE_SURROGATE)
-    controls = _agent_controls(body, checkpoint, settings)
-    caller_size = v.batch_size(body)
-    planned = v.chunk_plan(
-        len(states),
-        len(questions),
-        body.get("max_len"),
-        settings.batch_tokens(),
-        memory=v.pass_memory_of(agent),
-    )
-    if caller_size is not None:
-        controls["batch_size"] = caller_size if planned is None else min(caller_size, planned)
-    elif planned is not None:
-        controls["batch_size"] = planned
-    if v.sort_by_length(body):
-        controls["sort_by_length"] = True  # False is the agent's own default: not forwarded
-    checkpoint.check_task(body.get("task"))
+    with jev.validation_stage(settings.jev):
+        body = v.parse_json(await read_body(request))
+        if settings.jev:
+            body = jev.validate(body, jev.BatchRequest)
+        if not isinstance(body, dict) or "questions" not in body or "states" not in body:
+            raise ApiError(400, "request body must be an object with 'states' and 'questions' fields")
+        states, questions = body["states"], body["questions"]
+        v.check_batch_limits(states, questions)
+        v.refuse_hooks(body)
+        v.refuse_out_parameters(body)
+        if v.has_lone_surrogate(body):
+            raise ApiError(400, LONE_SURROGATE)
+        controls = _agent_controls(body, checkpoint, settings)
+        caller_size = v.batch_size(body)
+        planned = v.chunk_plan(
+            len(states),
+            len(questions),
+            body.get("max_len"),
+            settings.batch_tokens(),
+            memory=v.pass_memory_of(agent),
+        )
+        if caller_size is not None:
+            controls["batch_size"] = caller_size if planned is None else min(caller_size, planned)
+        elif planned is not None:
+            controls["batch_size"] = planned
+        if v.sort_by_length(body):
+            controls["sort_by_length"] = True  # False is the agent's own default: not forwarded
+        checkpoint.check_task(body.get("task"))
 
-    results = await infer(
-        request, partial(agent.predict_batch, states, questions, **controls), "batch inference"
-    )
+    run = partial(elimination.predict_batch, agent, states, questions, settings.tournament_group, **controls)
+    results = await infer(request, run, "batch inference")
     strict = settings.strict()
 
     def payload() -> dict[str, Any]:
         routed = [{**r, "routing": checkpoint.routing()} for r in results]
-        return {"results": [shape(r, strict) for r in routed], "total_usage": aggregate_usage(routed)}
+        return {
+            "results": [_shape(settings, r, strict) for r in routed],
+            "total_usage": aggregate_usage(routed),
+        }
 
     return respond(request, payload, "batch inference")
 
@@ -511,7 +539,7 @@ def create_app(agent: ServedAgent, **settings: Any) -> web.Application:
     """Build the server for one loaded agent.
 
     `settings` override the environment: api_key, max_concurrent, body_read_timeout, root_path,
-    max_token_budget, max_batch_tokens, jev_strict (see `Settings`).
+    max_token_budget, max_batch_tokens, jev_strict, tournament_group, jev_profile (see `Settings`).
     """
     config = Settings.from_env(**settings)
     app = web.Application(

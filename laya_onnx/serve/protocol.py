@@ -68,6 +68,11 @@ class ServedAgent(Protocol):
         min_confidence: Any = None,
     ) -> dict[str, Any]: ...
 
+    def tournament_group_size(self, questions: Any, head_max_len: int | None = None) -> int | None:
+        """The largest group of options that keep all their tokens in one head, or None when
+        every choice in `questions` already does (`laya_onnx.tournament.fitting_group_size`)."""
+        ...
+
     def predict_batch(
         self,
         states: Sequence[Any],

@@ -69,7 +69,10 @@ ChoiceCriteria = Annotated[
             description="labels only; labels that are one dict key (1, 1.0 and true) are refused",
         ),
     ],
-    Field(description="The options: at most %d (413 beyond)." % v.MAX_CHOICE_OPTIONS),
+    Field(
+        description="The options: at most %d (413 beyond); over %d they are answered by elimination "
+        "(the answer carries x_tournament)." % (v.MAX_CHOICE_OPTIONS, v.MAX_ONE_PASS_CHOICE_OPTIONS)
+    ),
 ]
 
 OptionOrder = Annotated[

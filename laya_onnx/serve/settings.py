@@ -183,6 +183,39 @@ def threads_from_env() -> int | None:
     return n if n > 0 else None
 
 
+#: LAYA_TOURNAMENT_GROUP's accepted range (laya-serve 0.4.15): above the one-pass choice cap a
+#: choice admitted by the raised cap could land in one group and be read in one pass after all.
+TOURNAMENT_GROUP_RANGE = (2, 100)
+#: LAYA_JEV_PROFILE values: "typesafe" follows TypeSafe's Jev spec where it asks more than laya-serve.
+JEV_PROFILES = ("typesafe",)
+
+
+def tournament_group_from_env() -> int:
+    """LAYA_TOURNAMENT_GROUP as laya-serve reads it: an int in 2..100, anything else 0 (unset)."""
+    value = _raw("LAYA_TOURNAMENT_GROUP")
+    if value is None:
+        return 0
+    try:
+        n = int(value)
+    except ValueError:
+        return 0
+    low, high = TOURNAMENT_GROUP_RANGE
+    return n if low <= n <= high else 0
+
+
+def check_jev_profile(value: str | None) -> str | None:
+    """None (laya-serve's wire format) or a known profile; anything else is refused by name."""
+    if value is None or not value.strip():
+        return None
+    name = value.strip().lower()
+    if name not in JEV_PROFILES:
+        raise ConfigError(
+            "invalid LAYA_JEV_PROFILE %r: use %s, or leave it unset for laya-serve's wire format"
+            % (value, " or ".join(repr(p) for p in JEV_PROFILES))
+        )
+    return name
+
+
 def api_key_from_env() -> str | None:
     # Not stripped: the key is compared byte for byte, and an empty value means "no auth".
     return os.environ.get("LAYA_API_KEY") or None
@@ -251,9 +284,10 @@ class ServerLimits:
 class Settings:
     """What one app instance runs with.
 
-    `api_key`, `max_concurrent`, `body_read_timeout` and `root_path` are fixed when the app is built.
-    `max_token_budget`, `max_batch_tokens` and `jev_strict` are read from the environment on
-    every request unless given here, as laya-serve reads them (http.md §4, "per request").
+    `api_key`, `max_concurrent`, `body_read_timeout`, `root_path`, `tournament_group` and
+    `jev_profile` are fixed when the app is built. `max_token_budget`, `max_batch_tokens` and
+    `jev_strict` are read from the environment on every request unless given here, as laya-serve
+    reads them (http.md §4, "per request").
     """
 
     api_key: str | None = None
@@ -263,6 +297,18 @@ class Settings:
     max_token_budget: int | None = None
     max_batch_tokens: int | None = None
     jev_strict: bool | None = None
+    #: 0: narrow only choices over 100 options, with a group derived from the head budget.
+    tournament_group: int = 0
+    jev_profile: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "jev_profile", check_jev_profile(self.jev_profile))
+        group = self.tournament_group
+        low, high = TOURNAMENT_GROUP_RANGE
+        if isinstance(group, bool) or not isinstance(group, int) or not (group == 0 or low <= group <= high):
+            raise ConfigError(
+                "tournament_group must be 0 (derived) or an integer in %d..%d, got %r" % (low, high, group)
+            )
 
     @classmethod
     def from_env(cls, **overrides) -> Settings:
@@ -277,6 +323,8 @@ class Settings:
             "api_key": api_key_from_env(),
             "max_concurrent": max_concurrent_from_env(),
             "body_read_timeout": body_read_timeout_from_env(),
+            "tournament_group": tournament_group_from_env(),
+            "jev_profile": os.environ.get("LAYA_JEV_PROFILE"),
         }
         values.update(overrides)
         values["root_path"] = (
@@ -293,6 +341,11 @@ class Settings:
 
     def batch_tokens(self) -> int:
         return self.max_batch_tokens if self.max_batch_tokens is not None else max_batch_tokens_from_env()
+
+    @property
+    def jev(self) -> bool:
+        """TypeSafe's Jev profile is on (error shapes, validation, confidence, `x_` fields)."""
+        return self.jev_profile is not None
 
     def strict(self) -> bool:
         return self.jev_strict if self.jev_strict is not None else env_bool("LAYA_JEV_STRICT", False)

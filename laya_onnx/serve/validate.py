@@ -20,7 +20,11 @@ MAX_QUESTIONS = 64
 MAX_STATE_CHARS = 50000
 MAX_BATCH_STATES = 64
 MAX_BODY_BYTES = 2 * 1024 * 1024
-MAX_CHOICE_OPTIONS = 100
+#: laya-serve's choice cap without LAYA_TOURNAMENT_GROUP: what one pass is ever asked to read.
+MAX_ONE_PASS_CHOICE_OPTIONS = 100
+#: TypeSafe Jev's documented cap (laya-serve's with LAYA_TOURNAMENT_GROUP): a choice over
+#: MAX_ONE_PASS_CHOICE_OPTIONS is answered by elimination (serve/tournament.py).
+MAX_CHOICE_OPTIONS = 255
 MAX_SCORE_LEVELS = 32
 MAX_TOTAL_OPTIONS = 512
 #: Row width a batch is planned with when the request sets no `max_len` (the english default).
@@ -92,7 +96,7 @@ def state_length(state: Any) -> int:
         raise ApiError(400, "'state' must be JSON-serializable") from None
 
 
-def check_request_limits(state: Any, questions: Any, max_choice_options: int = MAX_CHOICE_OPTIONS) -> None:
+def check_request_limits(state: Any, questions: Any) -> None:
     """The pre-tokenization guards for one state and its questions (400/413/422)."""
     if state is None:
         raise ApiError(400, "'state' is required")
@@ -107,9 +111,9 @@ def check_request_limits(state: Any, questions: Any, max_choice_options: int = M
         kind, criteria = question.get("type"), question.get("criteria")
         if kind == "choice" and isinstance(criteria, (dict, list)):
             total += len(criteria)
-            if len(criteria) > max_choice_options:
+            if len(criteria) > MAX_CHOICE_OPTIONS:
                 raise ApiError(
-                    413, "too many choice options for %r (%d > %d)" % (qid, len(criteria), max_choice_options)
+                    413, "too many choice options for %r (%d > %d)" % (qid, len(criteria), MAX_CHOICE_OPTIONS)
                 )
         elif kind == "score" and isinstance(criteria, list):
             total += len(criteria)
