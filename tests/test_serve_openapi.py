@@ -168,3 +168,41 @@ def test_response_schemas_catch_a_contract_break():
         {k: v for k, v in good.items() if k != "usage"},
     ):
         assert not validator(doc, "DecisionResponse").is_valid(broken), broken
+
+
+@aio
+async def test_collapsed_options_and_tournament_answers_validate(bundle_factory):
+    """The tiny bundle's own answers where the fake has nothing to say: options shrunk until they
+    collapse (`usage.options`, `tokens_per_option` an int) and a 150-option choice answered by
+    elimination (`x_tournament`, probabilities over every option)."""
+    from laya_onnx import ONNXAgent
+
+    doc = openapi_document()
+    agent = ONNXAgent(bundle_factory("tiny-english"))
+    same_start = ["the customer is asking about topic number %d" % i for i in range(60)]
+    many = ["queue %d" % i for i in range(150)]
+    async with served(agent, api_key=None) as c:
+        # one request each: a request with a choice over 100 options narrows every large choice
+        r, one_pass = await post(
+            c,
+            URL,
+            {
+                "state": "x",
+                "questions": {"q": {"type": "choice", "instructions": "Which?", "criteria": same_start}},
+            },
+        )
+        assert r.status == 200
+        r, narrowed = await post(
+            c,
+            URL,
+            {
+                "state": "x",
+                "questions": {"q": {"type": "choice", "instructions": "Which?", "criteria": many}},
+            },
+        )
+        assert r.status == 200
+    spans = one_pass["usage"]["options"]["q"]
+    assert spans["distinct"] < spans["total"] == 60 and isinstance(spans["tokens_per_option"], int)
+    assert len(narrowed["answers"]["q"]["probabilities"]) == 150 and narrowed["answers"]["q"]["x_tournament"]
+    assert_valid(doc, "DecisionResponse", one_pass)
+    assert_valid(doc, "DecisionResponse", narrowed)

@@ -316,7 +316,10 @@ Answer = Annotated[ChoiceAnswer | ScoreAnswer | NoulAnswer, Field(discriminator=
 class OptionSpans(TypedDict):
     total: Count
     distinct: Count
-    tokens_per_option: list[Count]
+    tokens_per_option: Annotated[
+        Count | None,
+        Field(description="The cap each option span was cut to, or null when none was (laya's common.py)."),
+    ]
 
 
 class Usage(TypedDict):
