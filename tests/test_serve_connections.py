@@ -172,6 +172,29 @@ async def test_parser_refusals_are_json_without_echo_and_close_the_connection(na
     assert srv.agent.calls == []
 
 
+@pytest.mark.parametrize("name", ["bad request line", "header too long"])
+@aio
+async def test_parser_refusals_take_the_jev_error_shape_in_the_jev_profile(name):
+    data, status = PARSER_CASES[name]
+    async with listening(FakeAgent(), jev_profile="typesafe") as srv:
+        raw, _ = await exchange(srv.port, data)
+    (resp,) = parse_responses(raw)
+    detail = _json_refusal(resp, status)
+    assert set(detail) == {"error_type", "message"}
+    assert detail["error_type"] == "api_usage_error" and MARKER not in detail["message"]
+
+
+@aio
+async def test_the_header_timeout_408_takes_the_jev_error_shape_in_the_jev_profile():
+    async with listening(FakeAgent(), jev_profile="typesafe") as srv:
+        raw, _ = await exchange(srv.port, b"GET /health HTTP/1.1\r\nHost: x\r\n")
+    (resp,) = parse_responses(raw)
+    assert _json_refusal(resp, 408) == {
+        "error_type": "api_usage_error",
+        "message": "request headers were not received in time",
+    }
+
+
 @aio
 async def test_a_too_short_content_length_answers_the_framed_request_then_refuses_the_rest():
     # One write: a request whose Content-Length stops inside the JSON, then the JSON's tail.

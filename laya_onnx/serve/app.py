@@ -114,9 +114,15 @@ def refusal(
 ) -> web.Response:
     """An app-level error in the app's wire profile: laya-serve's `{"detail": "<string>"}`, or
     the Jev profile's shapes (`jev.error_payload`)."""
-    if request.app[SETTINGS].jev:
-        return json_response(jev.error_payload(status, detail, errors), status=status, headers=headers)
-    return error_response(status, detail, headers)
+    return json_response(error_body(request.app, status, detail, errors), status=status, headers=headers)
+
+
+def error_body(app: web.Application, status: int, detail: str, errors=None) -> Any:
+    """The error body in `app`'s wire profile; also used for the parser's refusals, which no
+    handler or middleware sees (serve/connection.py)."""
+    if app[SETTINGS].jev:
+        return jev.error_payload(status, detail, errors)
+    return {"detail": detail}
 
 
 #: The request's id (the caller's X-Request-Id when acceptable, else generated).

@@ -31,12 +31,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 from aiohttp import http_exceptions, web
 
-from laya_onnx.serve.app import error_response
+from laya_onnx.serve.app import error_body, json_response
 from laya_onnx.serve.errors import HEADERS_TIMEOUT
 from laya_onnx.serve.logs import REQUEST_ID_HEADER, new_request_id
 from laya_onnx.serve.wire import render
@@ -103,9 +104,9 @@ def framed_pieces(data: bytes) -> Iterator[bytes]:
     yield data[start:]
 
 
-def _raw_json_response(status: int, reason: str, detail: str, request_id: str) -> bytes:
+def _raw_json_response(status: int, reason: str, payload: Any, request_id: str) -> bytes:
     """A complete `Connection: close` HTTP/1.1 response, for when no request object exists."""
-    body = render({"detail": detail})
+    body = render(payload)
     head = (
         "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
         "%s: %s\r\nConnection: close\r\n\r\n" % (status, reason, len(body), REQUEST_ID_HEADER, request_id)
@@ -122,9 +123,12 @@ class LayaRequestHandler(web.RequestHandler):
         *,
         idle_timeout: float,
         header_read_timeout: float,
+        error_payload: Callable[[int, str], Any] = lambda status, detail: {"detail": detail},
         **kwargs: Any,
     ) -> None:
         super().__init__(manager, **kwargs)
+        # the app's wire profile for refusals no middleware sees (laya-serve's or Jev's shape)
+        self.error_payload = error_payload
         self.idle_timeout = idle_timeout
         self.header_read_timeout = header_read_timeout
         self._finished = 0  # responses written (aiohttp counts the parsed requests)
@@ -231,7 +235,9 @@ class LayaRequestHandler(web.RequestHandler):
         if request.writer.output_size > 0:
             # the status line is already out; all that can be done is to close (as aiohttp does)
             raise ConnectionError("response already started; cannot send the error response")
-        response = error_response(status, detail, {REQUEST_ID_HEADER: request_id})
+        response = json_response(
+            self.error_payload(status, detail), status=status, headers={REQUEST_ID_HEADER: request_id}
+        )
         response.force_close()
         return response
 
@@ -268,7 +274,9 @@ class LayaRequestHandler(web.RequestHandler):
         )
         # No request object exists for a head that never completed, so the answer is written
         # straight to the socket, which nothing else writes to between requests.
-        self.transport.write(_raw_json_response(408, "Request Timeout", HEADERS_TIMEOUT, request_id))
+        self.transport.write(
+            _raw_json_response(408, "Request Timeout", self.error_payload(408, HEADERS_TIMEOUT), request_id)
+        )
         self.force_close()
 
     def begin_drain(self) -> bool:
@@ -293,7 +301,9 @@ def handler_factory(runner: web.AppRunner, **kwargs: Any) -> Any:
         raise RuntimeError("call runner.setup() before serving")
     loop = asyncio.get_running_loop()
 
+    payload = partial(error_body, runner.app)
+
     def make() -> LayaRequestHandler:
-        return LayaRequestHandler(server, loop=loop, **kwargs)
+        return LayaRequestHandler(server, loop=loop, error_payload=payload, **kwargs)
 
     return make
