@@ -154,23 +154,25 @@ class ONNXAgent(HookRegistry):
             head_max_len=head_max_len,
             min_confidence=min_confidence,
         )
-        if tournament is None or tournament is False:
+        group = self._tournament_group(tournament, questions, head_max_len)
+        if group is None:
             return self.predict_batch([state], questions, **kwargs)[0]
-        if tournament is True:
-            group = self.tournament_group_size(questions, head_max_len)
-            if group is None:
-                return self.predict_batch([state], questions, **kwargs)[0]
-        else:
-            try:
-                group = check_group_size(tournament)
-            except ValueError:
-                raise InvalidRequest(
-                    "tournament must be True, False/None, or a group size of at least 2, got %r"
-                    % (tournament,)
-                ) from None
         return run_tournament(self.predict, state, questions, group, **kwargs)
 
     system_one = predict
+
+    def _tournament_group(self, tournament: Any, questions: Any, head_max_len: int | None) -> int | None:
+        """The group size a `tournament` argument asks for, or None for one plain pass."""
+        if tournament is None or tournament is False:
+            return None
+        if tournament is True:
+            return self.tournament_group_size(questions, head_max_len)
+        try:
+            return check_group_size(tournament)
+        except ValueError:
+            raise InvalidRequest(
+                "tournament must be True, False/None, or a group size of at least 2, got %r" % (tournament,)
+            ) from None
 
     def tournament_group_size(self, questions: Any, head_max_len: int | None = None) -> int | None:
         """The group size `predict(..., tournament=True)` uses, or None when one pass reads every
@@ -197,13 +199,36 @@ class ONNXAgent(HookRegistry):
         head_max_len: int | None = None,
         sort_by_length: bool = False,
         min_confidence: Any = None,
+        tournament: bool | int | None = None,
     ) -> list[dict[str, Any]]:
         """The same questions over many states; one session run per `batch_size` states.
 
         Hooks see one `PredictContext` for the call: start hooks may rewrite `ctx.states`,
         `ctx.questions`, `ctx.max_len`/`ctx.head_max_len` or answer with `ctx.skip(results)`;
         end hooks run after the gate, also when the call failed (after `on_error`).
+
+        `tournament` as in `predict`: when it narrows, each state runs its own rounds (a
+        tournament's passes depend on that state's finalists), so `batch_size` and
+        `sort_by_length` have nothing to apply to.
         """
+        group = self._tournament_group(tournament, questions, head_max_len)
+        if group is not None:
+            if isinstance(states, (str, bytes, dict)):
+                raise InvalidRequestType(
+                    "predict_batch expects a list of states; pass a single state to predict()/system_one()."
+                )
+            per_state = dict(
+                lang=lang,
+                hooks=hooks,
+                on_predict_start=on_predict_start,
+                on_predict_end=on_predict_end,
+                hooks_raise=hooks_raise,
+                hooks_timeout=hooks_timeout,
+                max_len=max_len,
+                head_max_len=head_max_len,
+                min_confidence=min_confidence,
+            )
+            return [run_tournament(self.predict, s, questions, group, **per_state) for s in states]
         mc = check_min_confidence(min_confidence) if min_confidence is not None else None
         active = compose_hooks(self.hooks, hooks, on_predict_start, on_predict_end)
         raise_errors = self.hooks_raise if hooks_raise is None else bool(hooks_raise)

@@ -244,6 +244,20 @@ def test_agent_derived_group_keeps_every_option_whole(agent):
     assert build_head(agent.tok, over, agent.head_max_len).options["tokens_per_option"] is not None
 
 
+def test_agent_batch_tournament_equals_predict_per_state(agent):
+    qs = {"q": {"type": "choice", "instructions": "Which queue?", "criteria": LABELS[:150]}}
+    states = ["I was charged twice", "the app will not log me in", "I want to buy more seats"]
+    with pytest.raises(ValueError, match="option markers fit"):
+        agent.predict_batch(states, qs)
+    batch = agent.predict_batch(states, qs, tournament=True, batch_size=2)
+    assert batch == [agent.predict(s, qs, tournament=True) for s in states]
+    assert all("x_tournament" in r["answers"]["q"] for r in batch)
+    with pytest.raises(TypeError, match="predict_batch expects a list of states"):
+        agent.predict_batch("one state", qs, tournament=True)
+    with pytest.raises(ValueError, match="tournament must be True"):
+        agent.predict_batch(states, qs, tournament=1)
+
+
 @pytest.mark.parametrize("bad", [1, 0, "yes", 2.5])
 def test_agent_tournament_argument_is_checked(agent, bad):
     with pytest.raises(ValueError, match="tournament must be True, False/None, or a group size"):
