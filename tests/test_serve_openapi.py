@@ -206,3 +206,40 @@ async def test_collapsed_options_and_tournament_answers_validate(bundle_factory)
     assert len(narrowed["answers"]["q"]["probabilities"]) == 150 and narrowed["answers"]["q"]["x_tournament"]
     assert_valid(doc, "DecisionResponse", one_pass)
     assert_valid(doc, "DecisionResponse", narrowed)
+
+
+@aio
+async def test_jev_profile_document_describes_its_own_bodies_answers_and_errors():
+    async with served(jev_profile="typesafe") as c:
+        doc = await (await c.get("/openapi.json")).json()
+        replies = [
+            await post(c, URL, BODY),
+            await post(c, BATCH, {"states": [BODY["state"], "another"], "questions": BODY["questions"]}),
+            await post(c, URL, {"state": "x", "questions": {}}),
+            await post(c, URL, b"{not json"),
+        ]
+        docs = await (await c.get("/docs")).text()
+    statuses = [r.status for r, _ in replies]
+    answers = [body for _, body in replies]
+    assert doc == json.loads(json.dumps(openapi_document(jev_profile=True)))
+    assert doc != json.loads(json.dumps(openapi_document()))
+    post_single = doc["paths"][URL]["post"]
+    assert post_single["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith(
+        "/JevSystemOneRequest"
+    )
+    assert post_single["responses"]["422"]["content"]["application/json"]["schema"]["$ref"].endswith(
+        "/JevValidationError"
+    )
+    assert post_single["responses"]["503"]["content"]["application/json"]["schema"]["$ref"].endswith(
+        "/JevError"
+    )
+    assert statuses == [200, 200, 422, 422]
+    assert_valid(doc, "JevSystemOneRequest", BODY)
+    assert_valid(doc, "JevSystemOneResponse", answers[0])
+    assert_valid(doc, "JevBatchResponse", answers[1])
+    assert_valid(doc, "JevValidationError", answers[2])
+    assert_valid(doc, "JevValidationError", answers[3])
+    assert_valid(doc, "JevError", {"detail": {"error_type": "overloaded_error", "message": "busy"}})
+    # the document can fail: a laya-profile error body is not a Jev one
+    assert list(validator(doc, "JevError").iter_errors({"detail": "busy"}))
+    assert "JevSystemOneRequest" in docs

@@ -508,11 +508,12 @@ async def scrape_metrics(request: web.Request) -> web.Response:
 
 
 async def openapi_route(request: web.Request) -> web.Response:
-    return web.Response(body=openapi_json(request.app[SETTINGS].root_path), content_type="application/json")
+    settings = request.app[SETTINGS]
+    return web.Response(body=openapi_json(settings.root_path, settings.jev), content_type="application/json")
 
 
 async def docs_route(request: web.Request) -> web.Response:
-    return web.Response(text=docs_html(), content_type="text/html")
+    return web.Response(text=docs_html(request.app[SETTINGS].jev), content_type="text/html")
 
 
 def _queue_depth(runtime: Runtime) -> int:

@@ -18,6 +18,7 @@ from pydantic import TypeAdapter
 from pydantic.json_schema import JsonSchemaMode
 
 from laya_onnx import __version__
+from laya_onnx.serve import jev
 from laya_onnx.serve import schema as s
 from laya_onnx.serve.errors import (
     BODY_TIMEOUT,
@@ -41,6 +42,17 @@ COMPONENTS: dict[str, Any] = {
     "Health": s.Health,
     "ModelList": s.ModelList,
     "Error": s.ErrorBody,
+}
+
+#: The Jev profile's types (LAYA_JEV_PROFILE=typesafe). Their component names, and the names of
+#: every type they refer to, carry this prefix: both profiles name types `Usage`, `ChoiceAnswer`...
+JEV_PREFIX = "Jev"
+JEV_COMPONENTS: dict[str, Any] = {
+    "SystemOneRequest": jev.SystemOneRequest,
+    "BatchRequest": jev.BatchRequest,
+    "SystemOneResponse": jev.SystemOneResponse,
+    "Error": jev.ErrorBody,
+    "ValidationError": jev.HTTPValidationError,
 }
 
 _TIMING_HEADERS = {
@@ -75,8 +87,14 @@ def _json(ref: str) -> dict[str, Any]:
     return {"application/json": {"schema": {"$ref": "#/components/schemas/" + ref}}}
 
 
-def _error(status: int, why: str) -> dict[str, Any]:
-    response: dict[str, Any] = {"description": why, "content": _json("Error")}
+def _error(status: int, why: str, profile: bool = False) -> dict[str, Any]:
+    """One error response; in the Jev profile a 422 is the validation list, the rest
+    `{"detail": {"error_type", "message"}}`."""
+    if profile:
+        name = JEV_PREFIX + ("ValidationError" if status == 422 else "Error")
+    else:
+        name = "Error"
+    response: dict[str, Any] = {"description": why, "content": _json(name)}
     if status == 503:
         response["headers"] = {
             "Retry-After": {"required": True, "schema": {"type": "string", "enum": ["1"]}},
@@ -84,11 +102,13 @@ def _error(status: int, why: str) -> dict[str, Any]:
     return response
 
 
-def _decision(summary: str, description: str, request: str, response: str, op_id: str) -> dict[str, Any]:
+def _decision(
+    summary: str, description: str, request: str, response: str, op_id: str, profile: bool = False
+) -> dict[str, Any]:
     responses: dict[str, Any] = {
         "200": {"description": "The answers.", "headers": _TIMING_HEADERS, "content": _json(response)}
     }
-    responses.update({str(code): _error(code, why) for code, why in _DECISION_ERRORS.items()})
+    responses.update({str(code): _error(code, why, profile) for code, why in _DECISION_ERRORS.items()})
     return {
         "post": {
             "operationId": op_id,
@@ -111,21 +131,43 @@ def _get(
     }
 
 
-def _components() -> dict[str, Any]:
-    """Every named type of `COMPONENTS` and the types they refer to, as JSON Schema 2020-12."""
+def _components(kinds: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Every named type of `kinds` and the types they refer to, as JSON Schema 2020-12, each
+    named with `prefix`."""
     schemas: dict[str, Any] = {}
-    for name, kind in COMPONENTS.items():
+    template = REF.replace("{model}", prefix + "{model}")
+    for name, kind in kinds.items():
         mode: JsonSchemaMode = "validation" if name.endswith("Request") else "serialization"
-        doc = TypeAdapter(kind).json_schema(mode=mode, ref_template=REF)
+        doc = TypeAdapter(kind).json_schema(mode=mode, ref_template=template)
         for def_name, definition in doc.pop("$defs", {}).items():
-            schemas.setdefault(def_name, definition)
-        schemas[name] = doc
+            schemas.setdefault(prefix + def_name, definition)
+        schemas[prefix + name] = doc
+    return schemas
+
+
+def _jev_components() -> dict[str, Any]:
+    """The Jev profile's types, plus its batch answer (laya's route, each result Jev-shaped)."""
+    schemas = _components(JEV_COMPONENTS, JEV_PREFIX)
+    schemas[JEV_PREFIX + "BatchResponse"] = {
+        "type": "object",
+        "required": ["results", "total_usage"],
+        "properties": {
+            "results": {
+                "type": "array",
+                "items": {"$ref": REF.format(model=JEV_PREFIX + "SystemOneResponse")},
+            },
+            "total_usage": {"$ref": REF.format(model=JEV_PREFIX + "Usage")},
+        },
+    }
     return schemas
 
 
 @lru_cache(maxsize=8)
-def openapi_document(root_path: str = "") -> dict[str, Any]:
-    """The whole document, built once per process and root path.
+def openapi_document(root_path: str = "", jev_profile: bool = False) -> dict[str, Any]:
+    """The whole document, built once per process, root path and wire profile.
+
+    `jev_profile` (LAYA_JEV_PROFILE=typesafe): the decision routes take and answer the Jev
+    profile's types and its error shapes.
 
     With LAYA_ROOT_PATH (`/laya`) the document names it as its server, as laya-serve's FastAPI
     does (`"servers": [{"url": "/laya"}]`); the paths stay unprefixed, and both forms answer.
@@ -140,17 +182,19 @@ def openapi_document(root_path: str = "") -> dict[str, Any]:
             "/v1/systemone": _decision(
                 "Answer questions about one state",
                 "Every question is answered in one forward pass on the single inference worker.",
-                "DecisionRequest",
-                "DecisionResponse",
+                (JEV_PREFIX + "SystemOneRequest") if jev_profile else "DecisionRequest",
+                (JEV_PREFIX + "SystemOneResponse") if jev_profile else "DecisionResponse",
                 "systemone",
+                jev_profile,
             ),
             "/v1/systemone/batch": _decision(
                 "Answer one question set over many states",
                 "States are answered in input order; long batches are split into passes that fit "
                 "LAYA_MAX_BATCH_TOKENS.",
-                "BatchRequest",
-                "BatchResponse",
+                (JEV_PREFIX + "BatchRequest") if jev_profile else "BatchRequest",
+                (JEV_PREFIX + "BatchResponse") if jev_profile else "BatchResponse",
                 "systemone_batch",
+                jev_profile,
             ),
             "/health": _get(
                 "health",
@@ -188,7 +232,7 @@ def openapi_document(root_path: str = "") -> dict[str, Any]:
             ),
         },
         "components": {
-            "schemas": _components(),
+            "schemas": {**_components(COMPONENTS), **(_jev_components() if jev_profile else {})},
             "securitySchemes": {
                 "bearer": {
                     "type": "http",
@@ -200,8 +244,9 @@ def openapi_document(root_path: str = "") -> dict[str, Any]:
     }
 
 
-def openapi_json(root_path: str = "") -> bytes:
-    return json.dumps(openapi_document(root_path), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+def openapi_json(root_path: str = "", jev_profile: bool = False) -> bytes:
+    document = openapi_document(root_path, jev_profile)
+    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 # -- /docs ----------------------------------------------------------------------------------
@@ -229,12 +274,12 @@ def _anchor(name: str) -> str:
 
 
 @lru_cache(maxsize=1)
-def docs_html() -> str:
+def docs_html(jev_profile: bool = False) -> str:
     """The document rendered as HTML: each route with its body and answers, then every schema.
 
     Links are in-page anchors only.
     """
-    doc = openapi_document()
+    doc = openapi_document(jev_profile=jev_profile)
     e = html.escape
     out = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
