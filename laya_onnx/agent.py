@@ -143,7 +143,9 @@ class ONNXAgent(HookRegistry):
         options keep all their tokens in `head_max_len` and runs no round when every choice
         already does. Each round is one more `predict` call, hooks included.
         """
-        kwargs = dict(
+        return self.predict_batch(
+            [state],
+            questions,
             lang=lang,
             hooks=hooks,
             on_predict_start=on_predict_start,
@@ -153,11 +155,8 @@ class ONNXAgent(HookRegistry):
             max_len=max_len,
             head_max_len=head_max_len,
             min_confidence=min_confidence,
-        )
-        group = self._tournament_group(tournament, questions, head_max_len)
-        if group is None:
-            return self.predict_batch([state], questions, **kwargs)[0]
-        return run_tournament(self.predict, state, questions, group, **kwargs)
+            tournament=tournament,
+        )[0]
 
     system_one = predict
 
@@ -208,8 +207,8 @@ class ONNXAgent(HookRegistry):
         end hooks run after the gate, also when the call failed (after `on_error`).
 
         `tournament` as in `predict`: when it narrows, each state runs its own rounds (a
-        tournament's passes depend on that state's finalists), so `batch_size` and
-        `sort_by_length` have nothing to apply to.
+        tournament's passes depend on that state's finalists; each round is a plain `predict`),
+        so `batch_size` and `sort_by_length` have nothing to apply to.
         """
         group = self._tournament_group(tournament, questions, head_max_len)
         if group is not None:
