@@ -611,22 +611,14 @@ def _analyse_text(text: str, diagnostic: dict[str, Any] | None = None) -> dict[s
         out["mixed_segment"] = None
         return out
 
-    if script == "unknown":
-        if diagnostic is not None:
-            diagnostic["reason"] = "no_letters"
-        return result(
-            language=None,
-            is_english=True,
-            language_undecided=True,
-            diacritic_rate=0.0,
-            non_latin_fraction=0.0,
-        )
     if script != "latin":
+        # no letters reads as English (the Router takes its default); another script does not
+        letterless = script == "unknown"
         if diagnostic is not None:
-            diagnostic["reason"] = "non_latin_script"
+            diagnostic["reason"] = "no_letters" if letterless else "non_latin_script"
         return result(
             language=None,
-            is_english=False,
+            is_english=letterless,
             language_undecided=True,
             diacritic_rate=0.0,
             non_latin_fraction=non_latin,
