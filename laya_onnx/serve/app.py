@@ -9,8 +9,9 @@ Layout:
     `{"detail": ...}`), metrics (counts and times every request, `metrics.py`), the
     trailing-slash redirect, bearer auth, admission (and the drain), inference timing headers —
     auth and admission apply to the two decision routes only, and run before a body byte is read;
-  * handlers are thin: read the body, run the checks in contract order, hand the agent call
-    to the worker thread, shape and render the result.
+  * handlers are thin adapters over `contract.py` (the framework-neutral HTTP contract the Ray
+    Serve ingress shares): read the body, parse it there, hand the agent call to the worker
+    thread, render the contract's payload.
 
 The model is ONNX Runtime and synchronous, so it never runs on the event loop: one worker
 thread runs one pass at a time, and `/health` answers from the loop meanwhile. How a SIGTERM
@@ -20,7 +21,6 @@ drains the requests in flight is `drain.py`'s; the connection-level limits are `
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -32,11 +32,7 @@ from typing import Any
 from aiohttp import web
 from yarl import URL
 
-from laya_onnx.errors import LayaInputError, PassTooLarge
-from laya_onnx.hooks import aggregate_usage
-from laya_onnx.serve import jev
-from laya_onnx.serve import tournament as elimination
-from laya_onnx.serve import validate as v
+from laya_onnx.serve import contract
 from laya_onnx.serve.catalog import ModelCard
 from laya_onnx.serve.drain import Drain, InferenceGate
 from laya_onnx.serve.errors import (
@@ -44,9 +40,6 @@ from laya_onnx.serve.errors import (
     BODY_TOO_LARGE,
     BODY_UNDECODABLE,
     BUSY,
-    INFERENCE_FAILED,
-    LONE_SURROGATE,
-    NON_FINITE,
     UNAUTHORIZED,
     ApiError,
 )
@@ -56,20 +49,10 @@ from laya_onnx.serve.metrics import METRICS, Metrics, metrics_middleware
 from laya_onnx.serve.openapi import docs_html, openapi_json
 from laya_onnx.serve.protocol import ServedAgent
 from laya_onnx.serve.settings import Settings
-from laya_onnx.serve.wire import (
-    Checkpoint,
-    NonFiniteNumber,
-    cpu_fallbacks,
-    fallback_baseline,
-    preferred_device,
-    provider_device,
-    render,
-    shape,
-)
+from laya_onnx.serve.wire import Checkpoint, fallback_baseline, render
 
 log = logging.getLogger("laya_onnx.serve")
 
-LIVENESS_ONLY = {"status": "ok"}
 DECISION_ROUTES = frozenset({"systemone", "systemone_batch"})
 WORKER_THREAD_PREFIX = "laya-infer"
 
@@ -120,9 +103,7 @@ def refusal(
 def error_body(app: web.Application, status: int, detail: str, errors=None) -> Any:
     """The error body in `app`'s wire profile; also used for the parser's refusals, which no
     handler or middleware sees (serve/connection.py)."""
-    if app[SETTINGS].jev:
-        return jev.error_payload(status, detail, errors)
-    return {"detail": detail}
+    return contract.error_body(app[SETTINGS], status, detail, errors)
 
 
 #: The request's id (the caller's X-Request-Id when acceptable, else generated).
@@ -204,7 +185,8 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     try:
         return await handler(request)
     except ApiError as exc:
-        return refusal(request, exc.status, exc.detail, exc.headers, getattr(exc, "errors", None))
+        body = contract.api_error_body(request.app[SETTINGS], exc)
+        return json_response(body, status=exc.status, headers=exc.headers)
     except web.RequestPayloadError:
         # aiohttp could not de-chunk or decompress the body: the caller's bytes, not our fault
         response = refusal(request, 400, BODY_UNDECODABLE)
@@ -230,18 +212,8 @@ def _route_name(request: web.Request) -> str | None:
 
 
 def _authorized(request: web.Request) -> bool:
-    """Whether the request carries exactly `Bearer <key>`; always True without a key.
-
-    Compared as bytes in constant time: aiohttp decodes header bytes as UTF-8 with
-    surrogateescape, so re-encoding the same way gives back what was on the wire, and a
-    header no text encoding likes is a 401 rather than an exception.
-    """
-    key = request.app[SETTINGS].api_key
-    if key is None:
-        return True
-    supplied = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
-    expected = ("Bearer " + key).encode("utf-8", "surrogateescape")
-    return hmac.compare_digest(supplied, expected)
+    """Whether the request carries exactly `Bearer <key>` (`contract.authorized`)."""
+    return contract.authorized(request.app[SETTINGS], request.headers.get("Authorization"))
 
 
 @web.middleware
@@ -298,13 +270,8 @@ async def read_body(request: web.Request) -> bytes:
     Content-Length is a hint a client chooses and chunked uploads do not send it, so the stream
     itself is counted and abandoned as soon as it passes the cap.
     """
-    declared = request.headers.get("Content-Length")
-    if declared:
-        try:
-            if int(declared) > v.MAX_BODY_BYTES:
-                raise ApiError(413, BODY_TOO_LARGE)
-        except ValueError:
-            pass
+    if contract.declared_too_large(request.headers.get("Content-Length")):
+        raise ApiError(413, BODY_TOO_LARGE)
 
     async def collect() -> bytes:
         chunks: list[bytes] = []
@@ -314,8 +281,7 @@ async def read_body(request: web.Request) -> bytes:
             if not chunk:
                 return b"".join(chunks)
             total += len(chunk)
-            if total > v.MAX_BODY_BYTES:
-                raise ApiError(413, BODY_TOO_LARGE)
+            contract.check_body_size(total)
             chunks.append(chunk)
 
     try:
@@ -330,11 +296,8 @@ async def read_body(request: web.Request) -> bytes:
 async def infer(request: web.Request, fn: Callable[[], Any], what: str) -> Any:
     """Run `fn` on the single worker once the gate is free, and time the pass.
 
-    A row too large for the pass memory budget (`PassTooLarge`) is a 413 with the agent's text
-    (row length, estimate, budget). Any other `LayaInputError` (InvalidRequest/InvalidRequestType)
-    is the caller's request: 422 with its text verbatim. Anything else — numpy, onnxruntime, a
-    hook's own ValueError — is ours and is logged with its traceback but answered with a fixed
-    500, so nothing about the host leaks.
+    Its failures become the contract's refusals (`contract.pass_refusal`), mapped here on the
+    loop so the log line carries the request id.
     """
     runtime = request.app[RUNTIME]
     if runtime.gate is None:  # _runtime_ctx makes it on startup; a request cannot come earlier
@@ -346,123 +309,30 @@ async def infer(request: web.Request, fn: Callable[[], Any], what: str) -> Any:
         request[QUEUE_WAIT_MS] = (t0 - queued) * 1000.0
         try:
             result = await loop.run_in_executor(runtime.executor, fn)
-        except PassTooLarge as exc:
-            raise ApiError(413, str(exc)) from None
-        except LayaInputError as exc:
-            raise ApiError(422, str(exc)) from None
-        except Exception:
-            log.exception("%s failed for model=%s", what, request.app[CHECKPOINT].name)
-            raise ApiError(500, INFERENCE_FAILED) from None
+        except Exception as exc:
+            raise contract.pass_refusal(exc, what, request.app[CHECKPOINT].name) from None
         request[INFERENCE_MS] = (time.perf_counter() - t0) * 1000.0
         request[PASS_RESULT] = result
         return result
 
 
-def respond(request: web.Request, make_payload: Callable[[], Any], what: str) -> web.Response:
-    """Shape and render after inference: a non-finite float is a 422, anything else a logged 500."""
-    try:
-        return json_response(make_payload())
-    except NonFiniteNumber:
-        raise ApiError(422, NON_FINITE) from None
-    except Exception:
-        log.exception("%s failed for model=%s", what, request.app[CHECKPOINT].name)
-        raise ApiError(500, INFERENCE_FAILED) from None
-
-
-def _agent_controls(body: dict[str, Any], checkpoint: Checkpoint, settings: Settings) -> dict[str, Any]:
-    """model → max_len → head_max_len → lang → lang_guess → min_confidence, in contract order.
-
-    Returns only the controls the caller sent (absent/null are never forwarded, so the bundle's
-    own budgets stay in charge). `lang_guess` is a routing hint and there is nothing to route.
-    """
-    checkpoint.check_model(body.get("model"))
-    cap = settings.token_budget()
-    controls: dict[str, Any] = {}
-    for key in ("max_len", "head_max_len"):
-        value = v.budget(body, key, cap)
-        if value is not None:
-            controls[key] = value
-    lang = v.language(body, "lang")
-    v.language(body, "lang_guess")
-    if lang is not None:
-        controls["lang"] = lang
-    threshold = v.min_confidence(body)
-    if threshold is not None:
-        controls["min_confidence"] = threshold
-    return controls
-
-
-def _shape(settings: Settings, result: dict[str, Any], strict: bool) -> dict[str, Any]:
-    return jev.shape(result, strict) if settings.jev else shape(result, strict)
+async def decide(request: web.Request, parse: Callable[..., Any]) -> web.Response:
+    """One decision route: the contract's checks, the pass on the worker, the contract's payload."""
+    agent, checkpoint, settings = request.app[AGENT], request.app[CHECKPOINT], request.app[SETTINGS]
+    decision = parse(await read_body(request), agent, checkpoint, settings)
+    result = await infer(request, partial(decision.run, agent, settings), decision.what)
+    body = contract.render_payload(
+        partial(decision.payload, result, checkpoint, settings), decision.what, checkpoint.name
+    )
+    return web.Response(body=body, content_type="application/json")
 
 
 async def systemone(request: web.Request) -> web.Response:
-    agent, checkpoint, settings = request.app[AGENT], request.app[CHECKPOINT], request.app[SETTINGS]
-    with jev.validation_stage(settings.jev):
-        body = v.parse_json(await read_body(request))
-        if settings.jev:
-            body = jev.validate(body, jev.SystemOneRequest)
-        if not isinstance(body, dict) or "questions" not in body:
-            raise ApiError(400, "request body must be an object with a 'questions' field")
-        state, questions = body.get("state"), body["questions"]
-        v.check_request_limits(state, questions)
-        v.refuse_hooks(body)
-        if v.has_lone_surrogate(body):
-            raise ApiError(400, LONE_SURROGATE)
-        controls = _agent_controls(body, checkpoint, settings)
-        checkpoint.check_task(body.get("task"))
-
-    run = partial(elimination.predict, agent, state, questions, settings.tournament_group, **controls)
-    result = await infer(request, run, "inference")
-    strict = settings.strict()
-    return respond(
-        request, lambda: _shape(settings, {**result, "routing": checkpoint.routing()}, strict), "inference"
-    )
+    return await decide(request, contract.parse_systemone)
 
 
 async def systemone_batch(request: web.Request) -> web.Response:
-    agent, checkpoint, settings = request.app[AGENT], request.app[CHECKPOINT], request.app[SETTINGS]
-    with jev.validation_stage(settings.jev):
-        body = v.parse_json(await read_body(request))
-        if settings.jev:
-            body = jev.validate(body, jev.BatchRequest)
-        if not isinstance(body, dict) or "questions" not in body or "states" not in body:
-            raise ApiError(400, "request body must be an object with 'states' and 'questions' fields")
-        states, questions = body["states"], body["questions"]
-        v.check_batch_limits(states, questions)
-        v.refuse_hooks(body)
-        v.refuse_out_parameters(body)
-        if v.has_lone_surrogate(body):
-            raise ApiError(400, LONE_SURROGATE)
-        controls = _agent_controls(body, checkpoint, settings)
-        caller_size = v.batch_size(body)
-        planned = v.chunk_plan(
-            len(states),
-            len(questions),
-            body.get("max_len"),
-            settings.batch_tokens(),
-            memory=v.pass_memory_of(agent),
-        )
-        if caller_size is not None:
-            controls["batch_size"] = caller_size if planned is None else min(caller_size, planned)
-        elif planned is not None:
-            controls["batch_size"] = planned
-        if v.sort_by_length(body):
-            controls["sort_by_length"] = True  # False is the agent's own default: not forwarded
-        checkpoint.check_task(body.get("task"))
-
-    run = partial(elimination.predict_batch, agent, states, questions, settings.tournament_group, **controls)
-    results = await infer(request, run, "batch inference")
-    strict = settings.strict()
-
-    def payload() -> dict[str, Any]:
-        routed = [{**r, "routing": checkpoint.routing()} for r in results]
-        return {
-            "results": [_shape(settings, r, strict) for r in routed],
-            "total_usage": aggregate_usage(routed),
-        }
-
-    return respond(request, payload, "batch inference")
+    return await decide(request, contract.parse_batch)
 
 
 async def health(request: web.Request) -> web.Response:
@@ -471,26 +341,11 @@ async def health(request: web.Request) -> web.Response:
     Reads attributes and the agent's fallback snapshot — never the worker or the inference
     gate — so it answers while a pass is running.
     """
-    if not _authorized(request):
-        return json_response(LIVENESS_ONLY)
-    agent, checkpoint = request.app[AGENT], request.app[CHECKPOINT]
-    name = checkpoint.name
-    providers = list(agent.providers)
-    fallbacks = agent.fallbacks  # one snapshot for both fields
-    measured = provider_device(providers[0]) if providers else None
-    checkpoint_devices = {name: measured} if measured else {}
+    app = request.app
     return json_response(
-        {
-            "status": "ok",
-            "loaded": [name],
-            "revisions": {name: agent.revision},
-            "device": measured or preferred_device(agent.requested_providers),
-            "device_is_preference": measured is None,
-            "checkpoint_devices": checkpoint_devices,
-            "cpu_fallbacks": {name: cpu_fallbacks(fallbacks, request.app[FALLBACK_BASELINE])},
-            "providers": {name: providers},
-            "provider_fallbacks": {name: fallbacks},
-        }
+        contract.health_payload(
+            app[AGENT], app[CHECKPOINT], app[FALLBACK_BASELINE], full=_authorized(request)
+        )
     )
 
 

@@ -1,0 +1,295 @@
+"""The HTTP contract of the decision routes, with no web framework in it (http.md §2-§9).
+
+A front end (the aiohttp app, the Ray Serve ingress) reads the body and the headers its own way
+and hands them here; what to check, in which order, what each refusal says, what the agent is
+asked, and how its answer is shaped and rendered live only here, so two front ends cannot drift.
+
+  * `authorized(settings, header)` — the bearer check of the decision routes, `/health`, `/metrics`;
+  * `declared_too_large(header)` / `check_body_size(n)` — the 2 MiB body cap (413);
+  * `parse_systemone(raw, agent, checkpoint, settings)` -> `OneDecision`, and
+    `parse_batch(...)` -> `BatchDecision`: every check in contract order, or `ApiError`;
+  * `decision.run(agent, settings)` — the blocking agent call (through a tournament when
+    `tournament.plan_group` says so), to run off the event loop;
+  * `run_pass(fn, what, model)` / `pass_refusal(exc, ...)` — the pass's failures as 413/422/500;
+  * `decision.payload(result, checkpoint, settings)` + `render_payload(make, what, model)` — shaping
+    (routing block, `x_jev_confidence`, strict Jev projection, Jev profile) and JSON bytes;
+  * `error_body(settings, status, detail, errors)` — a refusal in the configured wire profile;
+  * `health_payload(agent, checkpoint, baseline, full)` — `/health` (liveness only unless `full`).
+
+Everything raises `ApiError` for a refusal; a front end renders it with `error_body`.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from laya_onnx.errors import LayaInputError, PassTooLarge
+from laya_onnx.hooks import aggregate_usage
+from laya_onnx.serve import jev
+from laya_onnx.serve import tournament as elimination
+from laya_onnx.serve import validate as v
+from laya_onnx.serve.errors import BODY_TOO_LARGE, INFERENCE_FAILED, LONE_SURROGATE, NON_FINITE, ApiError
+from laya_onnx.serve.protocol import ServedAgent
+from laya_onnx.serve.settings import Settings
+from laya_onnx.serve.wire import (
+    Checkpoint,
+    NonFiniteNumber,
+    cpu_fallbacks,
+    preferred_device,
+    provider_device,
+    render,
+    shape,
+)
+
+log = logging.getLogger("laya_onnx.serve")
+
+LIVENESS_ONLY = {"status": "ok"}
+
+
+# -- auth and body size --------------------------------------------------------------------
+
+
+def authorized(settings: Settings, authorization: str | None) -> bool:
+    """Whether the `Authorization` header is exactly `Bearer <key>`; always True without a key.
+
+    Compared as bytes in constant time. aiohttp decodes header bytes as UTF-8 with
+    surrogateescape, so re-encoding the same way gives back what was on the wire, and a header
+    no text encoding likes is a 401 rather than an exception.
+    """
+    key = settings.api_key
+    if key is None:
+        return True
+    supplied = (authorization or "").encode("utf-8", "surrogateescape")
+    expected = ("Bearer " + key).encode("utf-8", "surrogateescape")
+    return hmac.compare_digest(supplied, expected)
+
+
+def declared_too_large(content_length: str | None) -> bool:
+    """Whether a `Content-Length` header already says the body is over the cap (a bad one: no)."""
+    if not content_length:
+        return False
+    try:
+        return int(content_length) > v.MAX_BODY_BYTES
+    except ValueError:
+        return False
+
+
+def check_body_size(n_bytes: int) -> None:
+    """413 once a body (or the part of it read so far) is over MAX_BODY_BYTES."""
+    if n_bytes > v.MAX_BODY_BYTES:
+        raise ApiError(413, BODY_TOO_LARGE)
+
+
+# -- validated requests --------------------------------------------------------------------
+
+
+def _shape(settings: Settings, result: dict[str, Any], strict: bool) -> dict[str, Any]:
+    return jev.shape(result, strict) if settings.jev else shape(result, strict)
+
+
+@dataclass(frozen=True)
+class OneDecision:
+    """A `/v1/systemone` request that passed every check: what to ask the agent."""
+
+    state: Any
+    questions: Any
+    #: Only the controls the caller sent (`agent_controls`).
+    controls: dict[str, Any] = field(default_factory=dict)
+
+    what = "inference"
+
+    def run(self, agent: ServedAgent, settings: Settings) -> dict[str, Any]:
+        return elimination.predict(
+            agent, self.state, self.questions, settings.tournament_group, **self.controls
+        )
+
+    def payload(self, result: dict[str, Any], checkpoint: Checkpoint, settings: Settings) -> dict[str, Any]:
+        return _shape(settings, {**result, "routing": checkpoint.routing()}, settings.strict())
+
+
+@dataclass(frozen=True)
+class BatchDecision:
+    """A `/v1/systemone/batch` request that passed every check: what to ask the agent."""
+
+    states: list[Any]
+    questions: Any
+    #: The caller's controls plus the planned `batch_size` / `sort_by_length`.
+    controls: dict[str, Any] = field(default_factory=dict)
+
+    what = "batch inference"
+
+    def run(self, agent: ServedAgent, settings: Settings) -> list[dict[str, Any]]:
+        return elimination.predict_batch(
+            agent, self.states, self.questions, settings.tournament_group, **self.controls
+        )
+
+    def payload(
+        self, results: list[dict[str, Any]], checkpoint: Checkpoint, settings: Settings
+    ) -> dict[str, Any]:
+        strict = settings.strict()
+        routed = [{**r, "routing": checkpoint.routing()} for r in results]
+        return {
+            "results": [_shape(settings, r, strict) for r in routed],
+            "total_usage": aggregate_usage(routed),
+        }
+
+
+def agent_controls(body: dict[str, Any], checkpoint: Checkpoint, settings: Settings) -> dict[str, Any]:
+    """model → max_len → head_max_len → lang → lang_guess → min_confidence, in contract order.
+
+    Returns only the controls the caller sent (absent/null are never forwarded, so the bundle's
+    own budgets stay in charge). `lang_guess` is a routing hint and there is nothing to route.
+    """
+    checkpoint.check_model(body.get("model"))
+    cap = settings.token_budget()
+    controls: dict[str, Any] = {}
+    for key in ("max_len", "head_max_len"):
+        value = v.budget(body, key, cap)
+        if value is not None:
+            controls[key] = value
+    lang = v.language(body, "lang")
+    v.language(body, "lang_guess")
+    if lang is not None:
+        controls["lang"] = lang
+    threshold = v.min_confidence(body)
+    if threshold is not None:
+        controls["min_confidence"] = threshold
+    return controls
+
+
+def parse_systemone(
+    raw: bytes, agent: ServedAgent, checkpoint: Checkpoint, settings: Settings
+) -> OneDecision:
+    """The `/v1/systemone` checks in http.md §7.1 order on the raw body; the first failing wins."""
+    del agent  # one signature for both routes; the single route plans nothing from the agent
+    with jev.validation_stage(settings.jev):
+        body = v.parse_json(raw)
+        if settings.jev:
+            body = jev.validate(body, jev.SystemOneRequest)
+        if not isinstance(body, dict) or "questions" not in body:
+            raise ApiError(400, "request body must be an object with a 'questions' field")
+        state, questions = body.get("state"), body["questions"]
+        v.check_request_limits(state, questions)
+        v.refuse_hooks(body)
+        if v.has_lone_surrogate(body):
+            raise ApiError(400, LONE_SURROGATE)
+        controls = agent_controls(body, checkpoint, settings)
+        checkpoint.check_task(body.get("task"))
+    return OneDecision(state, questions, controls)
+
+
+def parse_batch(raw: bytes, agent: ServedAgent, checkpoint: Checkpoint, settings: Settings) -> BatchDecision:
+    """The `/v1/systemone/batch` checks in http.md §7.2 order, and the pass plan (§8)."""
+    with jev.validation_stage(settings.jev):
+        body = v.parse_json(raw)
+        if settings.jev:
+            body = jev.validate(body, jev.BatchRequest)
+        if not isinstance(body, dict) or "questions" not in body or "states" not in body:
+            raise ApiError(400, "request body must be an object with 'states' and 'questions' fields")
+        states, questions = body["states"], body["questions"]
+        v.check_batch_limits(states, questions)
+        v.refuse_hooks(body)
+        v.refuse_out_parameters(body)
+        if v.has_lone_surrogate(body):
+            raise ApiError(400, LONE_SURROGATE)
+        controls = agent_controls(body, checkpoint, settings)
+        caller_size = v.batch_size(body)
+        planned = v.chunk_plan(
+            len(states),
+            len(questions),
+            body.get("max_len"),
+            settings.batch_tokens(),
+            memory=v.pass_memory_of(agent),
+        )
+        if caller_size is not None:
+            controls["batch_size"] = caller_size if planned is None else min(caller_size, planned)
+        elif planned is not None:
+            controls["batch_size"] = planned
+        if v.sort_by_length(body):
+            controls["sort_by_length"] = True  # False is the agent's own default: not forwarded
+        checkpoint.check_task(body.get("task"))
+    return BatchDecision(states, questions, controls)
+
+
+# -- the pass and the answer ---------------------------------------------------------------
+
+
+def pass_refusal(exc: Exception, what: str, model: str) -> ApiError:
+    """The refusal for an exception the agent call raised.
+
+    A row too large for the pass memory budget (`PassTooLarge`) is a 413 with the agent's text
+    (row length, estimate, budget). Any other `LayaInputError` (InvalidRequest/InvalidRequestType)
+    is the caller's request: 422 with its text verbatim. Anything else — numpy, onnxruntime, a
+    hook's own ValueError — is ours and is logged with its traceback but answered with a fixed
+    500, so nothing about the host leaks. Call it where the request's log context is set (the
+    aiohttp app calls it on the loop, not on the worker thread).
+    """
+    if isinstance(exc, PassTooLarge):
+        return ApiError(413, str(exc))
+    if isinstance(exc, LayaInputError):
+        return ApiError(422, str(exc))
+    log.error("%s failed for model=%s", what, model, exc_info=exc)
+    return ApiError(500, INFERENCE_FAILED)
+
+
+def run_pass(fn: Callable[[], Any], what: str, model: str) -> Any:
+    """Call the blocking agent call `fn` here, its failures mapped by `pass_refusal`."""
+    try:
+        return fn()
+    except Exception as exc:
+        raise pass_refusal(exc, what, model) from None
+
+
+def render_payload(make_payload: Callable[[], Any], what: str, model: str) -> bytes:
+    """Shape and render after inference: a non-finite float is a 422, anything else a logged 500."""
+    try:
+        return render(make_payload())
+    except NonFiniteNumber:
+        raise ApiError(422, NON_FINITE) from None
+    except Exception:
+        log.exception("%s failed for model=%s", what, model)
+        raise ApiError(500, INFERENCE_FAILED) from None
+
+
+def error_body(settings: Settings, status: int, detail: str, errors: Any = None) -> Any:
+    """A refusal's body in the configured wire profile: laya-serve's `{"detail": "<string>"}`,
+    or the Jev profile's shapes (`jev.error_payload`)."""
+    if settings.jev:
+        return jev.error_payload(status, detail, errors)
+    return {"detail": detail}
+
+
+def api_error_body(settings: Settings, exc: ApiError) -> Any:
+    """`error_body` for a raised refusal (a Jev validation error carries its list of errors)."""
+    return error_body(settings, exc.status, exc.detail, getattr(exc, "errors", None))
+
+
+def health_payload(
+    agent: ServedAgent, checkpoint: Checkpoint, baseline: dict[str, int], full: bool
+) -> dict[str, Any]:
+    """`/health`: liveness for anyone; the full payload only when `full` (no key, or its bearer).
+
+    Reads attributes and the agent's fallback snapshot, never a pass, so it answers while a pass
+    is running. `baseline` is the fallback counts when the server was built (`fallback_baseline`).
+    """
+    if not full:
+        return dict(LIVENESS_ONLY)
+    name = checkpoint.name
+    providers = list(agent.providers)
+    fallbacks = agent.fallbacks  # one snapshot for both fields
+    measured = provider_device(providers[0]) if providers else None
+    return {
+        "status": "ok",
+        "loaded": [name],
+        "revisions": {name: agent.revision},
+        "device": measured or preferred_device(agent.requested_providers),
+        "device_is_preference": measured is None,
+        "checkpoint_devices": {name: measured} if measured else {},
+        "cpu_fallbacks": {name: cpu_fallbacks(fallbacks, baseline)},
+        "providers": {name: providers},
+        "provider_fallbacks": {name: fallbacks},
+    }
