@@ -112,10 +112,10 @@ _SCRIPT_BLOCKS: dict[str, tuple[tuple[int, int], ...]] = {
 _BLOCKS = sorted((lo, hi, name) for name, spans in _SCRIPT_BLOCKS.items() for lo, hi in spans)
 _BLOCK_STARTS = [lo for lo, _, _ in _BLOCKS]
 
-# Letters assigned in Unicode 15.0-16.0, which this interpreter's database (14.0 on 3.11) reports
-# as unassigned: listed so that what counts as a letter does not depend on the host's Python.
-# Ranges from the Unicode Character Database (DerivedGeneralCategory, L*), 15.0 and 16.0 additions;
-# the Unicode 14 scripts are included for Python 3.10 (Unicode 13).
+# Letters this interpreter's Unicode database (14.0 on Python 3.11) calls unassigned but Unicode
+# 16.0 makes letters, plus the letters of the five scripts Unicode 14.0 introduced (for Python
+# 3.10, Unicode 13.0): listed so that what counts as a letter does not depend on the host's
+# Python. Printed by `parity/lang/newer_letters.py` from the Unicode databases.
 _NEWER_LETTERS: tuple[tuple[int, int], ...] = (
     (0x01C89, 0x01C8A),
     (0x0A7CB, 0x0A7CD),

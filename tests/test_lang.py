@@ -275,3 +275,78 @@ def test_route_detection_reasons():
         "english",
         "no letters detected in state; using default (english)",
     )
+
+
+# -- the finer rules
+
+
+def test_english_lookalike_counts_once():
+    # `do` is Portuguese too; repeated it is still one piece of Portuguese evidence
+    assert analyse("do more, do less, do it again")["language"] == "en"
+
+
+def test_english_rescue_outvotes_one_accented_word():
+    det = analyse("I was at the café for it")
+    assert det["diacritic_rate"] >= lang.NON_EN_DIACRITIC_RATE
+    assert det["language"] == "en" and det["is_english"] is True
+
+
+def test_nordic_shared_words_say_not_english_but_not_swedish():
+    det = analyse("hej tack")
+    assert det["language"] is None and det["is_english"] is False
+
+
+def test_promotion_needs_share_or_letters():
+    # 10+ lowercase Cyrillic letters at >= 10% promote a long English text
+    text = "Please forward this to the team in charge of the account, thanks for the help. " * 2
+    det = analyse(text + "спасибобольшое")
+    assert det["script"] == "cyrillic"
+    # fewer than 10 letters at under 20% do not
+    assert analyse(text + "спасибо")["script"] == "latin"
+
+
+def test_caps_runs_are_blanked_as_acronyms_in_mixed_case():
+    # French by its acronyms only: MON DES EST LA; with a lowercase English word it is re-read
+    det = analyse("MON DES EST LA today", explain=True)
+    assert det["language"] != "fr"
+    assert det["diagnostic"]["reason"] in ("caps_filtered", "no_language_evidence", "language_evidence")
+    # emphasis capitals of word length stay: the German still names German
+    assert analyse("sag mir bitte das HEUTIGE DATUM und die uhrzeit")["language"] == "de"
+
+
+def test_value_scan_reasons():
+    diacritic = {
+        "a": "Fine, thanks for checking with us. We will wait for the reply from the team and then see.",
+        "b": "Dzień dobry, mam problem z zamówieniem",
+    }
+    det = analyse(diacritic, explain=True)
+    assert det["is_english"] is False and det["mixed_segment"] is None
+    assert det["diagnostic"]["stage"] == "value" and det["diagnostic"]["reason"] == "diacritic_value"
+    non_latin = {
+        "a": "Please check the order status for me, it has been a while since I ordered it and nothing came. "
+        * 3,
+        "b": "Заказ не пришёл",
+    }
+    det = analyse(non_latin, explain=True)
+    assert det["is_english"] is False
+    assert det["diagnostic"] == {
+        "stage": "value",
+        "reason": "non_latin_value",
+        "source": {"leaf_index": 1, "path": ["b"], "line": 1},
+    }
+
+
+def test_segment_scan_reads_at_most_max_chars():
+    english = "This line is plain English and says nothing else at all.\n" * 80  # ~4600 characters
+    state = {"a": english, "b": "x"}
+    tail = {"a": english, "b": "Mi pedido llegó roto y quiero devolverlo ahora mismo por favor."}
+    assert analyse(state)["is_english"] is True
+    # past the segment budget the value scan still reads the Spanish field on its own
+    det = analyse(tail, explain=True)
+    assert det["is_english"] is False and det["diagnostic"]["stage"] == "value"
+
+
+def test_unassigned_here_but_letter_in_newer_unicode():
+    # U+1C89 CYRILLIC CAPITAL LETTER TJE (Unicode 16): a letter of no listed block
+    assert detect_script("\u1c89\u1c8a") == "other"
+    assert detect_script("\u0378") == "unknown"  # unassigned everywhere
