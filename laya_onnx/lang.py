@@ -289,7 +289,7 @@ _FUNCTION_WORDS: dict[str, frozenset[str]] = {
         where why how what which who whom with without within from into onto of to for at on in as
         after before between through during down i you she it we they him his them my your yours
         our their its there here please only very too never always already yet ever any some every
-        each many much few both nor don doesn didn isn aren wasn weren haven hasn won wouldn couldn
+        each many much few both nor doesn didn isn aren wasn weren haven hasn won wouldn couldn
         dont doesnt didnt isnt wasnt havent wont ive youre thats whats
         """
     ),
@@ -347,7 +347,7 @@ _FUNCTION_WORDS: dict[str, frozenset[str]] = {
         """
         jag är och inte att från till också måste vill ska skulle behöver får gör göra här när två
         mitt min mig om vi kommer upp utan nästa dessa detta säger hjälp hjälpa behover hjalp
-        hjalpa nar tva lösenord losenord återbetalning aterbetalning faktura kvittot appen fel
+        hjalpa nar tva lösenord losenord återbetalning aterbetalning faktura kvittot appen fel paket
         """
     ),
     "ro": _words(
