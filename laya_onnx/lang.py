@@ -190,23 +190,28 @@ def _block_script(cp: int) -> str | None:
     return None
 
 
-def _letter_counts(text: str) -> tuple[Counter[str], int]:
+def _letter_counts(text: str) -> tuple[dict[str, int], int]:
     """Non-Latin letters per script in order of first appearance, and the Latin letter count."""
-    others: Counter[str] = Counter()
+    # One pass per request over up to MAX_CHARS characters: the per-character path is inlined
+    # (the Latin test of `_is_latin_cp`, the lookup of `_block_script`).
+    others: dict[str, int] = {}
     latin = 0
+    starts, blocks, find = _BLOCK_STARTS, _BLOCKS, bisect.bisect_right
     for ch in text:
-        if not _is_letter(ch):
+        if not ch.isalpha() and not _is_letter(ch):
             continue
         cp = ord(ch)
-        if _is_latin_cp(cp, 0x02B0):
+        if cp < 0x02B0 or 0x1E00 <= cp <= 0x1EFF or 0xFF21 <= cp <= 0xFF3A or 0xFF41 <= cp <= 0xFF5A:
             latin += 1
-        else:
-            # a letter of no listed block still is not Latin: "other" keeps it off English
-            others[_block_script(cp) or "other"] += 1
+            continue
+        at = find(starts, cp) - 1
+        # a letter of no listed block still is not Latin: "other" keeps it off English
+        name = blocks[at][2] if at >= 0 and cp <= blocks[at][1] else "other"
+        others[name] = others.get(name, 0) + 1
     return others, latin
 
 
-def _dominant(others: Counter[str], latin: int) -> str:
+def _dominant(others: dict[str, int], latin: int) -> str:
     best, top = "unknown", 0
     for name, n in others.items():
         if n > top:
@@ -215,7 +220,7 @@ def _dominant(others: Counter[str], latin: int) -> str:
     return "latin" if latin > top else best
 
 
-def _profile(others: Counter[str], latin: int) -> dict[str, float]:
+def _profile(others: dict[str, int], latin: int) -> dict[str, float]:
     total = latin + sum(others.values())
     if not total:
         return {}
