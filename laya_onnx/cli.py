@@ -30,6 +30,7 @@ EPILOG = """\
 examples:
   laya-onnx demo                                   # the whole path on a tiny test checkpoint
   laya-onnx export convaiinnovations/laya -o work/laya-bundle
+  laya-onnx export --all -o work/models              # english/ multilingual/ typed-decisions/
   laya-onnx predict work/laya-bundle --request '{"state": "I was charged twice",
       "questions": {"refund": {"type": "noul", "instructions": "Refund?"}}}'
   laya-onnx serve work/laya-bundle --port 8000
@@ -64,19 +65,29 @@ def _cmd_make_checkpoint(args: argparse.Namespace) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     from laya_onnx.export import ValidationError, export_bundle
 
+    options = dict(
+        revision=args.revision,
+        opset=args.opset,
+        tolerance=args.tolerance,
+        dynamo=args.dynamo,
+        force=args.force,
+        attention=args.attention,
+        measure_memory=not args.no_memory_probe,
+    )
     try:
-        export_bundle(
-            args.checkpoint,
-            Path(args.output),
-            revision=args.revision,
-            opset=args.opset,
-            tolerance=args.tolerance,
-            dynamo=args.dynamo,
-            force=args.force,
-            name=args.name,
-            attention=args.attention,
-            measure_memory=not args.no_memory_probe,
-        )
+        if args.all:
+            from laya_onnx.export.models_dir import HUB, export_models_dir
+
+            if args.name is not None:
+                raise UsageError("--name does not apply to --all (each bundle answers to its own name)")
+            source = HUB if args.hub else args.checkpoint
+            if args.hub and args.checkpoint is not None:
+                raise UsageError("give either a CHECKPOINT repo or --hub with --all, not both")
+            export_models_dir(Path(args.output), source, **options)
+        elif args.checkpoint is None or args.hub:
+            raise UsageError("export needs a CHECKPOINT (or --all to write the three of a models directory)")
+        else:
+            export_bundle(args.checkpoint, Path(args.output), name=args.name, **options)
     except ValidationError as exc:
         raise CommandFailed(str(exc)) from None
     return EXIT_OK
@@ -301,8 +312,31 @@ def build_parser() -> argparse.ArgumentParser:
         "built-in requests, and write the bundle (graph, tokenizer, config, manifest). Nothing is "
         "written when the check fails.",
     )
-    ex.add_argument("checkpoint", help="checkpoint directory or Hugging Face repo id[/subfolder]")
-    ex.add_argument("-o", "--output", required=True, help="directory to write the bundle to")
+    ex.add_argument(
+        "checkpoint",
+        nargs="?",
+        help="checkpoint directory or Hugging Face repo id[/subfolder]; with --all, a repo or "
+        "directory laid out as laya's bundle repo (english at its root, multilingual/ and "
+        "typed-decisions/ beside it)",
+    )
+    ex.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="directory to write the bundle to (with --all: the models directory)",
+    )
+    ex.add_argument(
+        "--all",
+        action="store_true",
+        help="write english/, multilingual/ and typed-decisions/ bundles into the output (a models "
+        "directory for 'laya-onnx serve MODELS_DIR'): the tiny test presets, or CHECKPOINT's "
+        "three, or with --hub laya's own from the Hub",
+    )
+    ex.add_argument(
+        "--hub",
+        action="store_true",
+        help="with --all: export the three registry checkpoints of convaiinnovations/laya from the Hub",
+    )
     ex.add_argument("--revision", default=None, help="Hub revision (commit, tag, or 'reviewed')")
     ex.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17; dynamo uses 18+)")
     ex.add_argument(

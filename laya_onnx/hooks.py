@@ -141,6 +141,21 @@ def normalise_hooks(hooks: Any = None, on_predict_start: Any = None, on_predict_
 # -- process-wide defaults ---------------------------------------------------------------------
 _DEFAULTS: list[Any] = []
 _DEFAULTS_LOCK = threading.Lock()
+#: Set while a Router runs an agent: the defaults already ran at the Router level, once.
+_SKIP_DEFAULTS: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "laya_onnx_skip_default_hooks", default=False
+)
+
+
+@contextmanager
+def skipping_default_hooks():
+    """Inside this block `compose_hooks` leaves the process-wide defaults out (a Router's agent
+    call: the Router's own call already ran them)."""
+    token = _SKIP_DEFAULTS.set(True)
+    try:
+        yield
+    finally:
+        _SKIP_DEFAULTS.reset(token)
 
 
 def default_hooks() -> list[Any]:
@@ -168,8 +183,10 @@ def clear_default_hooks() -> None:
 def compose_hooks(
     installed: Sequence[Any], hooks: Any = None, on_predict_start: Any = None, on_predict_end: Any = None
 ) -> list[Any]:
-    """The hooks of one call: defaults (read now), installed, then per-call."""
-    return default_hooks() + list(installed) + normalise_hooks(hooks, on_predict_start, on_predict_end)
+    """The hooks of one call: defaults (read now; none inside `skipping_default_hooks`),
+    installed, then per-call."""
+    defaults = [] if _SKIP_DEFAULTS.get() else default_hooks()
+    return defaults + list(installed) + normalise_hooks(hooks, on_predict_start, on_predict_end)
 
 
 def validate_timeout(value: Any) -> float | None:

@@ -134,24 +134,36 @@ def observe(
         return Observation(
             printed=printed, rows=[[] for _ in states], unrounded=[{"answers": {}} for _ in states]
         )
-    qs = normalize_questions(questions)
     encode = rows_for(questions)
     rows, unrounded = [], []
     for state in states:
-        state_rows, answers = [], {}
-        for qid, ids, markers in encode(state, req.get("max_len"), req.get("head_max_len")):
-            state_rows.append({"qid": qid, "ids": ids, "markers": markers})
-            seen = capture.take(ids)
-            answers[qid] = (
-                None
-                if seen is None
-                else decode_answer(
-                    qs[qid], seen[0], seen[1], len(markers), calibration, req.get("lang"), None
-                )
-            )
+        state_rows, answers = observe_state(state, questions, req, encode, capture, calibration)
         rows.append(state_rows)
         unrounded.append({"answers": answers})
     return Observation(printed=printed, rows=rows, unrounded=unrounded)
+
+
+def observe_state(
+    state: Any,
+    questions: dict[Any, Any],
+    req: dict[str, Any],
+    encode: RowEncoder,
+    capture: RowCapture,
+    calibration: Calibration,
+) -> tuple[list[dict[str, Any]], dict[Any, Any]]:
+    """One state's rows and its answers decoded unrounded from the logits `capture` saw
+    (None for a row no forward pass ran); `req` gives the budgets and `lang`."""
+    qs = normalize_questions(questions)
+    state_rows, answers = [], {}
+    for qid, ids, markers in encode(state, req.get("max_len"), req.get("head_max_len")):
+        state_rows.append({"qid": qid, "ids": ids, "markers": markers})
+        seen = capture.take(ids)
+        answers[qid] = (
+            None
+            if seen is None
+            else decode_answer(qs[qid], seen[0], seen[1], len(markers), calibration, req.get("lang"), None)
+        )
+    return state_rows, answers
 
 
 def observe_agent(agent, req: dict[str, Any], capture: RowCapture) -> Observation:
