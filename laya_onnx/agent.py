@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Sequence
 from functools import partial
 from typing import Any
@@ -21,7 +20,7 @@ from laya_onnx.gate import apply_confidence_gate, check_min_confidence
 from laya_onnx.hooks import (
     HookRegistry,
     PredictContext,
-    aggregate_usage,
+    call_lifecycle,
     compose_hooks,
     dispatch,
     normalise_hooks,
@@ -240,31 +239,16 @@ class ONNXAgent(HookRegistry):
             max_len=max_len,
             head_max_len=head_max_len,
         )
-        fire = partial(dispatch, active, raise_errors=raise_errors, lock=self._hooks_lock, timeout=timeout)
-        try:
-            fire("on_predict_start", ctx)
+
+        def fire(event: str) -> None:
+            dispatch(active, event, ctx, raise_errors=raise_errors, lock=self._hooks_lock, timeout=timeout)
+
+        with call_lifecycle(ctx, fire, partial(apply_confidence_gate, mc=mc)):
+            fire("on_predict_start")
             if ctx.results is None:
                 ctx.results = self._checked_infer(
                     ctx, lang=lang, batch_size=batch_size, sort_by_length=sort_by_length
                 )
-        except BaseException as exc:
-            ctx.error = exc
-            try:
-                fire("on_error", ctx)
-            except BaseException as hook_exc:
-                exc.__context__ = hook_exc
-            raise
-        finally:
-            ctx.elapsed_ms = (time.perf_counter() - ctx.started_at) * 1000.0
-            if ctx.results is not None:
-                ctx.usage = aggregate_usage(ctx.results)
-                apply_confidence_gate(ctx.results, mc)
-            try:
-                fire("on_predict_end", ctx)
-            except BaseException as hook_exc:
-                if ctx.error is None:
-                    raise
-                ctx.error.__context__ = hook_exc  # the original failure wins
         return ctx.results
 
     predict_many = predict_batch

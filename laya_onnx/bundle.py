@@ -204,6 +204,27 @@ class Bundle:
         return cls(root=root, manifest=manifest, config=config)
 
 
+def read_manifest_quietly(root: Path) -> dict[str, Any]:
+    """The manifest of the bundle at `root` as a dict, or {} when it is missing or unreadable."""
+    try:
+        data = json.loads((root / MANIFEST_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def bundle_origin(manifest: dict[str, Any] | None, root: Path) -> str | None:
+    """Where a bundle came from: its Hub checkpoint (`org/repo[/subfolder]`, the manifest's
+    `source`), else the bundle folder's name. Never an absolute path (that would publish the
+    host's filesystem layout). The manifest is a file someone may have edited: read defensively."""
+    source = (manifest or {}).get("source")
+    repo = source.get("repo") if isinstance(source, dict) else None
+    if isinstance(source, dict) and isinstance(repo, str) and repo:
+        sub = source.get("subfolder")
+        return "%s/%s" % (repo, sub) if isinstance(sub, str) and sub else repo
+    return root.name or None
+
+
 def verify_files(root: Path, files: dict[str, Any]) -> None:
     """Check each listed file's sha256; names must stay inside `root`."""
     base = root.resolve()

@@ -305,6 +305,34 @@ def dispatch(
             )
 
 
+@contextmanager
+def call_lifecycle(ctx: PredictContext, fire: Callable[[str], Any], finish: Callable[[list[Any]], Any]):
+    """The end of one public call, as laya runs it, around the code that answers it: a failure
+    goes to `on_error` (a failing error hook is chained, the original raised); afterwards, failed
+    or not, `elapsed_ms` and `usage` are set, `finish(results)` (the gate) runs, then
+    `on_predict_end` (whose own failure is raised only when nothing else failed)."""
+    try:
+        yield
+    except BaseException as exc:
+        ctx.error = exc
+        try:
+            fire("on_error")
+        except BaseException as hook_exc:
+            exc.__context__ = hook_exc
+        raise
+    finally:
+        ctx.elapsed_ms = (time.perf_counter() - ctx.started_at) * 1000.0
+        if ctx.results is not None:
+            ctx.usage = aggregate_usage(ctx.results)
+            finish(ctx.results)
+        try:
+            fire("on_predict_end")
+        except BaseException as hook_exc:
+            if ctx.error is None:
+                raise
+            ctx.error.__context__ = hook_exc  # the original failure wins
+
+
 class HookRegistry:
     """A runtime-mutable hook list; a call in flight keeps the snapshot it started with."""
 

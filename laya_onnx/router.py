@@ -27,22 +27,25 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-from laya_onnx.bundle import GRAPH_FILE
+from laya_onnx.bundle import GRAPH_FILE, bundle_origin, read_manifest_quietly
 from laya_onnx.errors import InvalidRequest, InvalidRequestType
 from laya_onnx.gate import apply_confidence_gate, check_min_confidence
 from laya_onnx.hooks import (
     HookRegistry,
     PredictContext,
     aggregate_usage,
+    call_lifecycle,
     compose_hooks,
     dispatch,
     normalise_hooks,
     skipping_default_hooks,
     validate_timeout,
 )
+from laya_onnx.lang import analyse, english_from_code, route_detection
 from laya_onnx.names import ALIASES, BUNDLE_REPO, PUBLISHED_CHECKPOINTS, canonical_name
 
 BUILTIN_NAMES = tuple(PUBLISHED_CHECKPOINTS)
@@ -63,11 +66,6 @@ TYPED_DECISION_WORKFLOWS: dict[str, frozenset[str]] = {
 }
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-#: Language subtags the English checkpoint reads; any other code means multilingual.
-_ENGLISH_SUBTAGS = ("en", "eng", "english")
-#: Codes that name no language (`LANG=C`, ISO 639-2 und/zxx/mul): no hint, routing falls through.
-_NO_LANGUAGE_CODES = ("c", "posix", "und", "zxx", "mul")
-
 Source = str | os.PathLike | tuple | list | None
 
 
@@ -99,19 +97,6 @@ def match_typed_decisions_workflow(questions: Any) -> str | None:
         if ids == signature:
             return workflow
     return None
-
-
-def english_from_code(value: Any) -> bool | None:
-    """True/False for a language code (`en`, `en_US.UTF-8`, `de-AT`), None when it names none."""
-    if value is None:
-        return None
-    code = str(value).strip().lower()
-    if not code:
-        return None
-    primary = code.split(".", 1)[0].replace("_", "-").split("-", 1)[0]
-    if not primary or primary in _NO_LANGUAGE_CODES:
-        return None
-    return primary in _ENGLISH_SUBTAGS
 
 
 def question_schema(questions: Any) -> str:
@@ -329,7 +314,7 @@ class Router(HookRegistry):
             return published_location(name) if name in BUILTIN_NAMES else None
         text = _source_text(source) or ""
         if os.path.isdir(text):
-            return bundle_origin(_read_manifest(Path(text)), Path(text))
+            return bundle_origin(read_manifest_quietly(Path(text)), Path(text))
         return text
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -538,41 +523,9 @@ class Router(HookRegistry):
                     "English" if english else "non-English",
                 )
                 return self._decision(ENGLISH if english else MULTILINGUAL, reason, None, workflow)
-        from laya_onnx.lang import analyse
-
         det = analyse(state, explain=True) if explain else analyse(state)
-        key, reason = self._detected(det)
+        key, reason = route_detection(det, self.default)
         return self._decision(key, reason, det, workflow)
-
-    def _detected(self, det: dict[str, Any]) -> tuple[str, str]:
-        """(checkpoint, reason) for what language detection found."""
-        if det["script"] == "unknown":
-            return self.default, "no letters detected in state; using default (%s)" % self.default
-        if det["script"] != "latin":
-            return MULTILINGUAL, (
-                "non-Latin script (%s, %.0f%% of letters); the English checkpoint cannot read it"
-                % (det["script"], 100 * float(det["non_latin_fraction"]))
-            )
-        if not det["is_english"]:
-            if det.get("mixed_segment"):
-                return MULTILINGUAL, (
-                    "Latin script, mostly English, but a line or field reads as %r (%r); "
-                    "the English checkpoint cannot read it" % (det["language"], det["mixed_segment"][:60])
-                )
-            if det["language"]:
-                return MULTILINGUAL, "Latin script but language looks like %r, not English" % (
-                    det["language"],
-                )
-            return MULTILINGUAL, (
-                "Latin script, language not identified but %.0f%% non-English letters; "
-                "not safe for the English checkpoint" % (100 * float(det["diacritic_rate"]))
-            )
-        if det["language_undecided"]:
-            return self.default, (
-                "Latin script, language not identified and no non-English letters; "
-                "using default (%s)" % self.default
-            )
-        return ENGLISH, "English Latin text"
 
     def route(
         self,
@@ -717,7 +670,7 @@ class Router(HookRegistry):
         def fire(event: str) -> None:
             self._dispatch(active, event, ctx, raise_errors=raise_errors, timeout=timeout)
 
-        try:
+        with call_lifecycle(ctx, fire, partial(apply_confidence_gate, mc=mc)):
             decision = self.route(
                 state,
                 questions,
@@ -754,24 +707,6 @@ class Router(HookRegistry):
                 for result in ctx.results:
                     if isinstance(result, dict):
                         result.setdefault("routing", dict(decision))
-        except BaseException as exc:
-            ctx.error = exc
-            try:
-                fire("on_error")
-            except BaseException as hook_exc:
-                exc.__context__ = hook_exc
-            raise
-        finally:
-            ctx.elapsed_ms = (time.perf_counter() - ctx.started_at) * 1000.0
-            if ctx.results is not None:
-                ctx.usage = aggregate_usage(ctx.results)
-                apply_confidence_gate(ctx.results, mc)
-            try:
-                fire("on_predict_end")
-            except BaseException as hook_exc:
-                if ctx.error is None:
-                    raise
-                ctx.error.__context__ = hook_exc
         return ctx.results[0]
 
     def predict_long(
@@ -1022,26 +957,6 @@ def _pin(value: Any) -> str | None:
     return value if value is not None and str(value).strip() else None
 
 
-def _read_manifest(root: Path) -> dict[str, Any]:
-    try:
-        data = json.loads((root / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def bundle_origin(manifest: dict[str, Any] | None, root: Path) -> str | None:
-    """Where a bundle came from: its Hub checkpoint (`org/repo[/subfolder]`, the manifest's
-    `source`), else the bundle folder's name. Never an absolute path (that would publish the
-    host's filesystem layout). The manifest is a file someone may have edited: read defensively."""
-    source = (manifest or {}).get("source")
-    repo = source.get("repo") if isinstance(source, dict) else None
-    if isinstance(source, dict) and isinstance(repo, str) and repo:
-        sub = source.get("subfolder")
-        return "%s/%s" % (repo, sub) if isinstance(sub, str) and sub else repo
-    return root.name or None
-
-
 __all__ = [
     "BUILTIN_NAMES",
     "BUNDLE_REPO",
@@ -1049,9 +964,7 @@ __all__ = [
     "RouteDecision",
     "Router",
     "TYPED_DECISION_WORKFLOWS",
-    "bundle_origin",
     "bundles_in",
-    "english_from_code",
     "match_typed_decisions_workflow",
     "question_schema",
 ]

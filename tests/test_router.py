@@ -11,7 +11,7 @@ import pytest
 
 from laya_onnx.errors import InvalidRequest, InvalidRequestType
 from laya_onnx.hooks import BaseHook, clear_default_hooks, set_default_hooks
-from laya_onnx.router import Router, bundles_in, english_from_code, match_typed_decisions_workflow
+from laya_onnx.router import Router, bundles_in, match_typed_decisions_workflow
 
 Q = {"refund": {"type": "noul", "instructions": "Refund?"}}
 Q2 = {"topic": {"type": "choice", "instructions": "Topic?", "criteria": ["a", "b"]}}
@@ -285,19 +285,6 @@ def test_predict_long_refuses_an_agent_without_it():
 
 
 def test_routing_rules_helpers():
-    assert [
-        english_from_code(c) for c in ("en", "EN-us", "en_US.UTF-8", "eng", "de", "C", "und", " ", None)
-    ] == [
-        True,
-        True,
-        True,
-        True,
-        False,
-        None,
-        None,
-        None,
-        None,
-    ]
     wf = {"action": 1, "category": 1, "churn_risk": 1, "needs_human": 1, "urgency": 1}
     assert match_typed_decisions_workflow(wf) == "customer_service"
     assert match_typed_decisions_workflow({"urgency": 1}) is None

@@ -12,7 +12,7 @@ import json
 import math
 from typing import Any
 
-from laya_onnx.bundle import Bundle
+from laya_onnx.bundle import Bundle, bundle_origin
 from laya_onnx.names import BUNDLE_REPO, PUBLISHED_CHECKPOINTS, aliases_of, canonical_name, published_name
 from laya_onnx.serve.errors import ApiError
 from laya_onnx.serve.protocol import ServedAgent
@@ -85,18 +85,8 @@ class Checkpoint:
 
 
 def bundle_source(bundle: Bundle) -> str | None:
-    """Where the served bundle came from: its Hub repo (`org/repo[/subfolder]`, from the
-    manifest's `source`), else the bundle folder's name. Never the absolute bundle path: that
-    would publish the host's filesystem layout.
-
-    The manifest is a file someone may have edited, so its `source` is read defensively.
-    """
-    source = (bundle.manifest or {}).get("source")
-    repo = source.get("repo") if isinstance(source, dict) else None
-    if isinstance(source, dict) and isinstance(repo, str) and repo:
-        sub = source.get("subfolder")
-        return "%s/%s" % (repo, sub) if isinstance(sub, str) and sub else repo
-    return bundle.root.name or None
+    """Where the served bundle came from (`laya_onnx.bundle.bundle_origin`)."""
+    return bundle_origin(bundle.manifest, bundle.root)
 
 
 # -- device facts for /health --------------------------------------------------------------
