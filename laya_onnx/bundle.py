@@ -4,6 +4,7 @@ A bundle is what `laya-onnx export` writes and what `ONNXAgent` loads:
 
     BUNDLE/
       laya.onnx              the traced DecisionModel (one graph)
+      laya.onnx.data         its weights, for graphs exported with external data (large ones)
       rl_agent_config.json   budgets, temperatures (copied from the checkpoint)
       tokenizer/             tokenizer.json + tokenizer_config.json + special_tokens_map.json
       manifest.json          format version, sha256 of every file, source, tools, I/O, validation
@@ -26,6 +27,12 @@ from pathlib import Path
 from typing import Any
 
 GRAPH_FILE = "laya.onnx"
+#: The graph's weights when they are stored as ONNX external data (large graphs), beside GRAPH_FILE.
+GRAPH_DATA_FILE = "laya.onnx.data"
+#: Weights above this many bytes are exported as external data. Protobuf's hard limit is 2 GiB;
+#: an inline graph is also the costlier one to write and to load (the whole message is serialised
+#: and parsed in memory, where external data is streamed and read tensor by tensor).
+DEFAULT_EXTERNAL_DATA_THRESHOLD = 1 << 30
 CONFIG_FILE = "rl_agent_config.json"
 #: The checkpoint's weights: read by the exporter, never part of a bundle.
 WEIGHTS_FILE = "model.safetensors"

@@ -74,6 +74,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
         attention=args.attention,
         measure_memory=not args.no_memory_probe,
     )
+    if args.external_data_threshold is not None:
+        options["external_data_threshold"] = args.external_data_threshold * 2**20
     try:
         if args.all:
             from laya_onnx.export.models_dir import HUB, export_models_dir
@@ -242,6 +244,16 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(Path(args.workdir), preset=args.preset)
 
 
+def _mebibytes(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number of MiB >= 0, got {value!r}")
+    return number
+
+
 def _providers(value: str | None):
     if value is None or value.strip().lower() == "auto":
         return None
@@ -354,6 +366,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-memory-probe",
         action="store_true",
         help="skip measuring per-pass memory (the runtime then estimates it from the architecture)",
+    )
+    ex.add_argument(
+        "--external-data-threshold",
+        type=_mebibytes,
+        default=None,
+        metavar="MIB",
+        help="write the weights as ONNX external data (laya.onnx.data) when they exceed MIB "
+        "(default 1024; 0: always)",
     )
     ex.add_argument("--force", action="store_true", help="replace a non-empty output directory")
     ex.add_argument(

@@ -30,6 +30,7 @@ import numpy as np
 from laya_onnx import __version__ as LAYA_ONNX_VERSION
 from laya_onnx.bundle import (
     CONFIG_FILE,
+    DEFAULT_EXTERNAL_DATA_THRESHOLD,
     GRAPH_FILE,
     GRAPH_INPUTS,
     GRAPH_OUTPUTS,
@@ -100,44 +101,27 @@ def tool_versions() -> dict[str, str | None]:
     return versions
 
 
-def dynamic_axes() -> dict[str, dict[int, str]]:
-    spec = dict(GRAPH_INPUTS)
-    spec.update(GRAPH_OUTPUTS)
-    return {name: {i: axis for i, axis in enumerate(axes)} for name, (_dtype, axes) in spec.items()}
-
-
 def _to_torch(feeds: dict[str, np.ndarray]):
     import torch
 
     return tuple(torch.from_numpy(np.ascontiguousarray(feeds[name])) for name in GRAPH_INPUTS)
 
 
-def _export_graph(model, feeds: dict[str, np.ndarray], path: Path, *, opset: int, dynamo: bool) -> str:
-    """Trace `model` to `path`; returns a description of the exporter used."""
+def _export_graph(
+    model, feeds: dict[str, np.ndarray], path: Path, *, opset: int, dynamo: bool, external_data_threshold: int
+) -> dict[str, Any]:
+    """Trace `model` to `path` (weights streamed, see `graph_file`); returns what was written,
+    with `exporter`, a description of the exporter used."""
     import torch
 
-    args = _to_torch(feeds)
-    input_names, output_names = list(GRAPH_INPUTS), list(GRAPH_OUTPUTS)
-    if not dynamo:
-        import warnings
+    from laya_onnx.export.graph_file import save_graph, weights_bytes, write_torchscript_graph
 
-        with warnings.catch_warnings():
-            # The TorchScript exporter is deprecated upstream and warns about Python branches
-            # transformers evaluates at trace time; neither affects the graph we validate.
-            warnings.simplefilter("ignore")
-            with torch.no_grad():
-                torch.onnx.export(
-                    model,
-                    args,
-                    str(path),
-                    dynamo=False,
-                    opset_version=opset,
-                    input_names=input_names,
-                    output_names=output_names,
-                    dynamic_axes=dynamic_axes(),
-                    do_constant_folding=True,
-                )
-        return "torch.onnx.export (TorchScript)"
+    args = _to_torch(feeds)
+    if not dynamo:
+        written = write_torchscript_graph(
+            model, args, path, opset=opset, external_data_threshold=external_data_threshold
+        )
+        return {"exporter": "torch.onnx.export (TorchScript)", **written}
     from torch.export import Dim
 
     batch, seq = Dim("batch", min=1), Dim("sequence", min=2)
@@ -155,16 +139,20 @@ def _export_graph(model, feeds: dict[str, np.ndarray], path: Path, *, opset: int
             args,
             dynamo=True,
             opset_version=opset,
-            input_names=input_names,
-            output_names=output_names,
+            input_names=list(GRAPH_INPUTS),
+            output_names=list(GRAPH_OUTPUTS),
             dynamic_shapes=shapes,
             optimize=True,
-            external_data=False,
         )
     if program is None:  # only the TorchScript path returns None
         raise ExportError("torch.onnx.export(dynamo=True) returned no ONNX program")
-    program.save(str(path), external_data=False)
-    return "torch.onnx.export (dynamo)"
+    # The program's initializers are the torch tensors themselves; save_graph streams them.
+    external = save_graph(program.model, path, external_data_threshold=external_data_threshold)
+    return {
+        "exporter": "torch.onnx.export (dynamo)",
+        "external_data": external,
+        "weights_bytes": weights_bytes(program.model),
+    }
 
 
 def _session(path: Path):
@@ -362,6 +350,7 @@ def export_bundle(
     name: str | None = None,
     attention: str | None = None,
     measure_memory: bool = True,
+    external_data_threshold: int = DEFAULT_EXTERNAL_DATA_THRESHOLD,
 ) -> dict[str, Any]:
     """Export `checkpoint` (directory or Hub id) to the bundle directory `out_dir`; returns the manifest.
 
@@ -370,6 +359,8 @@ def export_bundle(
     `attention`: "fused" (default with TorchScript) or "unfused" (the op-by-op graph; the only
     one with `dynamo=True`). `measure_memory` probes the graph's per-pass memory in a few small
     passes and stores the fitted model in the manifest (Linux; skipped where /proc is missing).
+    Weights above `external_data_threshold` bytes are written as ONNX external data
+    (`laya.onnx.data`); 0 always writes it.
     """
     from laya_onnx.export.cases import CALLS, encode_calls, trace_feeds
     from laya_onnx.export.model import ATTENTION_KINDS, load_decision_model
@@ -386,6 +377,14 @@ def export_bundle(
 
     if isinstance(opset, bool) or not isinstance(opset, int) or opset < 14:
         raise ValueError(f"opset must be an integer >= 14 (scaled_dot_product_attention), got {opset!r}")
+    if (
+        isinstance(external_data_threshold, bool)
+        or not isinstance(external_data_threshold, int)
+        or external_data_threshold < 0
+    ):
+        raise ValueError(
+            f"external_data_threshold must be a non-negative number of bytes, got {external_data_threshold!r}"
+        )
     if not (isinstance(tolerance, (int, float)) and np.isfinite(tolerance) and tolerance > 0):
         raise ValueError(f"tolerance must be a positive number, got {tolerance!r}")
     out_dir = Path(out_dir)
@@ -418,6 +417,13 @@ def export_bundle(
             f"{'x'.join(map(str, trace['input_ids'].shape))}"
         )
 
+    # Torch answers first, while its model is needed anyway; the model is freed once the graph is
+    # written, before ONNX Runtime loads its own copy of the weights (so at most one copy is alive).
+    with steps.run(f"running torch on the built-in requests ({sum(c['rows'] for c in cases)} rows)"):
+        torch_started = time.perf_counter()
+        expected = reference_outputs(model, cases)
+        torch_seconds = time.perf_counter() - torch_started
+
     with staged_directory(out_dir) as tmp:
         graph = tmp / GRAPH_FILE
         export_started = time.perf_counter()
@@ -431,16 +437,30 @@ def export_bundle(
         with steps.run(
             f"exporting the graph (opset {opset}, {'dynamo' if dynamo else 'TorchScript'} exporter)"
         ):
-            exporter = _export_graph(model, trace, graph, opset=opset, dynamo=dynamo)
+            written = _export_graph(
+                model,
+                trace,
+                graph,
+                opset=opset,
+                dynamo=dynamo,
+                external_data_threshold=external_data_threshold,
+            )
+            del model
+            gc.collect()
             import onnx
 
             onnx.checker.check_model(str(graph))
-            steps.say(f"    {graph.stat().st_size / 2**20:.1f} MiB")
+            steps.say(
+                f"    {written['weights_bytes'] / 2**20:.1f} MiB of weights, "
+                + (
+                    f"external data in {', '.join(written['external_data'])}"
+                    if written["external_data"]
+                    else "inline"
+                )
+            )
         export_seconds = time.perf_counter() - export_started
         with steps.run(f"validating ONNX Runtime against torch (tolerance {tolerance:g})"):
-            expected = reference_outputs(model, cases)
-            del model
-            gc.collect()
+            ort_started = time.perf_counter()
             validation = validate_graph(
                 graph,
                 cases,
@@ -450,6 +470,10 @@ def export_bundle(
                 calibration=_calibration(cfg),
                 calls=CALLS,
             )
+            validation["seconds"] = {
+                "torch": round(torch_seconds, 2),
+                "onnxruntime": round(time.perf_counter() - ort_started, 2),
+            }
             answers = validation["answers"]
             steps.say(
                 f"    max |dlogit| {validation['max_abs_logit_diff']:.3e}, "
@@ -484,7 +508,8 @@ def export_bundle(
                 tools=tool_versions(),
                 export={
                     "opset": opset,
-                    "exporter": exporter,
+                    "exporter": written["exporter"],
+                    "external_data": written["external_data"],
                     "seconds": round(export_seconds, 2),
                     "total_seconds": round(time.perf_counter() - started, 2),
                     "peak_rss_mb": peak_rss_mb(),
