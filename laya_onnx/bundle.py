@@ -202,6 +202,7 @@ class Bundle:
                     f"bundle {str(root)!r}: manifest format_version {manifest.get('format_version')!r} "
                     f"is not supported by this laya-onnx (expects {FORMAT_VERSION}); re-export it"
                 )
+            check_graph_data(root, manifest)
             if verify:
                 verify_files(root, manifest.get("files") or {})
         for need in (GRAPH_FILE, CONFIG_FILE, TOKENIZER_DIR + "/tokenizer.json"):
@@ -230,6 +231,33 @@ def bundle_origin(manifest: dict[str, Any] | None, root: Path) -> str | None:
         sub = source.get("subfolder")
         return "%s/%s" % (repo, sub) if isinstance(sub, str) and sub else repo
     return root.name or None
+
+
+def graph_data_files(manifest: dict[str, Any]) -> list[str]:
+    """The external data files the manifest says the graph reads its weights from (maybe none)."""
+    graph = manifest.get("graph") or {}
+    names = graph.get("external_data") if isinstance(graph, dict) else None
+    if names is None:
+        return []
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise BundleError("bundle manifest: graph.external_data must be a list of file names")
+    return names
+
+
+def check_graph_data(root: Path, manifest: dict[str, Any]) -> None:
+    """The graph's external data must be listed (so hashed) by the manifest, and a data file the
+    manifest does not list must not sit beside the graph: it would be read unverified."""
+    files = manifest.get("files") or {}
+    for name in graph_data_files(manifest):
+        if name not in files:
+            raise BundleError(
+                f"bundle {str(root)!r}: the graph's external data {name!r} is not hashed in {MANIFEST_FILE}; re-export it"
+            )
+    if (root / GRAPH_DATA_FILE).exists() and GRAPH_DATA_FILE not in files:
+        raise BundleError(
+            f"bundle {str(root)!r} holds {GRAPH_DATA_FILE}, which its manifest does not list (left by another "
+            "export?); re-export the bundle into an empty directory"
+        )
 
 
 def verify_files(root: Path, files: dict[str, Any]) -> None:

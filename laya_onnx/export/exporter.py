@@ -509,13 +509,13 @@ def export_bundle(
                 export={
                     "opset": opset,
                     "exporter": written["exporter"],
-                    "external_data": written["external_data"],
                     "seconds": round(export_seconds, 2),
                     "total_seconds": round(time.perf_counter() - started, 2),
                     "peak_rss_mb": peak_rss_mb(),
                     "attention": attention,
                     "architecture": architecture,
                 },
+                graph={"file": GRAPH_FILE, "external_data": written["external_data"]},
                 validation=validation,
                 **({"memory": memory} if memory is not None else {}),
             )

@@ -1,0 +1,164 @@
+"""The lean export: weights streamed into the graph, external data, and the validation cases.
+
+External data is forced on a tiny preset (`external_data_threshold=0`) so CI writes, verifies
+and runs `laya.onnx` + `laya.onnx.data` the way a full-size export does.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from laya_onnx.bundle import GRAPH_DATA_FILE, GRAPH_FILE, GRAPH_INPUTS, Bundle, BundleError, sha256_file
+
+pytestmark = pytest.mark.torch
+
+
+@pytest.fixture(scope="module")
+def external_bundle(checkpoint_factory, tmp_path_factory):
+    """A tiny-english bundle exported with external data into a directory that already held a
+    garbage graph and data file from "an earlier export"."""
+    from laya_onnx.export import export_bundle
+
+    out = tmp_path_factory.mktemp("external") / "bundle"
+    out.mkdir()
+    (out / GRAPH_FILE).write_bytes(b"not a graph")
+    (out / GRAPH_DATA_FILE).write_bytes(b"\x00garbage" * 4096)
+    export_bundle(
+        checkpoint_factory("tiny-english"),
+        out,
+        force=True,
+        verbose=False,
+        measure_memory=False,
+        external_data_threshold=0,
+    )
+    return out
+
+
+def _run(graph: Path, feeds):
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(graph), providers=["CPUExecutionProvider"])
+    return session.run(None, {k: feeds[k] for k in GRAPH_INPUTS})
+
+
+def test_external_data_is_written_hashed_and_runs(external_bundle, bundle_factory, checkpoint_factory):
+    import onnx
+
+    from laya_onnx.export.cases import CALLS, encode_calls
+
+    manifest = Bundle.open(external_bundle, verify=True).manifest
+    assert manifest is not None
+    assert manifest["graph"] == {"file": GRAPH_FILE, "external_data": [GRAPH_DATA_FILE]}
+    for name in (GRAPH_FILE, GRAPH_DATA_FILE):
+        assert manifest["files"][name]["sha256"] == sha256_file(external_bundle / name)
+    assert b"garbage" not in (external_bundle / GRAPH_DATA_FILE).read_bytes()
+    # Every initializer but the tiny ones (onnx_ir keeps tensors under 256 bytes inline) lives in
+    # the data file.
+    proto = onnx.load(str(external_bundle / GRAPH_FILE), load_external_data=False)
+    locations = {
+        entry.value for t in proto.graph.initializer for entry in t.external_data if entry.key == "location"
+    }
+    assert locations == {GRAPH_DATA_FILE}
+    inline = [t.name for t in proto.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL]
+    assert all(len(t.raw_data) <= 256 for t in proto.graph.initializer if t.name in inline)
+    assert len(inline) < len(proto.graph.initializer) / 2
+    assert manifest["validation"]["passed"] is True
+
+    # The same weights and graph as the inline export: identical outputs, bit for bit.
+    inline_bundle = bundle_factory("tiny-english")
+    assert not (inline_bundle / GRAPH_DATA_FILE).exists()
+    assert Bundle.open(inline_bundle).manifest["graph"]["external_data"] == []
+    ckpt = checkpoint_factory("tiny-english")
+    feeds = encode_calls(ckpt / "tokenizer", 512, 192, CALLS[-2:-1])[0]["feeds"]
+    for ours, theirs in zip(
+        _run(external_bundle / GRAPH_FILE, feeds), _run(inline_bundle / GRAPH_FILE, feeds), strict=True
+    ):
+        assert np.array_equal(ours, theirs)
+
+
+def test_reexporting_inline_removes_the_data_file(external_bundle, checkpoint_factory, tmp_path):
+    from laya_onnx.export import export_bundle
+
+    out = tmp_path / "again"
+    shutil.copytree(external_bundle, out)
+    manifest = export_bundle(
+        checkpoint_factory("tiny-english"), out, force=True, verbose=False, measure_memory=False
+    )
+    assert not (out / GRAPH_DATA_FILE).exists() and GRAPH_DATA_FILE not in manifest["files"]
+    assert manifest["graph"]["external_data"] == []
+    Bundle.open(out, verify=True)
+
+
+def test_runtime_verifies_the_data_file(external_bundle, bundle_factory, tmp_path):
+    from laya_onnx.agent import ONNXAgent
+
+    # A changed data file fails its hash.
+    tampered = tmp_path / "tampered"
+    shutil.copytree(external_bundle, tampered)
+    data = bytearray((tampered / GRAPH_DATA_FILE).read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (tampered / GRAPH_DATA_FILE).write_bytes(bytes(data))
+    with pytest.raises(BundleError, match="sha256 mismatch for 'laya.onnx.data'"):
+        ONNXAgent(tampered)
+
+    # A manifest that names external data without hashing it is refused, even unverified.
+    unhashed = tmp_path / "unhashed"
+    shutil.copytree(external_bundle, unhashed)
+    manifest = json.loads((unhashed / "manifest.json").read_text())
+    del manifest["files"][GRAPH_DATA_FILE]
+    (unhashed / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match="external data 'laya.onnx.data' is not hashed"):
+        Bundle.open(unhashed, verify=False)
+
+    # A stray data file beside an inline graph (left by an earlier export) is refused.
+    stray = tmp_path / "stray"
+    shutil.copytree(bundle_factory("tiny-english"), stray)
+    shutil.copyfile(external_bundle / GRAPH_DATA_FILE, stray / GRAPH_DATA_FILE)
+    with pytest.raises(BundleError, match="holds laya.onnx.data, which its manifest does not list"):
+        Bundle.open(stray)
+
+    # The intact bundle answers as the inline one does.
+    questions = {
+        "refund": {"type": "noul", "instructions": "Refund?"},
+        "q": {"type": "choice", "instructions": "Which?", "criteria": ["a", "b", "c"]},
+    }
+    state = "I was charged twice, refund me."
+    ours = ONNXAgent(external_bundle).predict(state, questions)["answers"]
+    assert ours == ONNXAgent(bundle_factory("tiny-english")).predict(state, questions)["answers"]
+
+
+def test_weights_are_folded_and_streamed(external_bundle):
+    """No Transpose is left in front of an initializer (the fold torch's constant folding did,
+    done one weight at a time), and every initializer is a torch weight or its transpose."""
+    import onnx
+
+    proto = onnx.load(str(external_bundle / GRAPH_FILE), load_external_data=False)
+    initializers = {t.name for t in proto.graph.initializer}
+    assert not [n.name for n in proto.graph.node if n.op_type == "Transpose" and n.input[0] in initializers]
+    transposed = [name for name in initializers if name.endswith(".T")]
+    assert len(transposed) >= 6  # per layer: Wqkv, Wo, Wi, mlp Wo; plus the head's projections
+    assert not [name for name in initializers if name.startswith("onnx::")]
+
+
+def test_validation_cases_keep_their_coverage(checkpoint_factory):
+    """The built-in cases are few (validation's cost is their padded tokens) but still cover
+    every shape the graph must handle."""
+    from laya_onnx.export.cases import CALLS, encode_calls, shape_coverage
+
+    cases = encode_calls(checkpoint_factory("tiny-english") / "tokenizer", 512, 192)
+    cov = shape_coverage(cases, window=128, max_len=512)
+    assert cov["marker_counts"] >= {1, 2, 5, 10, 11, 20}
+    assert cov["marker_columns"] >= {2, 5, 20}
+    assert cov["qtypes"] == {0, 1, 2}
+    assert 1 in cov["batch_rows"] and max(cov["batch_rows"]) >= 12
+    assert cov["rows_past_window"] >= 3 and cov["rows_past_two_windows"] >= 1 and cov["rows_at_max_len"] >= 1
+    assert cov["padded_rows"] >= 10 and cov["max_padding"] >= 400 and cov["rows_with_masked_markers"] >= 5
+    kinds = {type(state).__name__ for call in CALLS for state in call.states}
+    assert kinds == {"str", "list", "dict"}
+    assert any("option_order" in q for call in CALLS for q in call.questions().values())
+    assert sum(c["feeds"]["input_ids"].size for c in cases) <= 3500
