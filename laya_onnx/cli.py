@@ -73,6 +73,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         force=args.force,
         attention=args.attention,
         measure_memory=not args.no_memory_probe,
+        optimize=args.optimize,
     )
     if args.external_data_threshold is not None:
         options["external_data_threshold"] = args.external_data_threshold * 2**20
@@ -366,6 +367,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-memory-probe",
         action="store_true",
         help="skip measuring per-pass memory (the runtime then estimates it from the architecture)",
+    )
+    ex.add_argument(
+        "--optimize",
+        action="store_true",
+        help="fuse the graph with onnxruntime.transformers' optimizer (SkipLayerNormalization, Gelu); "
+        "kept only if the fused graph passes validation too (the manifest records the fusions)",
     )
     ex.add_argument(
         "--external-data-threshold",

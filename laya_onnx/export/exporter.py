@@ -291,6 +291,49 @@ def validate_graph(
     return record
 
 
+def failure_reason(validation: dict[str, Any]) -> str:
+    """Why a validation record did not pass, in one sentence."""
+    tolerance = validation["tolerance"]
+    if max(validation["max_abs_logit_diff"], validation["max_abs_act_diff"]) <= tolerance:
+        differences = (validation.get("answers") or {}).get("differences") or []
+        return "ONNX Runtime's answers differ from torch's by the parity rule: " + "; ".join(differences[:3])
+    return (
+        f"ONNX Runtime disagrees with torch beyond tolerance {tolerance:g}: max |dlogit| "
+        f"{validation['max_abs_logit_diff']:.3e}, max |dact_logit| {validation['max_abs_act_diff']:.3e}"
+    )
+
+
+def _optimized(graph: Path, validation, cases, expected, cfg, steps: _Steps, written) -> tuple[dict, dict]:
+    """Fuse `graph`, validate the result on the same cases; adopt it only if it passes.
+    Returns the manifest's optimization record and the validation of the graph that is kept."""
+    from laya_onnx.export.cases import CALLS
+    from laya_onnx.export.optimize import adopt, optimize_graph
+
+    candidate_dir = graph.parent / "optimized"
+    candidate, record = optimize_graph(graph, candidate_dir, external_data=bool(written["external_data"]))
+    steps.say(f"    {record['nodes_before']} -> {record['nodes_after']} nodes; fusions {record['fusions']}")
+    check = validate_graph(
+        candidate,
+        cases,
+        expected,
+        validation["tolerance"],
+        steps,
+        calibration=_calibration(cfg),
+        calls=CALLS,
+    )
+    record["validation"] = {k: check[k] for k in ("max_abs_logit_diff", "max_abs_act_diff", "passed")}
+    record["kept"] = bool(check["passed"])
+    if not check["passed"]:
+        record["reason"] = f"the optimized graph failed validation: {failure_reason(check)}"
+        steps.say(f"    not kept: {record['reason']}")
+        shutil.rmtree(candidate_dir)
+        return record, validation
+    adopt(candidate_dir, graph.parent)
+    check["seconds"] = validation.get("seconds")
+    steps.say("    kept: the optimized graph passed validation")
+    return record, check
+
+
 def model_architecture(model, attention: str) -> dict[str, Any]:
     """The layer shapes the pass memory estimate needs when a bundle has no measurement."""
     from laya_onnx.export.model import head_heads
@@ -351,6 +394,7 @@ def export_bundle(
     attention: str | None = None,
     measure_memory: bool = True,
     external_data_threshold: int = DEFAULT_EXTERNAL_DATA_THRESHOLD,
+    optimize: bool = False,
 ) -> dict[str, Any]:
     """Export `checkpoint` (directory or Hub id) to the bundle directory `out_dir`; returns the manifest.
 
@@ -360,7 +404,8 @@ def export_bundle(
     one with `dynamo=True`). `measure_memory` probes the graph's per-pass memory in a few small
     passes and stores the fitted model in the manifest (Linux; skipped where /proc is missing).
     Weights above `external_data_threshold` bytes are written as ONNX external data
-    (`laya.onnx.data`); 0 always writes it.
+    (`laya.onnx.data`); 0 always writes it. `optimize` applies the fusions of
+    `laya_onnx.export.optimize` and keeps them only if the fused graph passes validation too.
     """
     from laya_onnx.export.cases import CALLS, encode_calls, trace_feeds
     from laya_onnx.export.model import ATTENTION_KINDS, load_decision_model
@@ -482,15 +527,11 @@ def export_bundle(
                 f"{'passed' if answers['passed'] else 'FAILED'}"
             )
         if not validation["passed"]:
-            raw_ok = max(validation["max_abs_logit_diff"], validation["max_abs_act_diff"]) <= tolerance
-            reason = (
-                "ONNX Runtime's answers differ from torch's by the parity rule: "
-                + "; ".join(answers["differences"][:3])
-                if raw_ok
-                else f"ONNX Runtime disagrees with torch beyond tolerance {tolerance:g}: max |dlogit| "
-                f"{validation['max_abs_logit_diff']:.3e}, max |dact_logit| {validation['max_abs_act_diff']:.3e}"
-            )
-            raise ValidationError(f"{reason}; no bundle was written to {str(out_dir)!r}")
+            raise ValidationError(f"{failure_reason(validation)}; no bundle was written to {str(out_dir)!r}")
+        optimization = None
+        if optimize:
+            with steps.run("optimizing the graph (onnxruntime.transformers fusions), then validating it"):
+                optimization, validation = _optimized(graph, validation, cases, expected, cfg, steps, written)
         memory = None
         if measure_memory and Path("/proc/self/status").exists():
             with steps.run("measuring per-pass memory (fresh process per shape)"):
@@ -517,6 +558,7 @@ def export_bundle(
                 },
                 graph={"file": GRAPH_FILE, "external_data": written["external_data"]},
                 validation=validation,
+                **({"optimization": optimization} if optimization is not None else {}),
                 **({"memory": memory} if memory is not None else {}),
             )
     steps.say(

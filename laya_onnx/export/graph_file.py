@@ -100,7 +100,7 @@ def attach_weights(path: Path, state: dict[str, Any]):
         raise GraphWriteError(f"the traced graph takes inputs the torch model does not have: {unknown[:5]}")
     folded = 0
     for value in weights:
-        array = _numpy(state[value.name])
+        array = _numpy(state[str(value.name)])
         graph.inputs.remove(value)
         uses = list(value.uses())
         node = uses[0].node if len(uses) == 1 else None
