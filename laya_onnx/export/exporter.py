@@ -78,7 +78,10 @@ class _Steps:
             yield
             ok = True
         finally:
-            self.say(f"    {'done' if ok else 'FAILED'} in {time.perf_counter() - start:.2f}s")
+            self.say(
+                f"    {'done' if ok else 'FAILED'} in {time.perf_counter() - start:.2f}s "
+                f"(peak RSS so far {peak_rss_mb():.0f} MiB)"
+            )
 
     def say(self, text: str) -> None:
         if self.verbose:
