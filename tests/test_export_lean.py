@@ -162,3 +162,68 @@ def test_validation_cases_keep_their_coverage(checkpoint_factory):
     assert kinds == {"str", "list", "dict"}
     assert any("option_order" in q for call in CALLS for q in call.questions().values())
     assert sum(c["feeds"]["input_ids"].size for c in cases) <= 3500
+
+
+def test_optimize_fuses_and_records_it(checkpoint_factory, tmp_path):
+    """--optimize on a graph with external data: fused, validated, kept, recorded."""
+    from laya_onnx.agent import ONNXAgent
+    from laya_onnx.export import export_bundle
+    from laya_onnx.export.optimize import op_counts
+
+    out = tmp_path / "optimized"
+    manifest = export_bundle(
+        checkpoint_factory("tiny-english"),
+        out,
+        verbose=False,
+        measure_memory=False,
+        external_data_threshold=0,
+        optimize=True,
+    )
+    record = manifest["optimization"]
+    assert record["kept"] is True and record["validation"]["passed"] is True
+    assert record["fusions"]["SkipLayerNormalization"] > 0 and record["nodes_after"] < record["nodes_before"]
+    ops = op_counts(out / GRAPH_FILE)
+    assert (
+        ops == record["op_types_after"]
+        and ops.get("SkipLayerNormalization") == record["fusions"]["SkipLayerNormalization"]
+    )
+    assert record["op_types_before"].get("SkipLayerNormalization", 0) == 0
+    assert manifest["validation"]["passed"] is True and manifest["graph"]["external_data"] == [
+        GRAPH_DATA_FILE
+    ]
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [GRAPH_FILE, GRAPH_DATA_FILE, "manifest.json", "rl_agent_config.json", "tokenizer"]
+    )
+    questions = {"refund": {"type": "noul", "instructions": "Refund?"}}
+    assert ONNXAgent(out).predict("Refund me now.", questions)["answers"]["refund"]
+
+
+def test_optimized_graph_that_fails_validation_is_not_kept(checkpoint_factory, tmp_path, monkeypatch):
+    from laya_onnx.export import export_bundle, exporter
+    from laya_onnx.export.optimize import op_counts
+
+    real = exporter._session
+
+    class SkewedWhenOptimized:
+        def __init__(self, path):
+            self.inner, self.skew = real(path), 1e-2 if Path(path).parent.name == "optimized" else 0.0
+
+        def run(self, names, feeds):
+            logits, act = self.inner.run(names, feeds)
+            return logits + self.skew, act
+
+    monkeypatch.setattr(exporter, "_session", SkewedWhenOptimized)
+    out = tmp_path / "b"
+    manifest = export_bundle(
+        checkpoint_factory("tiny-english"), out, verbose=False, measure_memory=False, optimize=True
+    )
+    record = manifest["optimization"]
+    assert (
+        record["kept"] is False
+        and "failed validation" in record["reason"]
+        and "beyond tolerance" in record["reason"]
+    )
+    assert manifest["validation"]["passed"] is True and manifest["validation"]["max_abs_logit_diff"] < 1e-4
+    assert op_counts(out / GRAPH_FILE) == record["op_types_before"]
+    assert not (out / "optimized").exists()
+    Bundle.open(out, verify=True)
