@@ -1,20 +1,47 @@
 """laya-onnx: run the Laya decision model on ONNX Runtime, torch-free.
 
-`ONNXAgent(BUNDLE).predict(state, questions)` answers like `laya.Agent` 0.4.15 does. The
-export (torch), serve (aiohttp) and parity layers live in subpackages and are imported only
+`ONNXAgent(BUNDLE).predict(state, questions)` answers like `laya.Agent` 0.4.15 does, and
+`laya_onnx.load(BUNDLE_OR_NAME, hooks=...)` is the seed's `laya.load(...)`. The common hook names
+(`BaseHook`, `AsyncHook`, `PredictContext`, `Hook`, `PredictHook`, the `hooks` module) and the
+typed decisions (`decide`, `decide_batch`, `DecisionResult`) import from here, as from `laya`.
+The export (torch), serve (aiohttp) and parity layers live in subpackages and are imported only
 by the commands that need them.
 """
 
 __version__ = "0.1.0"
 
+# Lazy so `import laya_onnx` stays cheap and never pulls onnxruntime, numpy or asyncio for
+# the CLI's help: name -> the module that defines it.
+_LAZY = {
+    "ONNXAgent": "laya_onnx.agent",
+    **dict.fromkeys(("AsyncHook", "BaseHook", "Hook", "PredictContext", "PredictHook"), "laya_onnx.hooks"),
+    "load": "laya_onnx.loader",
+    **dict.fromkeys(("DecisionResult", "SchemaError", "decide", "decide_batch"), "laya_onnx.structured"),
+}
+
 
 def __getattr__(name):
-    # Lazy so `import laya_onnx` stays cheap and never pulls onnxruntime for the CLI's help.
-    if name == "ONNXAgent":
-        from laya_onnx.agent import ONNXAgent
+    import importlib
 
-        return ONNXAgent
+    if name == "hooks":
+        return importlib.import_module("laya_onnx.hooks")
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'laya_onnx' has no attribute {name!r}")
 
 
-__all__ = ["ONNXAgent", "__version__"]
+__all__ = [
+    "AsyncHook",
+    "BaseHook",
+    "DecisionResult",
+    "Hook",
+    "ONNXAgent",
+    "PredictContext",
+    "PredictHook",
+    "SchemaError",
+    "__version__",
+    "decide",
+    "decide_batch",
+    "hooks",
+    "load",
+]

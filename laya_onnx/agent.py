@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
+from laya_onnx import structured
 from laya_onnx.bundle import Bundle
 from laya_onnx.calibration import Calibration, act_probabilities, decode_state, empty_result
 from laya_onnx.errors import InvalidRequest, InvalidRequestType
@@ -252,6 +253,15 @@ class ONNXAgent(HookRegistry):
         return ctx.results
 
     predict_many = predict_batch
+
+    def decide(self, state: State, schema: Any = None, **kwargs: Any) -> Any:
+        """Typed values for one state from a JSON schema or pydantic model (`laya_onnx.structured`:
+        `questions=`, `return_details=`, `min_confidence=`; other keywords go to `predict`)."""
+        return structured.decide(self, state, schema, **kwargs)
+
+    def decide_batch(self, states: Sequence[State], schema: Any = None, **kwargs: Any) -> list[Any]:
+        """`decide` over many states in one `predict_batch` call (`laya_onnx.structured`)."""
+        return structured.decide_batch(self, states, schema, **kwargs)
 
     def _checked_infer(
         self, ctx: PredictContext, *, lang, batch_size, sort_by_length

@@ -49,7 +49,8 @@ def check_min_confidence(v: Any) -> Threshold:
     return out
 
 
-def _finite(v: Any) -> float | None:
+def finite_number(v: Any) -> float | None:
+    """`v` as a float when it is a finite non-bool number, else None."""
     if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
         return float(v)
     return None
@@ -57,8 +58,8 @@ def _finite(v: Any) -> float | None:
 
 def gate_number(answer: dict[str, Any]) -> float | None:
     """answer_confidence if usable, else confidence if usable, else None."""
-    conf = _finite(answer.get("answer_confidence"))
-    return conf if conf is not None else _finite(answer.get("confidence"))
+    conf = finite_number(answer.get("answer_confidence"))
+    return conf if conf is not None else finite_number(answer.get("confidence"))
 
 
 def answer_bucket(answer: dict[str, Any]) -> str | None:

@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from laya_onnx.errors import InvalidRequest, InvalidRequestType
 
@@ -60,6 +60,23 @@ class PredictContext:
                 "ctx.states (%d); got %d" % (len(self.states), len(results))
             )
         self.results = results
+
+
+class Hook(Protocol):
+    """What a hook is, structurally: any subset of the six event methods (others are skipped)."""
+
+    def on_predict_start(self, ctx: PredictContext) -> None: ...
+    def on_predict_end(self, ctx: PredictContext) -> None: ...
+    def on_route(self, ctx: PredictContext) -> None: ...
+    def on_load(self, ctx: PredictContext) -> None: ...
+    def on_evict(self, ctx: PredictContext) -> None: ...
+    def on_error(self, ctx: PredictContext) -> None: ...
+
+
+#: A plain function given as on_predict_start= / on_predict_end=.
+PredictHook = Callable[[PredictContext], None]
+HookArg = Hook | Sequence[Hook] | None
+PredictHookArg = PredictHook | Sequence[PredictHook] | None
 
 
 class BaseHook:
@@ -222,24 +239,99 @@ def _background_loop() -> asyncio.AbstractEventLoop:
         return _LOOP
 
 
-def run_coroutine_sync(awaitable: Any) -> Any:
-    """Finish an awaitable from sync code; on a thread that runs a loop, use a background loop
-    (blocking the caller's own loop on it would deadlock)."""
+def _as_coroutine(awaitable: Any) -> Any:
+    if asyncio.iscoroutine(awaitable):
+        return awaitable
+
+    async def wrap():
+        return await awaitable
+
+    return wrap()
+
+
+def _refuse(awaitable: Any, reason: str) -> None:
+    if asyncio.iscoroutine(awaitable):
+        awaitable.close()  # never awaited, on purpose: no "was never awaited" warning
+    raise ValueError("run_coroutine_sync: " + reason)
+
+
+def run_coroutine_sync(awaitable: Any, loop: asyncio.AbstractEventLoop | None = None) -> Any:
+    """Finish an awaitable from sync code and return its result.
+
+    Without `loop`: `asyncio.run` when the calling thread runs no loop; on a thread that does, a
+    background loop (blocking the caller's own loop on it would deadlock). An explicit `loop`
+    must be running and must not be the calling thread's own: either mistake would block forever,
+    so both raise ValueError instead.
+    """
     try:
-        asyncio.get_running_loop()
+        running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
     except RuntimeError:
+        running = None
+    if loop is not None:
+        if not loop.is_running():
+            _refuse(awaitable, "the loop passed is not running")
+        if loop is running:
+            _refuse(
+                awaitable,
+                "the loop passed is running in the calling thread; blocking on it would deadlock",
+            )
+        return asyncio.run_coroutine_threadsafe(_as_coroutine(awaitable), loop).result()
+    if running is None:
+        return asyncio.run(_as_coroutine(awaitable))
+    return asyncio.run_coroutine_threadsafe(_as_coroutine(awaitable), _background_loop()).result()
 
-        async def wrap():
-            return await awaitable
 
-        return asyncio.run(wrap())
-    if not asyncio.iscoroutine(awaitable):
+class AsyncHook:
+    """A hook whose event methods are coroutines (or return awaitables), run to completion in
+    the synchronous core by `run_coroutine_sync`; `loop=` sends every coroutine to that loop.
 
-        async def wrap():
-            return await awaitable
+    >>> class Remote:
+    ...     async def on_predict_end(self, ctx):
+    ...         await ship(ctx.results)                                  # doctest: +SKIP
+    >>> agent = laya_onnx.load(BUNDLE, hooks=[AsyncHook(Remote())])    # doctest: +SKIP
+    """
 
-        awaitable = wrap()
-    return asyncio.run_coroutine_threadsafe(awaitable, _background_loop()).result()
+    __slots__ = ("hook", "loop")
+
+    def __init__(self, hook: Any, loop: asyncio.AbstractEventLoop | None = None):
+        if isinstance(hook, type):
+            raise InvalidRequestType("AsyncHook wraps an instance, not a class; got %s" % hook.__name__)
+        if not any(hasattr(hook, event) for event in HOOK_EVENTS):
+            raise InvalidRequestType(
+                "AsyncHook wraps an object implementing at least one of %s; got %s"
+                % (", ".join(HOOK_EVENTS), type(hook).__name__)
+            )
+        self.hook = hook
+        self.loop = loop
+
+    def _run(self, event: str, ctx: PredictContext) -> None:
+        method = getattr(self.hook, event, None)
+        if method is None:
+            return
+        result = method(ctx)
+        if inspect.isawaitable(result):
+            run_coroutine_sync(result, loop=self.loop)
+
+    def on_predict_start(self, ctx: PredictContext) -> None:
+        self._run("on_predict_start", ctx)
+
+    def on_predict_end(self, ctx: PredictContext) -> None:
+        self._run("on_predict_end", ctx)
+
+    def on_route(self, ctx: PredictContext) -> None:
+        self._run("on_route", ctx)
+
+    def on_load(self, ctx: PredictContext) -> None:
+        self._run("on_load", ctx)
+
+    def on_evict(self, ctx: PredictContext) -> None:
+        self._run("on_evict", ctx)
+
+    def on_error(self, ctx: PredictContext) -> None:
+        self._run("on_error", ctx)
+
+    def __repr__(self) -> str:
+        return "AsyncHook(%r)" % (self.hook,)
 
 
 def _name(method: Any) -> str:
