@@ -329,3 +329,28 @@ def test_decide_equals_the_reference_agent(preset, checkpoint_factory, bundle_fa
         expected = _refusal(ref.decide, STATES[0], schema, **kwargs)
         assert expected is not None and _refusal(ours.decide, STATES[0], schema, **kwargs) == expected
     assert compared == len(_all_schemas())
+
+
+def test_typed_values_without_the_reference(agent):
+    """Runtime tier: each field comes back as its schema's type; decide_batch equals decide."""
+    values = agent.decide_batch(STATES, SCHEMAS["values-back"], batch_size=2)
+    for v in values:
+        assert v["tier"] in (1, 2, 3) and isinstance(v["flag"], bool)
+        assert v["maybe"] in ("x", None) and v["only"] == "solo"
+    assert values == [agent.decide(s, SCHEMAS["values-back"]) for s in STATES]
+    stars = [agent.decide(s, SCHEMAS["offset-score"])["stars"] for s in STATES]
+    assert all(isinstance(n, int) and 1 <= n <= 5 for n in stars)
+
+
+def test_the_core_does_not_import_pydantic():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['pydantic'] = None\n"  # any import of pydantic now fails
+        "from laya_onnx import structured as S\n"
+        "from laya_onnx.agent import ONNXAgent\n"
+        "print(sorted(S.questions_from_json_schema(%r)))\n" % (TICKET,)
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["['department',", "'needs_human',", "'urgency']"]
