@@ -53,7 +53,7 @@ def test_bundle_layout_and_manifest(preset, checkpoint_factory, bundle_factory):
     assert m["export"]["opset"] == 17 and "TorchScript" in m["export"]["exporter"]
     assert m["export"]["seconds"] > 0 and m["export"]["peak_rss_mb"] > 0
     v = m["validation"]
-    assert v["passed"] is True and v["tolerance"] == 1e-4 and v["cases"] == len(CALLS) and v["rows"] >= 25
+    assert v["passed"] is True and v["tolerance"] == 1e-4 and v["cases"] == len(CALLS) and v["rows"] >= 23
     assert 0 <= v["max_abs_logit_diff"] <= 1e-4 and 0 <= v["max_abs_act_diff"] <= 1e-4
     assert [i["name"] for i in m["io"]["inputs"]] == list(GRAPH_INPUTS)
 
@@ -150,7 +150,7 @@ def test_reference_onnx_agent_runs_our_graph(preset, checkpoint_factory, bundle_
                 for label, p in (ga.get("probabilities") or {}).items():
                     assert abs(p - wa["probabilities"][label]) <= 2e-4, (call.name, qid, label)
                 assert abs(ga["action"]["act_probability"] - wa["action"]["act_probability"]) <= 2e-4
-    assert compared >= 25
+    assert compared >= 23
 
 
 def test_validation_failure_writes_nothing(checkpoint_factory, tmp_path):

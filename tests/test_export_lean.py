@@ -161,7 +161,7 @@ def test_validation_cases_keep_their_coverage(checkpoint_factory):
     kinds = {type(state).__name__ for call in CALLS for state in call.states}
     assert kinds == {"str", "list", "dict"}
     assert any("option_order" in q for call in CALLS for q in call.questions().values())
-    assert sum(c["feeds"]["input_ids"].size for c in cases) <= 3500
+    assert sum(c["feeds"]["input_ids"].size for c in cases) <= 3000
 
 
 def test_optimize_fuses_and_records_it(checkpoint_factory, tmp_path):
