@@ -34,6 +34,7 @@ from laya_onnx.sequences import build_heads, check_option_layout, collate, encod
 from laya_onnx.session import FallbackEntry, GraphSession
 from laya_onnx.tokenizer import LayaTokenizer
 from laya_onnx.tournament import check_group_size, fitting_group_size, run_tournament
+from laya_onnx.windows import predict_long as scan_long
 
 State = str | dict | list | Any
 DEFAULT_MAX_LEN = 512
@@ -262,6 +263,49 @@ class ONNXAgent(HookRegistry):
     def decide_batch(self, states: Sequence[State], schema: Any = None, **kwargs: Any) -> list[Any]:
         """`decide` over many states in one `predict_batch` call (`laya_onnx.structured`)."""
         return structured.decide_batch(self, states, schema, **kwargs)
+
+    def predict_long(
+        self,
+        state: State,
+        questions: dict[Any, dict[str, Any]],
+        window: int | None = None,
+        stride: int | None = None,
+        aggregate: str = "auto",
+        batch_size: int | None = None,
+        lang: str | None = None,
+        hooks: Any = None,
+        on_predict_start: Any = None,
+        on_predict_end: Any = None,
+        hooks_raise: bool | None = None,
+        hooks_timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """Answer `questions` about a state longer than one sequence (laya's `predict_long`).
+
+        The state is tokenized once and scanned in overlapping windows of `window` tokens
+        (default: the config's state budget, capped at the room the questions leave), `stride`
+        apart (default half the window); all windows go through one `predict_batch` call
+        (`batch_size` caps windows per pass). Per question the deciding window is the one with
+        the highest P(true) (noul) or `answer_confidence` (choice, score); its answer carries
+        `answer["window"]` (`index`, `token_start`, `token_end`, `count`) and `usage["windows"]`
+        counts the windows scored. A state that fits is answered by `predict` as is. The
+        probabilities are the deciding window's, not a calibrated number for the whole document.
+        Rules, warnings and refusals: `laya_onnx.windows`.
+        """
+        return scan_long(
+            self,
+            state,
+            questions,
+            window=window,
+            stride=stride,
+            aggregate_mode=aggregate,
+            batch_size=batch_size,
+            lang=lang,
+            hooks=hooks,
+            on_predict_start=on_predict_start,
+            on_predict_end=on_predict_end,
+            hooks_raise=hooks_raise,
+            hooks_timeout=hooks_timeout,
+        )
 
     def _checked_infer(
         self, ctx: PredictContext, *, lang, batch_size, sort_by_length

@@ -177,6 +177,16 @@ def build_heads(tok: LayaTokenizer, questions: Mapping[Any, Question], head_max_
     return {qid: build_head(tok, q, head_max_len) for qid, q in questions.items()}
 
 
+def room_after(head: Head, max_len: int) -> int:
+    """How many state tokens a row with this head keeps inside `max_len` (-1: the closing [SEP])."""
+    return max(0, max_len - len(head.ids) - 1)
+
+
+def state_room(tok: LayaTokenizer, q: Question, max_len: int, head_max_len: int) -> int:
+    """The state tokens question `q` leaves room for (what `build_row` keeps of a longer state)."""
+    return room_after(build_head(tok, q, head_max_len), max_len)
+
+
 def state_ids(tok: LayaTokenizer, state: Any, subject: str = "state") -> list[int]:
     """The state's tokens, once per state (the [MASK] string is blanked so it cannot act as a marker).
 
@@ -207,7 +217,7 @@ def build_row(
     head_max_len: int,
     truncate_left: bool,
 ) -> Row:
-    room = max(0, max_len - len(head.ids) - 1)  # -1 keeps room for the closing [SEP]
+    room = room_after(head, max_len)
     # A conversation (a list state) keeps its newest end; anything else keeps its start.
     kept = tokens[max(0, len(tokens) - room) :] if truncate_left else tokens[:room]
     ids = (head.ids + kept + [tok.sep_token_id])[:max_len]

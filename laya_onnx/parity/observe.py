@@ -9,6 +9,7 @@ same way. Torch-free: the golden-answer tests run this on a box without torch.
 
 from __future__ import annotations
 
+import copy
 from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -17,6 +18,7 @@ import numpy as np
 
 from laya_onnx.calibration import Calibration, act_probabilities, decode_answer
 from laya_onnx.errors import reference_kind
+from laya_onnx.parity.hook_cases import hook_case
 from laya_onnx.parity.rule import Observation
 from laya_onnx.questions import normalize_questions
 from laya_onnx.sequences import encode_state
@@ -93,8 +95,39 @@ def agent_rows(agent, questions: dict[Any, Any]) -> RowEncoder:
     return encode
 
 
-def call(agent, req: dict[str, Any]) -> Any:
-    """One suite request on an agent (either runtime): predict, or predict_batch for `states`."""
+#: The scan controls of a `"call": "predict_long"` request.
+LONG_CONTROLS = ("window", "stride", "aggregate", "batch_size", "lang")
+
+
+class ScoredCalls:
+    """An end hook that records what each prediction call scored: its states and questions after
+    the start hooks (what reached inference), its budgets, and whether a start hook answered it."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def on_predict_end(self, ctx) -> None:
+        self.calls.append(
+            {
+                "states": list(ctx.states) if isinstance(ctx.states, (list, tuple)) else [ctx.states],
+                "questions": dict(ctx.questions) if isinstance(ctx.questions, dict) else {},
+                "max_len": ctx.max_len,
+                "head_max_len": ctx.head_max_len,
+            }
+        )
+
+
+def call(agent, req: dict[str, Any], scored: ScoredCalls | None = None) -> Any:
+    """One suite request on an agent (either runtime): predict, predict_batch for `states`, or
+    predict_long for `"call": "predict_long"` (with the named hook case, `laya_onnx.parity.hook_cases`,
+    and `scored` recording what it scored)."""
+    if req.get("call") == "predict_long":
+        hooks = hook_case(req.get("hooks"))
+        if scored is not None:
+            hooks["on_predict_end"] = [*hooks.get("on_predict_end", []), scored.on_predict_end]
+        kw = {k: req[k] for k in LONG_CONTROLS if k in req}
+        # a copy per runtime: a hook case may rewrite the questions in place
+        return agent.predict_long(req.get("state"), copy.deepcopy(req["questions"]), **kw, **hooks)
     kw = {k: req[k] for k in CONTROLS if k in req}
     if "states" in req:
         return agent.predict_batch(
@@ -111,6 +144,61 @@ def refusal(exc: BaseException) -> dict[str, str]:
     return {"kind": reference_kind(exc), "text": str(exc)}
 
 
+def _decode_seen(q, seen, calibration, lang, digits):
+    """`seen` is ((logits, act), markers) of one row: its answer decoded to `digits`."""
+    (logits, act), markers = seen
+    return decode_answer(q, logits, act, len(markers), calibration, lang, digits)
+
+
+def observe_long(
+    printed: dict[str, Any],
+    scored: ScoredCalls,
+    capture: RowCapture,
+    rows_for: Callable[[dict[Any, Any]], RowEncoder],
+    calibration: Calibration,
+    lang: str | None,
+) -> Observation:
+    """A predict_long answer observed: the rows of every state the call scored (the windows, or
+    what a start hook left of them), and each answer's twin decoded unrounded from its deciding
+    window's logits: the window `answer["window"]` names, else (a rewritten scan) the first scored
+    state whose answer prints as the returned one. An answer no scored row prints (a hook's own)
+    gets no twin, so the rule compares it exactly."""
+    if not scored.calls or printed.get("usage", {}).get("windows") == 0:
+        return Observation(printed=printed, rows=[], unrounded=[{"answers": {}}])
+    (scan,) = scored.calls
+    questions = scan["questions"]
+    qs = normalize_questions(questions)
+    encode = rows_for(questions)
+    rows, per_state = [], []
+    for state in scan["states"]:
+        state_rows, seen = [], {}
+        for qid, ids, markers in encode(state, scan["max_len"], scan["head_max_len"]):
+            state_rows.append({"qid": qid, "ids": ids, "markers": markers})
+            taken = capture.take(ids)
+            if taken is not None:
+                seen[qid] = (taken, markers)
+        rows.append(state_rows)
+        per_state.append(seen)
+    answers: dict[Any, Any] = {}
+    for qid, answer in (printed.get("answers") or {}).items():
+        if qid not in qs:
+            continue
+        window = answer.get("window") if isinstance(answer, dict) else None
+        if window is not None:
+            candidates = [window["index"]]
+        else:
+            printed_alone = {k: v for k, v in answer.items() if k != "window"}
+            candidates = [
+                j
+                for j, seen in enumerate(per_state)
+                if qid in seen and _decode_seen(qs[qid], seen[qid], calibration, lang, 4) == printed_alone
+            ][:1]
+        for j in candidates:
+            if j < len(per_state) and qid in per_state[j]:
+                answers[qid] = _decode_seen(qs[qid], per_state[j][qid], calibration, lang, None)
+    return Observation(printed=printed, rows=rows, unrounded=[{"answers": answers}])
+
+
 def observe(
     agent,
     req: dict[str, Any],
@@ -124,10 +212,13 @@ def observe(
     checkpoint's (both runtimes answer with the same config).
     """
     capture.clear()
+    scored = ScoredCalls()
     try:
-        printed = call(agent, req)
+        printed = call(agent, req, scored)
     except REFUSALS as exc:
         return Observation(refusal=refusal(exc))
+    if req.get("call") == "predict_long":
+        return observe_long(printed, scored, capture, rows_for, calibration, req.get("lang"))
     questions = req["questions"]
     states = req["states"] if "states" in req else [req["state"]]
     if not questions:  # answered without tokenizing (empty result per state)
@@ -161,7 +252,7 @@ def observe_state(
         answers[qid] = (
             None
             if seen is None
-            else decode_answer(qs[qid], seen[0], seen[1], len(markers), calibration, req.get("lang"), None)
+            else _decode_seen(qs[qid], (seen, markers), calibration, req.get("lang"), None)
         )
     return state_rows, answers
 

@@ -3,10 +3,11 @@
 They are package data (read with importlib.resources), so `laya-onnx parity --suite core` works
 from a wheel as well as from a checkout.
 
-Suites stay declarative and small on disk; two directives build the long inputs:
-`{"$repeat": text, "times": n}` (a long text state) and
+Suites stay declarative and small on disk; three directives build the long inputs:
+`{"$repeat": text, "times": n}` (a long text state),
 `{"$conversation": [turns], "times": n, "tail": [turns]}` (a long conversation list, `{i}` in
-turn contents is the repetition index). `{MASK}` anywhere becomes the checkpoint's mask token.
+turn contents is the repetition index) and `{"$list": text, "times": n}` (n strings, `{i}` the
+index: many labels). `{MASK}` anywhere becomes the checkpoint's mask token.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ def _expand(value: Any, mask: str) -> Any:
     if isinstance(value, dict):
         if "$repeat" in value:
             return _expand(value["$repeat"], mask) * int(value["times"])
+        if "$list" in value:
+            return [_expand(value["$list"], mask).replace("{i}", str(i)) for i in range(int(value["times"]))]
         if "$conversation" in value:
             turns = []
             for i in range(int(value["times"])):
