@@ -154,9 +154,59 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
+    if args.ray is not None:
+        if args.bundle is not None or args.host is not None or args.port is not None:
+            raise UsageError("--ray CONFIG takes the bundle, host and port from the config file")
+        from laya_onnx.serve.ray_app import run_config
+
+        run_config(args.ray)
+        return EXIT_OK
+    if args.bundle is None:
+        raise UsageError("give a bundle to serve, or --ray CONFIG")
     from laya_onnx.serve import run_server
 
     run_server(args.bundle, host=args.host, port=args.port, providers=args.providers)
+    return EXIT_OK
+
+
+def _cmd_score(args: argparse.Namespace) -> int:
+    from laya_onnx import score
+
+    # --questions Q.json names a file as well as @Q.json does
+    given = "@" + args.questions if Path(args.questions).is_file() else args.questions
+    questions = read_json_argument(given, "--questions")
+    if not isinstance(questions, dict) or not questions:
+        raise UsageError("--questions must be a JSON object of questions, as a request's 'questions'")
+    controls = {
+        k: getattr(args, k) for k in ("lang", "max_len", "head_max_len") if getattr(args, k) is not None
+    }
+    if args.batch_size < 1:
+        raise UsageError("--batch-size must be at least 1")
+    if args.ray:
+        if args.actors < 1:
+            raise UsageError("--actors must be at least 1")
+        from laya_onnx.score_ray import ray_scorer
+
+        scorer = ray_scorer(
+            args.bundle,
+            questions,
+            controls,
+            args.batch_size,
+            args.actors,
+            cpus_per_actor=args.cpus_per_actor,
+            gpus_per_actor=args.gpus_per_actor,
+            providers=args.providers,
+            threads=args.threads,
+        )
+    else:
+        from laya_onnx import ONNXAgent
+
+        agent = ONNXAgent(args.bundle, providers=args.providers, threads=args.threads)
+        scorer = score.local_scorer(agent, questions, controls, args.batch_size)
+    summary = score.score_file(
+        args.input, args.output, questions, controls, scorer, progress=not args.no_progress
+    )
+    print(json.dumps(summary.as_json()))
     return EXIT_OK
 
 
@@ -261,9 +311,15 @@ def _providers(value: str | None):
     return [p.strip() for p in value.split(",") if p.strip()]
 
 
-def _add_bundle_and_providers(parser: argparse.ArgumentParser) -> None:
-    """The bundle and execution providers of the commands that run one (predict, serve)."""
-    parser.add_argument("bundle", help="bundle directory, or a Hub repo id[/subfolder] holding one")
+def _add_bundle_and_providers(
+    parser: argparse.ArgumentParser, optional: bool = False, flag: bool = False
+) -> None:
+    """The bundle and execution providers of the commands that run one (predict, serve, score)."""
+    what = "bundle directory, or a Hub repo id[/subfolder] holding one"
+    if flag:
+        parser.add_argument("--bundle", required=True, help=what)
+    else:
+        parser.add_argument("bundle", nargs="?" if optional else None, help=what)
     parser.add_argument(
         "--providers",
         type=_providers,
@@ -411,7 +467,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve a bundle over TypeSafe Jev's /v1/systemone wire protocol until SIGINT/SIGTERM, "
         "then drain (LAYA_SHUTDOWN_GRACE_SECONDS; see serve/README.md).",
     )
-    _add_bundle_and_providers(sv)
+    _add_bundle_and_providers(sv, optional=True)
+    sv.add_argument(
+        "--ray",
+        metavar="CONFIG",
+        default=None,
+        help="serve on Ray Serve instead, from a Ray Serve config file (serve/ray/serve-config.yaml): "
+        "replicas, autoscaling, CPU/GPU per replica, micro-batching; needs the ray extra",
+    )
     sv.add_argument(
         "--host",
         default=None,
@@ -419,6 +482,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sv.add_argument("--port", type=int, default=None, help="port (default $LAYA_PORT or 8000)")
     sv.set_defaults(func=_cmd_serve)
+
+    sc = sub.add_parser(
+        "score",
+        help="answer one question set over every state of a JSONL or Parquet file (offline, resumable)",
+        description="Score INPUT (JSON Lines with a 'state' per line, or Parquet with a 'state' column) "
+        "into OUTPUT (JSON Lines, one row per input row, in order, each {row, [id], result|error}). "
+        "A rerun appends what is missing; a bad row is reported in its output row and the run goes on. "
+        "--ray runs the batches on a pool of agents through Ray Data (the ray extra).",
+    )
+    sc.add_argument("input", help="a .jsonl/.ndjson or .parquet file of states")
+    sc.add_argument("-o", "--output", required=True, help="the JSON Lines file to write (or resume)")
+    sc.add_argument("--questions", required=True, help="the questions object: JSON, or @FILE")
+    _add_bundle_and_providers(sc, flag=True)
+    sc.add_argument("--batch-size", type=int, default=32, help="states per agent call (default 32)")
+    sc.add_argument("--lang", default=None, help="language of the states (default: the bundle's)")
+    sc.add_argument("--max-len", type=int, default=None, help="token budget per row")
+    sc.add_argument("--head-max-len", type=int, default=None, help="token budget of the decision head")
+    sc.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads per agent")
+    sc.add_argument("--ray", action="store_true", help="run the batches through Ray Data")
+    sc.add_argument("--actors", type=int, default=2, help="with --ray: agents in the actor pool (default 2)")
+    sc.add_argument("--cpus-per-actor", type=float, default=1.0, help="with --ray: CPUs per agent actor")
+    sc.add_argument("--gpus-per-actor", type=float, default=0.0, help="with --ray: GPUs per agent actor")
+    sc.add_argument("--no-progress", action="store_true", help="no progress bar")
+    sc.set_defaults(func=_cmd_score)
 
     pa = sub.add_parser(
         "parity",

@@ -1,0 +1,311 @@
+"""Ray Serve deployment: `/v1/systemone`, `/v1/systemone/batch` and `/health` on a Ray cluster,
+with the aiohttp server's validation, limits, errors and shaping (`contract.py`, shared).
+
+Two deployments, built by `build(args)` (the `import_path` of a Ray Serve config file,
+`serve/ray/serve-config.yaml`):
+
+  * `LayaModel` — one `ONNXAgent` per replica, its passes on one worker thread. Single-state
+    requests are micro-batched with `@serve.batch` and answered per question set
+    (`laya_onnx.batching`): requests asking the same questions with the same controls share one
+    `predict_batch`, and a state the agent refuses fails only its own request. Replicas,
+    autoscaling, CPUs/GPUs per replica and the batch size/wait (its `user_config`) come from the
+    config file's `deployments:` entry.
+  * `LayaIngress` — the HTTP edge: routes (404/405/307 as the aiohttp app), the bearer check
+    before a body byte is read, the 2 MiB cap and read timeout, Content-Encoding; then the raw
+    body goes to a model replica. A replica that dies under a request (a killed or crashed actor)
+    is retried on another one, so an accepted request is answered, not lost; when no replica
+    answers after `RETRIES` tries the caller gets a 503 with Retry-After.
+
+`laya-onnx serve --ray CONFIG` is Ray's own `serve run CONFIG`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any
+
+from ray import serve
+from ray.exceptions import RayActorError
+from starlette.requests import Request
+from starlette.responses import Response
+
+from laya_onnx.batching import answer_states, group_indices, question_set_key
+from laya_onnx.serve import contract
+from laya_onnx.serve import tournament as elimination
+from laya_onnx.serve.errors import (
+    BODY_TIMEOUT,
+    BODY_TOO_LARGE,
+    BODY_UNDECODABLE,
+    BUSY,
+    UNAUTHORIZED,
+    ApiError,
+)
+from laya_onnx.serve.settings import Settings
+from laya_onnx.serve.wire import Checkpoint, fallback_baseline, render
+
+log = logging.getLogger("laya_onnx.serve")
+
+#: Tries of one request on the model replicas before a 503 (a dead replica is skipped each time).
+RETRIES = 3
+DEFAULT_MAX_BATCH_SIZE = 8
+DEFAULT_BATCH_WAIT_S = 0.005
+#: (method, path) -> route name; the aiohttp app's three decision/health routes.
+ROUTES = {
+    ("GET", "/health"): "health",
+    ("POST", "/v1/systemone"): "systemone",
+    ("POST", "/v1/systemone/batch"): "systemone_batch",
+}
+DECISION_ROUTES = frozenset({"systemone", "systemone_batch"})
+
+
+def _settings(overrides: dict[str, Any] | None) -> Settings:
+    return Settings.from_env(**(overrides or {}))
+
+
+@serve.deployment(name="LayaModel")
+class LayaModel:
+    """One agent per replica; answers a route's raw body with (status, headers, body bytes)."""
+
+    def __init__(
+        self,
+        bundle: str,
+        providers: list[str] | None = None,
+        threads: int | None = None,
+        settings: dict[str, Any] | None = None,
+    ):
+        from laya_onnx import ONNXAgent
+
+        self.agent = ONNXAgent(bundle, providers=providers, threads=threads)
+        self.settings = _settings(settings)
+        self.checkpoint = Checkpoint.of(self.agent)
+        self.baseline = fallback_baseline(self.agent.fallbacks)
+        # one pass at a time per replica, off the replica's event loop (as the aiohttp app's worker)
+        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="laya-infer")
+
+    def reconfigure(self, config: dict[str, Any]) -> None:
+        """The config file's `user_config`: `max_batch_size`, `batch_wait_timeout_s`."""
+        self.answer_one.set_max_batch_size(int(config.get("max_batch_size", DEFAULT_MAX_BATCH_SIZE)))
+        self.answer_one.set_batch_wait_timeout_s(
+            float(config.get("batch_wait_timeout_s", DEFAULT_BATCH_WAIT_S))
+        )
+
+    async def health(self, full: bool) -> bytes:
+        return render(contract.health_payload(self.agent, self.checkpoint, self.baseline, full))
+
+    async def decide(self, route: str, raw: bytes) -> tuple[int, dict[str, str], bytes]:
+        try:
+            body = await self._decide(route, raw)
+        except ApiError as exc:
+            return exc.status, exc.headers, render(contract.api_error_body(self.settings, exc))
+        return 200, {}, body
+
+    async def _decide(self, route: str, raw: bytes) -> bytes:
+        agent, checkpoint, settings = self.agent, self.checkpoint, self.settings
+        if route == "systemone":
+            decision: contract.OneDecision | contract.BatchDecision = contract.parse_systemone(
+                raw, agent, checkpoint, settings
+            )
+            outcome = await self.answer_one(decision)
+            if isinstance(outcome, Exception):
+                raise contract.pass_refusal(outcome, decision.what, checkpoint.name)
+            result = outcome
+        else:
+            decision = contract.parse_batch(raw, agent, checkpoint, settings)
+            loop = asyncio.get_running_loop()
+            try:
+                result = await loop.run_in_executor(self.worker, partial(decision.run, agent, settings))
+            except Exception as exc:
+                raise contract.pass_refusal(exc, decision.what, checkpoint.name) from None
+        return contract.render_payload(
+            partial(decision.payload, result, checkpoint, settings), decision.what, checkpoint.name
+        )
+
+    @serve.batch(max_batch_size=DEFAULT_MAX_BATCH_SIZE, batch_wait_timeout_s=DEFAULT_BATCH_WAIT_S)
+    async def answer_one(self, decisions: list[contract.OneDecision]) -> list[Any]:
+        """The micro-batch: one result or one exception per decision, in order."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.worker, self._answer_grouped, decisions)
+
+    def _answer_grouped(self, decisions: list[contract.OneDecision]) -> list[Any]:
+        outcomes: list[Any] = [None] * len(decisions)
+        keys = [question_set_key(d.questions, d.controls) for d in decisions]
+        for positions in group_indices(keys):
+            first = decisions[positions[0]]
+            try:
+                narrowed = elimination.plan_group(
+                    self.agent,
+                    first.questions,
+                    self.settings.tournament_group,
+                    first.controls.get("head_max_len"),
+                )
+            except Exception as exc:
+                for i in positions:
+                    outcomes[i] = exc
+                continue
+            if narrowed is None:
+                states = [decisions[i].state for i in positions]
+                answers = answer_states(self.agent, states, first.questions, **first.controls)
+            else:  # a tournament's rounds depend on each state's finalists: state by state
+                answers = [self._run_alone(decisions[i]) for i in positions]
+            for i, answer in zip(positions, answers, strict=True):
+                outcomes[i] = answer
+        return outcomes
+
+    def _run_alone(self, decision: contract.OneDecision) -> Any:
+        try:
+            return decision.run(self.agent, self.settings)
+        except Exception as exc:
+            return exc
+
+
+# -- the HTTP edge -------------------------------------------------------------------------
+
+
+def _header(request: Request, name: bytes) -> str | None:
+    """A header as aiohttp reads it (UTF-8, surrogateescape), so the bearer compares the wire's bytes."""
+    for key, value in request.scope.get("headers", []):
+        if key.lower() == name:
+            return value.decode("utf-8", "surrogateescape")
+    return None
+
+
+def _decoder(encoding: str | None) -> Any:
+    """A streaming decompressor for Content-Encoding, as aiohttp decodes it; None: identity."""
+    coding = (encoding or "").strip().lower()
+    if coding in ("", "identity"):
+        return None
+    if coding in ("gzip", "x-gzip"):
+        return zlib.decompressobj(16 + zlib.MAX_WBITS)
+    if coding == "deflate":
+        return zlib.decompressobj()
+    if coding == "zstd":
+        try:
+            from compression import zstd  # type: ignore[import-not-found]  # Python 3.14
+        except ImportError:
+            from backports import zstd  # type: ignore[no-redef]
+        return zstd.ZstdDecompressor()
+    return None  # unknown codings reach the JSON parser as they are (and fail there as 400)
+
+
+async def read_body(request: Request, timeout: float) -> bytes:
+    """The decoded body, at most MAX_BODY_BYTES, delivered within `timeout` (413/408/400)."""
+    if contract.declared_too_large(_header(request, b"content-length")):
+        raise ApiError(413, BODY_TOO_LARGE)
+    decoder = _decoder(_header(request, b"content-encoding"))
+
+    async def collect() -> bytes:
+        chunks: list[bytes] = []
+        total = 0
+        async for chunk in request.stream():
+            if not chunk:
+                continue
+            if decoder is not None:
+                try:
+                    chunk = decoder.decompress(chunk)
+                except (zlib.error, Exception):
+                    raise ApiError(400, BODY_UNDECODABLE) from None
+            total += len(chunk)
+            contract.check_body_size(total)
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    try:
+        return await asyncio.wait_for(collect(), timeout)
+    except asyncio.TimeoutError:
+        raise ApiError(408, BODY_TIMEOUT) from None
+
+
+@serve.deployment(name="LayaIngress")
+class LayaIngress:
+    """Routes, auth and the body; the answer comes from a `LayaModel` replica."""
+
+    def __init__(self, model: Any, settings: dict[str, Any] | None = None):
+        self.model = model
+        self.settings = _settings(settings)
+
+    def _json(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> Response:
+        return Response(content=body, status_code=status, headers=headers, media_type="application/json")
+
+    def _refusal(self, exc: ApiError) -> Response:
+        return self._json(exc.status, render(contract.api_error_body(self.settings, exc)), exc.headers)
+
+    async def __call__(self, request: Request) -> Response:
+        try:
+            return await self._route(request)
+        except ApiError as exc:
+            return self._refusal(exc)
+
+    async def _route(self, request: Request) -> Response:
+        path, method = request.url.path, request.method.upper()
+        route = ROUTES.get((method, path))
+        if route is None:
+            return self._unrouted(method, path, request)
+        full = contract.authorized(self.settings, _header(request, b"authorization"))
+        if route == "health":
+            return self._json(200, await self._on_model("health", full))
+        if not full:
+            raise ApiError(401, UNAUTHORIZED)
+        raw = await read_body(request, self.settings.body_read_timeout)
+        status, headers, body = await self._on_model("decide", route, raw)
+        return self._json(status, body, headers)
+
+    def _unrouted(self, method: str, path: str, request: Request) -> Response:
+        allowed = sorted(m for (m, p) in ROUTES if p == path)
+        if allowed:
+            raise ApiError(405, "Method Not Allowed", {"Allow": ", ".join(allowed)})
+        stripped = path.rstrip("/")
+        if stripped != path and any(p == stripped for (_, p) in ROUTES):
+            query = request.url.query
+            location = stripped + ("?" + query if query else "")
+            return Response(status_code=307, headers={"Location": location})
+        raise ApiError(404, "Not Found")
+
+    async def _on_model(self, method: str, *args: Any) -> Any:
+        """Call a model replica; a replica that died under the call is retried on another one."""
+        for attempt in range(1, RETRIES + 1):
+            try:
+                return await getattr(self.model, method).remote(*args)
+            except RayActorError as exc:
+                log.warning(
+                    "a LayaModel replica died under a %s call (try %d of %d): %s",
+                    method,
+                    attempt,
+                    RETRIES,
+                    exc,
+                )
+        raise ApiError(503, BUSY, {"Retry-After": "1"})
+
+
+def build(args: dict[str, Any]) -> Any:
+    """The Ray Serve application of a config file's `args`:
+
+    bundle (required), providers (list), threads (onnxruntime intra-op threads per replica),
+    settings (the aiohttp app's `Settings` overrides: api_key, max_token_budget, jev_profile, ...;
+    unset ones come from the replica's LAYA_* environment, e.g. the config's runtime_env).
+    """
+    if not isinstance(args, dict) or not args.get("bundle"):
+        raise ValueError("the Ray Serve config's args must name a bundle: args: {bundle: PATH}")
+    unknown = sorted(set(args) - {"bundle", "providers", "threads", "settings"})
+    if unknown:
+        raise ValueError("unknown args in the Ray Serve config: %s" % ", ".join(unknown))
+    settings = args.get("settings") or {}
+    _settings(settings)  # a bad setting is refused here, before any replica starts
+    model = LayaModel.bind(str(args["bundle"]), args.get("providers"), args.get("threads"), settings)
+    return LayaIngress.bind(model, settings)
+
+
+def run_config(config: str, blocking: bool = True) -> None:
+    """`laya-onnx serve --ray CONFIG`: Ray's `serve run CONFIG` (joins the Ray instance this
+    process is connected to, or RAY_ADDRESS, or starts a local one; deploys the config).
+
+    Blocking, it runs until interrupted and then shuts the applications down; not blocking, it
+    returns once the config is submitted (the tests, on their own `ray.init`).
+    """
+    from ray.serve.scripts import cli
+
+    argv = ["run", config] + ([] if blocking else ["--non-blocking"])
+    cli.main(argv, prog_name="laya-onnx serve --ray", standalone_mode=blocking)
