@@ -39,7 +39,8 @@ class _AgentActor:
     def __call__(self, batch: dict[str, Any]) -> dict[str, list[Any]]:
         keys = ("row", "state", "id", "error")
         rows = [
-            Row.from_item(dict(zip(keys, values, strict=True))) for values in zip(*(batch[k] for k in keys))
+            Row.from_item(dict(zip(keys, values, strict=True)))
+            for values in zip(*(batch[k] for k in keys), strict=True)
         ]
         return {"line": score_rows(self.agent, rows, self.questions, self.controls)}
 

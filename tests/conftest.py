@@ -6,7 +6,7 @@
 Tiers: a test that needs more than the runtime core (`laya-onnx[cpu]` + pytest) carries a marker
 (registered in pyproject.toml) naming what it needs: `torch` (the export extra: torch,
 transformers, onnx; every test using checkpoint_factory), `reference` (the reference `laya`
-package) and `serve` (the serve extra). A marked test whose dependency is not importable is
+package), `serve` (the serve extra) and `ray` (the ray extra). A marked test whose dependency is not importable is
 skipped with the reason. Test modules import torch and laya lazily, so every module collects in
 the torch-free runtime venv that tests/run builds; a module built on a tool that venv lacks
 (schemathesis, jsonschema-rs) skips itself with pytest.importorskip.
@@ -49,6 +49,7 @@ TIER_NEEDS = {
         ("aiohttp", "prometheus_client", "pydantic"),
         "the serve extra: pip install 'laya-onnx[serve]'",
     ),
+    "ray": (("ray",), "the ray extra: pip install 'laya-onnx[ray]'; tests/run's ray tier has it"),
 }
 
 

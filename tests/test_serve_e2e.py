@@ -7,17 +7,17 @@ bundle. Skipped when the fixture is not available. Every wait is bounded.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 
 import pytest
+
+from tests.parity_exchange import check_served, core_suite_exchanges
+from tests.parity_exchange import http_json as _call
 
 pytestmark = pytest.mark.serve
 
@@ -48,18 +48,6 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _call(url, body=None, headers=None, timeout=30):
-    data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
-    req = urllib.request.Request(
-        url, data=data, headers=headers or {}, method="GET" if body is None else "POST"
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, dict(resp.headers), json.loads(resp.read())
-    except urllib.error.HTTPError as err:
-        return err.code, dict(err.headers), json.loads(err.read())
 
 
 @pytest.fixture
@@ -214,53 +202,12 @@ def test_parity_suite_through_the_server_equals_the_agent(server):
     """The parity suite's requests over HTTP: the served answers equal ONNXAgent's (which
     tests/test_parity.py holds equal to laya.Agent's), refusals come back as 422 with the same text."""
     from laya_onnx import ONNXAgent
-    from laya_onnx.parity import load_suite
 
     base, _, bundle = server
     auth = {"Authorization": "Bearer s3cret", "Content-Type": "application/json"}
     agent = ONNXAgent(bundle, providers=["CPUExecutionProvider"])
-    controls = ("max_len", "head_max_len", "min_confidence")
     checked = 0
-    for req in load_suite("core", agent.tok.mask_token):
-        kw = {k: req[k] for k in controls if k in req}
-        body = dict(kw, questions=req["questions"])
-        if "states" in req:
-            body.update(
-                states=req["states"], **{k: req[k] for k in ("batch_size", "sort_by_length") if k in req}
-            )
-        else:
-            body["state"] = req["state"]
-        try:
-            if "states" in req:
-                local = agent.predict_batch(
-                    req["states"],
-                    req["questions"],
-                    batch_size=req.get("batch_size"),
-                    sort_by_length=req.get("sort_by_length", False),
-                    **kw,
-                )
-            else:
-                local = agent.predict(req["state"], req["questions"], **kw)
-        except ValueError as exc:
-            local = exc
-        route = "/v1/systemone/batch" if "states" in req else "/v1/systemone"
+    for name, route, body, local in core_suite_exchanges(agent):
         status, _, served = _call(base + route, body, auth, timeout=120)
-        if isinstance(local, ValueError):
-            # laya-serve words one refusal itself, before the model sees it (http.md §7)
-            expected = (
-                "score question 'q' has a null level at index 1; give every level a description"
-                if req["name"] == "error-null-level"
-                else str(local)
-            )
-            assert (status, served) == (422, {"detail": expected}), req["name"]
-            continue
-        assert status == 200, (req["name"], served)
-        local = json.loads(json.dumps(local))  # the wire's types: label keys become strings
-        results = served["results"] if "states" in req else [served]
-        for got, want in zip(results, local if isinstance(local, list) else [local], strict=False):
-            got.pop("routing")
-            for answer in got["answers"].values():
-                answer.pop("x_jev_confidence", None)
-            assert got == want, req["name"]
-            checked += 1
+        checked += check_served(name, route, status, served, local)
     assert checked >= 35

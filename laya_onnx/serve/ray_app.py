@@ -22,11 +22,12 @@ Two deployments, built by `build(args)` (the `import_path` of a Ray Serve config
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from ray import serve
 from ray.exceptions import RayActorError
@@ -183,10 +184,10 @@ def _decoder(encoding: str | None) -> Any:
     if coding == "deflate":
         return zlib.decompressobj()
     if coding == "zstd":
-        try:
-            from compression import zstd  # type: ignore[import-not-found]  # Python 3.14
+        try:  # Python 3.14's, else the backport the serve extra brings for aiohttp
+            zstd = importlib.import_module("compression.zstd")
         except ImportError:
-            from backports import zstd  # type: ignore[no-redef]
+            zstd = importlib.import_module("backports.zstd")
         return zstd.ZstdDecompressor()
     return None  # unknown codings reach the JSON parser as they are (and fail there as 400)
 
@@ -294,8 +295,11 @@ def build(args: dict[str, Any]) -> Any:
         raise ValueError("unknown args in the Ray Serve config: %s" % ", ".join(unknown))
     settings = args.get("settings") or {}
     _settings(settings)  # a bad setting is refused here, before any replica starts
-    model = LayaModel.bind(str(args["bundle"]), args.get("providers"), args.get("threads"), settings)
-    return LayaIngress.bind(model, settings)
+    # the decorated classes are Deployments (mypy sees the plain classes)
+    model = cast(Any, LayaModel).bind(
+        str(args["bundle"]), args.get("providers"), args.get("threads"), settings
+    )
+    return cast(Any, LayaIngress).bind(model, settings)
 
 
 def run_config(config: str, blocking: bool = True) -> None:
