@@ -154,3 +154,17 @@ def no_laya_env(monkeypatch):
     for key in list(os.environ):
         if key.startswith("LAYA_"):
             monkeypatch.delenv(key)
+
+
+@pytest.fixture(scope="module")
+def tiny_english(bundle_factory) -> Path:
+    """The tiny-english bundle (bundle_factory's), for modules that use one bundle throughout."""
+    return bundle_factory("tiny-english")
+
+
+@pytest.fixture(scope="module")
+def tiny_english_agent(tiny_english):
+    """An ONNXAgent on the tiny-english bundle, on CPU, shared by a module's tests."""
+    from laya_onnx import ONNXAgent
+
+    return ONNXAgent(tiny_english, providers=["CPUExecutionProvider"])

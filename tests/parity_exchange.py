@@ -79,3 +79,20 @@ def check_served(name: str, route: str, status: int, served: Any, local: Any) ->
             answer.pop("x_jev_confidence", None)
         assert got == want, name
     return len(results)
+
+
+def assert_close(got: Any, want: Any, where: str = "", tol: float = 1e-5) -> None:
+    """Equal, except that floats may differ by `tol` (the parity rule's 1e-5): how answers of
+    the same states compare when they were padded into different passes."""
+    if isinstance(want, float) and isinstance(got, (int, float)) and not isinstance(got, bool):
+        assert abs(got - want) <= tol, (where, got, want)
+    elif isinstance(want, dict):
+        assert isinstance(got, dict) and list(got) == list(want), (where, got, want)
+        for key in want:
+            assert_close(got[key], want[key], "%s.%s" % (where, key), tol)
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want), (where, got, want)
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            assert_close(g, w, "%s[%d]" % (where, i), tol)
+    else:
+        assert got == want, (where, got, want)

@@ -31,18 +31,6 @@ STATES = [
 ] * 5
 
 
-@pytest.fixture(scope="module")
-def bundle(bundle_factory):
-    return bundle_factory("tiny-english")
-
-
-@pytest.fixture(scope="module")
-def agent(bundle):
-    from laya_onnx import ONNXAgent
-
-    return ONNXAgent(bundle, providers=["CPUExecutionProvider"])
-
-
 def _write_jsonl(path, lines):
     path.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
     return path
@@ -52,17 +40,17 @@ def _rows(path):
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
 
 
-def _score(agent, src, out, batch_size=4):
-    scorer = score.local_scorer(agent, QUESTIONS, {}, batch_size)
+def _score(tiny_english_agent, src, out, batch_size=4):
+    scorer = score.local_scorer(tiny_english_agent, QUESTIONS, {}, batch_size)
     return score.score_file(src, out, QUESTIONS, {}, scorer, progress=False)
 
 
-def test_every_row_equals_predict_batch_in_order(agent, tmp_path):
+def test_every_row_equals_predict_batch_in_order(tiny_english_agent, tmp_path):
     src = _write_jsonl(
         tmp_path / "in.jsonl", [json.dumps({"state": s, "id": i}) for i, s in enumerate(STATES)]
     )
-    summary = _score(agent, src, tmp_path / "out.jsonl", batch_size=4)
-    want = json.loads(json.dumps(agent.predict_batch(STATES, QUESTIONS, batch_size=4)))
+    summary = _score(tiny_english_agent, src, tmp_path / "out.jsonl", batch_size=4)
+    want = json.loads(json.dumps(tiny_english_agent.predict_batch(STATES, QUESTIONS, batch_size=4)))
     got = _rows(tmp_path / "out.jsonl")
     assert [r["row"] for r in got] == list(range(len(STATES)))
     assert [r["id"] for r in got] == list(range(len(STATES)))
@@ -70,7 +58,7 @@ def test_every_row_equals_predict_batch_in_order(agent, tmp_path):
     assert summary.as_json() == {"rows": 25, "resumed_after": 0, "written": 25, "errors": 0}
 
 
-def test_bad_rows_are_reported_in_place_and_the_rest_answered(agent, tmp_path):
+def test_bad_rows_are_reported_in_place_and_the_rest_answered(tiny_english_agent, tmp_path):
     lines = [
         json.dumps({"state": "first"}),
         "{not json",
@@ -81,55 +69,57 @@ def test_bad_rows_are_reported_in_place_and_the_rest_answered(agent, tmp_path):
         json.dumps({"state": "last"}),
     ]
     src = _write_jsonl(tmp_path / "in.jsonl", lines)
-    summary = _score(agent, src, tmp_path / "out.jsonl", batch_size=8)
+    summary = _score(tiny_english_agent, src, tmp_path / "out.jsonl", batch_size=8)
     got = _rows(tmp_path / "out.jsonl")
     assert [r["row"] for r in got] == [0, 1, 2, 3, 4, 5]  # the blank line is not a row
     assert "line 2: not valid JSON" in got[1]["error"]
     assert got[2]["error"] == "line 3: a row must be a JSON object with a 'state' field"
     assert got[3]["error"] == "line 4: the row has no 'state' field"
     with pytest.raises(LayaInputError) as refused:
-        agent.predict(None, QUESTIONS)
+        tiny_english_agent.predict(None, QUESTIONS)
     assert got[4]["error"] == str(refused.value)
-    want = json.loads(json.dumps(agent.predict_batch(["first", "last"], QUESTIONS)))
+    want = json.loads(json.dumps(tiny_english_agent.predict_batch(["first", "last"], QUESTIONS)))
     assert [got[0]["result"], got[5]["result"]] == want
     assert summary.errors == 4
 
 
-def test_a_rerun_resumes_after_the_rows_written_and_cuts_a_torn_line(agent, tmp_path):
+def test_a_rerun_resumes_after_the_rows_written_and_cuts_a_torn_line(tiny_english_agent, tmp_path):
     src = _write_jsonl(tmp_path / "in.jsonl", [json.dumps({"state": s}) for s in STATES])
     whole = tmp_path / "whole.jsonl"
-    _score(agent, src, whole)
+    _score(tiny_english_agent, src, whole)
     expected = whole.read_text(encoding="utf-8").splitlines()
 
     out = tmp_path / "out.jsonl"
     (tmp_path / "out.jsonl.meta.json").write_text((tmp_path / "whole.jsonl.meta.json").read_text())
     out.write_text("\n".join(expected[:9]) + "\n" + expected[9][:20], encoding="utf-8")  # row 9 torn
-    summary = _score(agent, src, out)
+    summary = _score(tiny_english_agent, src, out)
     assert summary.skipped == 9 and summary.rows == 25
     assert out.read_text(encoding="utf-8").splitlines() == expected
-    assert _score(agent, src, out).as_json()["written"] == 0  # complete: nothing to do
+    assert _score(tiny_english_agent, src, out).as_json()["written"] == 0  # complete: nothing to do
     assert out.read_text(encoding="utf-8").splitlines() == expected
 
 
-def test_a_rerun_with_other_questions_or_a_foreign_file_is_refused(agent, tmp_path):
+def test_a_rerun_with_other_questions_or_a_foreign_file_is_refused(tiny_english_agent, tmp_path):
     src = _write_jsonl(tmp_path / "in.jsonl", [json.dumps({"state": "x"})])
     out = tmp_path / "out.jsonl"
-    _score(agent, src, out)
+    _score(tiny_english_agent, src, out)
     other = {"refund": QUESTIONS["refund"]}
     with pytest.raises(score.ScoreError, match="written for other questions"):
-        score.score_file(src, out, other, {}, score.local_scorer(agent, other, {}, 4), progress=False)
+        score.score_file(
+            src, out, other, {}, score.local_scorer(tiny_english_agent, other, {}, 4), progress=False
+        )
     foreign = tmp_path / "foreign.jsonl"
     foreign.write_text('{"row": 0}\n', encoding="utf-8")
     with pytest.raises(score.ScoreError, match="not an output of laya-onnx score"):
-        _score(agent, src, foreign)
+        _score(tiny_english_agent, src, foreign)
     edited = tmp_path / "edited.jsonl"
-    _score(agent, src, edited)
+    _score(tiny_english_agent, src, edited)
     edited.write_text('{"row": 5, "result": {}}\n', encoding="utf-8")
     with pytest.raises(score.ScoreError, match="line 1 is not score row 0"):
-        _score(agent, src, edited)
+        _score(tiny_english_agent, src, edited)
 
 
-def test_parquet_input_equals_jsonl(agent, tmp_path):
+def test_parquet_input_equals_jsonl(tiny_english_agent, tmp_path):
     pa = pytest.importorskip("pyarrow")
     import pyarrow.parquet as pq
 
@@ -140,23 +130,23 @@ def test_parquet_input_equals_jsonl(agent, tmp_path):
     _write_jsonl(
         tmp_path / "in.jsonl", [json.dumps({"state": s, "id": f"r{i}"}) for i, s in enumerate(states)]
     )
-    _score(agent, tmp_path / "in.parquet", tmp_path / "a.jsonl")
-    _score(agent, tmp_path / "in.jsonl", tmp_path / "b.jsonl")
+    _score(tiny_english_agent, tmp_path / "in.parquet", tmp_path / "a.jsonl")
+    _score(tiny_english_agent, tmp_path / "in.jsonl", tmp_path / "b.jsonl")
     assert _rows(tmp_path / "a.jsonl") == _rows(tmp_path / "b.jsonl")
     pq.write_table(pa.table({"text": ["x"]}), tmp_path / "nostate.parquet")
     with pytest.raises(score.ScoreError, match="no 'state' column"):
         list(score.read_rows(tmp_path / "nostate.parquet"))
 
 
-def test_cli_scores_a_file_and_reports_bad_input(bundle, agent, tmp_path, capsys):
+def test_cli_scores_a_file_and_reports_bad_input(tiny_english, tiny_english_agent, tmp_path, capsys):
     src = _write_jsonl(tmp_path / "in.jsonl", [json.dumps({"state": s}) for s in STATES[:6]])
     questions = tmp_path / "q.json"
     questions.write_text(json.dumps(QUESTIONS), encoding="utf-8")
     out = tmp_path / "out.jsonl"
-    argv = ["score", str(src), "-o", str(out), "--questions", str(questions), "--bundle", str(bundle)]
+    argv = ["score", str(src), "-o", str(out), "--questions", str(questions), "--bundle", str(tiny_english)]
     assert main([*argv, "--no-progress", "--batch-size", "4"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["written"] == 6
-    want = json.loads(json.dumps(agent.predict_batch(STATES[:6], QUESTIONS, batch_size=4)))
+    want = json.loads(json.dumps(tiny_english_agent.predict_batch(STATES[:6], QUESTIONS, batch_size=4)))
     assert [r["result"] for r in _rows(out)] == want
 
     (tmp_path / "in.csv").write_text("state\nx\n", encoding="utf-8")
@@ -170,7 +160,7 @@ def test_cli_scores_a_file_and_reports_bad_input(bundle, agent, tmp_path, capsys
                 "--questions",
                 str(questions),
                 "--bundle",
-                str(bundle),
+                str(tiny_english),
                 "--no-progress",
             ]
         )

@@ -60,7 +60,6 @@ ROUTES = {
     ("POST", "/v1/systemone"): "systemone",
     ("POST", "/v1/systemone/batch"): "systemone_batch",
 }
-DECISION_ROUTES = frozenset({"systemone", "systemone_batch"})
 
 
 def _settings(overrides: dict[str, Any] | None) -> Settings:
@@ -86,6 +85,7 @@ class LayaModel:
         self.baseline = fallback_baseline(self.agent.fallbacks)
         # one pass at a time per replica, off the replica's event loop (as the aiohttp app's worker)
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="laya-infer")
+        self.batches = {"batches": 0, "requests": 0, "largest": 0}
 
     def reconfigure(self, config: dict[str, Any]) -> None:
         """The config file's `user_config`: `max_batch_size`, `batch_wait_timeout_s`."""
@@ -93,6 +93,10 @@ class LayaModel:
         self.answer_one.set_batch_wait_timeout_s(
             float(config.get("batch_wait_timeout_s", DEFAULT_BATCH_WAIT_S))
         )
+
+    def micro_batches(self) -> dict[str, int]:
+        """This replica's micro-batching so far: batches run, requests in them, the largest."""
+        return dict(self.batches)
 
     async def health(self, full: bool) -> bytes:
         return render(contract.health_payload(self.agent, self.checkpoint, self.baseline, full))
@@ -128,6 +132,9 @@ class LayaModel:
     @serve.batch(max_batch_size=DEFAULT_MAX_BATCH_SIZE, batch_wait_timeout_s=DEFAULT_BATCH_WAIT_S)
     async def answer_one(self, decisions: list[contract.OneDecision]) -> list[Any]:
         """The micro-batch: one result or one exception per decision, in order."""
+        self.batches["batches"] += 1
+        self.batches["requests"] += len(decisions)
+        self.batches["largest"] = max(self.batches["largest"], len(decisions))
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self.worker, self._answer_grouped, decisions)
 
@@ -207,7 +214,7 @@ async def read_body(request: Request, timeout: float) -> bytes:
             if decoder is not None:
                 try:
                     chunk = decoder.decompress(chunk)
-                except (zlib.error, Exception):
+                except Exception:  # zlib.error, zstd.ZstdError: the caller's bytes
                     raise ApiError(400, BODY_UNDECODABLE) from None
             total += len(chunk)
             contract.check_body_size(total)

@@ -1,0 +1,275 @@
+"""Ray Serve and Ray Data on a local Ray instance with 2 CPUs (`ray` tier: .venv-ray in tests/run).
+
+One Ray instance and one Serve deployment for the module, deployed from the shipped example
+config (serve/ray/serve-config.yaml, with this test's bundle, port, a key and half a CPU per
+replica so Ray Data's actors fit beside them): the parity suite through Ray Serve's HTTP
+endpoint equals ONNXAgent; refusals equal the aiohttp app's byte for byte; concurrent requests
+micro-batched by question set equal the agent's answers; killing a replica under load loses no
+request; 1 000 states scored through Ray Data equal `predict_batch`, in order. Every wait is
+bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tests.parity_exchange import assert_close, check_served, core_suite_exchanges, http_json
+
+pytestmark = pytest.mark.ray
+
+CONFIG = Path(__file__).resolve().parent.parent / "serve" / "ray" / "serve-config.yaml"
+KEY = "s3cret"
+AUTH = {"Authorization": "Bearer " + KEY, "Content-Type": "application/json"}
+DEPLOY_TIMEOUT_S = 180
+Q1 = {
+    "queue": {
+        "type": "choice",
+        "instructions": "Which team?",
+        "criteria": {"billing": "billing and refunds", "tech": "login", "other": "else"},
+    },
+    "refund": {"type": "noul", "instructions": "Wants a refund?"},
+}
+Q2 = {"urgency": {"type": "score", "instructions": "How urgent?", "criteria": ["calm", "firm", "angry"]}}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ray_instance():
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield ray
+    from ray import serve
+
+    serve.shutdown()
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def base(ray_instance, tiny_english, tmp_path_factory):
+    """The example config, deployed with `run_config` (what `laya-onnx serve --ray` runs)."""
+    import yaml
+    from ray import serve
+
+    from laya_onnx.serve.ray_app import run_config
+
+    config = yaml.safe_load(CONFIG.read_text(encoding="utf-8"))
+    port = _free_port()
+    config["http_options"]["port"] = port
+    (app,) = config["applications"]
+    app["args"].update(bundle=str(tiny_english), settings={"api_key": KEY})
+    model = next(d for d in app["deployments"] if d["name"] == "LayaModel")
+    assert model["num_replicas"] == 2
+    model["ray_actor_options"]["num_cpus"] = 0.5
+    path = tmp_path_factory.mktemp("ray") / "serve-config.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    run_config(str(path), blocking=False)
+    deadline = time.monotonic() + DEPLOY_TIMEOUT_S
+    while True:
+        status = serve.status().applications.get(app["name"])
+        if status is not None and status.status == "RUNNING":
+            break
+        assert status is None or status.status != "DEPLOY_FAILED", status
+        assert time.monotonic() < deadline, "Ray Serve did not start in %d s: %s" % (DEPLOY_TIMEOUT_S, status)
+        time.sleep(0.5)
+    return "http://127.0.0.1:%d" % port
+
+
+def test_parity_suite_through_ray_serve_equals_the_agent(base, tiny_english_agent):
+    checked = 0
+    for name, route, body, local in core_suite_exchanges(tiny_english_agent):
+        status, _, served = http_json(base + route, body, AUTH, timeout=120)
+        checked += check_served(name, route, status, served, local)
+    assert checked >= 35
+
+
+# (method, path, body bytes, extra headers): refusals in contract order, and the encodings
+EDGE_CASES = [
+    ("GET", "/health", None, {}),
+    (
+        "POST",
+        "/v1/systemone",
+        json.dumps({"state": "x", "questions": Q1}).encode(),
+        {"Authorization": "Bearer no"},
+    ),
+    ("POST", "/v1/systemone", b"{not json", {}),
+    ("POST", "/v1/systemone", json.dumps({"state": "x"}).encode(), {}),
+    ("POST", "/v1/systemone", json.dumps({"state": "x", "questions": Q1, "model": "/etc/x"}).encode(), {}),
+    ("POST", "/v1/systemone", json.dumps({"state": "x", "questions": Q1, "max_len": "9"}).encode(), {}),
+    ("POST", "/v1/systemone", json.dumps({"state": "x", "questions": {"q": {"type": "bogus"}}}).encode(), {}),
+    ("POST", "/v1/systemone", json.dumps({"state": "x" * 50001, "questions": Q1}).encode(), {}),
+    ("POST", "/v1/systemone", b" " * (2 * 1024 * 1024 + 1), {}),
+    (
+        "POST",
+        "/v1/systemone",
+        gzip.compress(json.dumps({"state": "gz", "questions": Q1}).encode()),
+        {"Content-Encoding": "gzip"},
+    ),
+    ("POST", "/v1/systemone", b"\x1f\x8b not gzip", {"Content-Encoding": "gzip"}),
+    (
+        "POST",
+        "/v1/systemone/batch",
+        json.dumps({"states": ["a", "b"], "questions": Q2, "diagnostics": {}}).encode(),
+        {},
+    ),
+    ("POST", "/v1/systemone/batch", json.dumps({"states": ["a"] * 65, "questions": Q2}).encode(), {}),
+    ("GET", "/v1/systemone", None, {}),
+    ("POST", "/nowhere", b"{}", {}),
+]
+
+
+async def _exchange(url_of, cases):
+    from aiohttp import ClientSession
+
+    out = []
+    async with ClientSession(auto_decompress=False) as session:
+        for method, path, body, headers in cases:
+            sent = {**AUTH, **headers}
+            async with session.request(
+                method, url_of(path), data=body, headers=sent, allow_redirects=False
+            ) as r:
+                payload = await r.read()
+                out.append((r.status, r.headers.get("Allow"), json.loads(payload) if payload else None))
+    return out
+
+
+def test_refusals_and_encodings_equal_the_aiohttp_app(base, tiny_english_agent):
+    """The same wire contract: status, Allow and JSON body of each case, Ray Serve vs `laya-onnx serve`'s app."""
+    from aiohttp.test_utils import TestServer
+
+    from laya_onnx.serve import create_app
+
+    async def via_aiohttp():
+        async with TestServer(create_app(tiny_english_agent, api_key=KEY)) as server:
+            return await _exchange(lambda p: str(server.make_url(p)), EDGE_CASES)
+
+    ours = asyncio.run(via_aiohttp())
+    on_ray = asyncio.run(_exchange(lambda p: base + p, EDGE_CASES))
+    for case, want, got in zip(EDGE_CASES, ours, on_ray, strict=True):
+        assert got == want, case[:2]
+    assert [s for s, _, _ in on_ray] == [
+        200,
+        401,
+        400,
+        400,
+        422,
+        422,
+        422,
+        413,
+        413,
+        200,
+        400,
+        422,
+        413,
+        405,
+        404,
+    ]
+
+
+def _ask(base, state, questions):
+    status, _, body = http_json(
+        base + "/v1/systemone", {"state": state, "questions": questions}, AUTH, timeout=120
+    )
+    return status, body
+
+
+def _local(tiny_english_agent, state, questions):
+    return json.loads(json.dumps(tiny_english_agent.predict(state, questions)))
+
+
+def _without_wire_fields(body):
+    body = dict(body)
+    body.pop("routing")
+    body["answers"] = {
+        k: {f: v for f, v in a.items() if f != "x_jev_confidence"} for k, a in body["answers"].items()
+    }
+    return body
+
+
+def test_concurrent_requests_are_answered_per_question_set(base, tiny_english_agent):
+    """Concurrent single requests over two question sets (micro-batched together on a replica)."""
+    jobs = [("state number %d %s" % (i, "refund" * (i % 4)), Q1 if i % 2 else Q2) for i in range(24)]
+    with ThreadPoolExecutor(12) as pool:
+        answers = list(pool.map(lambda job: _ask(base, *job), jobs))
+    for (state, questions), (status, body) in zip(jobs, answers, strict=True):
+        assert status == 200, body
+        assert_close(_without_wire_fields(body), _local(tiny_english_agent, state, questions), state)
+    from ray import serve
+
+    handle = serve.get_deployment_handle("LayaModel", app_name="laya")
+    seen = [handle.micro_batches.remote().result(timeout_s=30) for _ in range(8)]  # either replica
+    assert max(s["largest"] for s in seen) > 1, seen  # requests did share passes
+
+
+def _ask_batch(base, states, questions):
+    body = {"states": states, "questions": questions}
+    status, _, answer = http_json(base + "/v1/systemone/batch", body, AUTH, timeout=120)
+    return status, answer
+
+
+def test_killing_a_replica_under_load_loses_no_request(ray_instance, base, tiny_english_agent):
+    """Batches long enough that both replicas are mid-pass when one is killed: every request is
+    still answered (the ingress retries a request whose replica died on the other one)."""
+    from ray import serve
+
+    replicas = [
+        a for a in ray_instance.util.list_named_actors(all_namespaces=True) if "#LayaModel#" in a["name"]
+    ]
+    assert len(replicas) == 2, replicas
+    jobs = [["kill run %d: %s" % (i, "refund please " * (20 + j)) for j in range(16)] for i in range(16)]
+    done = []
+    killed = threading.Event()
+
+    def one(states):
+        out = _ask_batch(base, states, Q1)
+        done.append(out)
+        if len(done) == 2 and not killed.is_set():
+            victim = ray_instance.get_actor(replicas[0]["name"], namespace=replicas[0]["namespace"])
+            ray_instance.kill(victim, no_restart=True)
+            killed.set()
+        return out
+
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(one, jobs))
+    assert killed.is_set()
+    for states, (status, body) in zip(jobs, answers, strict=True):
+        assert status == 200, (states[0][:12], body)
+        want = json.loads(json.dumps(tiny_english_agent.predict_batch(states, Q1)))
+        assert_close([_without_wire_fields(r) for r in body["results"]], want, states[0][:12])
+    deadline = time.monotonic() + DEPLOY_TIMEOUT_S
+    while serve.status().applications["laya"].status != "RUNNING":  # the replica is replaced
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+
+
+def test_ray_data_scores_1000_states_like_predict_batch(
+    ray_instance, tiny_english, tiny_english_agent, tmp_path
+):
+    from laya_onnx import score
+    from laya_onnx.score_ray import ray_scorer
+
+    words = ["refund", "login", "charged", "twice", "broken", "thanks", "please", "now"]
+    states = [" ".join(words[(i * k) % len(words)] for k in range(1, 2 + i % 7)) for i in range(1000)]
+    src = tmp_path / "states.jsonl"
+    src.write_text("".join(json.dumps({"state": s, "id": i}) + "\n" for i, s in enumerate(states)))
+    scorer = ray_scorer(str(tiny_english), Q1, {}, batch_size=50, actors=2, cpus_per_actor=0.5, threads=1)
+    summary = score.score_file(src, tmp_path / "out.jsonl", Q1, {}, scorer, progress=False)
+    assert summary.as_json() == {"rows": 1000, "resumed_after": 0, "written": 1000, "errors": 0}
+    rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [(r["row"], r["id"]) for r in rows] == [(i, i) for i in range(1000)]
+    want = json.loads(json.dumps(tiny_english_agent.predict_batch(states, Q1, batch_size=50)))
+    assert_close([r["result"] for r in rows], want, "results")
