@@ -16,6 +16,7 @@ _LAZY = {
     "ONNXAgent": "laya_onnx.agent",
     **dict.fromkeys(("AsyncHook", "BaseHook", "Hook", "PredictContext", "PredictHook"), "laya_onnx.hooks"),
     "load": "laya_onnx.loader",
+    "load_calibration": "laya_onnx.calibration_file",
     **dict.fromkeys(("DecisionResult", "SchemaError", "decide", "decide_batch"), "laya_onnx.structured"),
 }
 
@@ -44,4 +45,5 @@ __all__ = [
     "decide_batch",
     "hooks",
     "load",
+    "load_calibration",
 ]

@@ -16,6 +16,8 @@ from typing import Any
 from laya_onnx import structured
 from laya_onnx.bundle import Bundle
 from laya_onnx.calibration import Calibration, act_probabilities, decode_state, empty_result
+from laya_onnx.calibration_file import apply_calibration, bundle_calibration, warn_if_other_checkpoint
+from laya_onnx.calibration_file import load_calibration as load_calibration_file
 from laya_onnx.errors import InvalidRequest, InvalidRequestType
 from laya_onnx.gate import apply_confidence_gate, check_min_confidence
 from laya_onnx.hooks import (
@@ -69,11 +71,15 @@ class ONNXAgent(HookRegistry):
         revision: str | None = None,
         token: str | None = None,
         max_pass_memory: int | str | None = None,
+        calibration: str | os.PathLike | None = None,
     ):
         """`max_pass_memory`: bytes one forward pass may use above idle (int, or text such as
         "2G"); default $LAYA_MAX_PASS_MEMORY, else 2 GiB. Passes are split to stay inside it and a
         row that cannot fit alone is refused with `PassTooLarge` before anything runs. The budget
-        is per pass: callers running predictions concurrently on one agent add up."""
+        is per pass: callers running predictions concurrently on one agent add up.
+
+        `calibration`: a calibration file (`laya.Agent.save_calibration`'s JSON) applied after the
+        checkpoint's temperatures and after a calibration file the bundle carries."""
         self.max_pass_memory = resolve_max_pass_memory(max_pass_memory)
         self.hooks = normalise_hooks(hooks, on_predict_start, on_predict_end)
         self.hooks_raise = bool(hooks_raise)
@@ -89,13 +95,28 @@ class ONNXAgent(HookRegistry):
         check_option_layout(self.cfg, f"bundle {str(self.bundle.root)!r}")
         self.tok = LayaTokenizer.from_dir(self.bundle.tokenizer_dir)
         self.calibration = Calibration.from_config(self.cfg, lang_temperatures=lang_temperatures)
+        source = (self.bundle.manifest or {}).get("source") or {}
+        #: The checkpoint a calibration file's recorded identity is compared with.
+        self.model_id_or_path = source.get("repo") or source.get("path") or str(bundle)
+        self.subfolder = source.get("subfolder")
+        for path in (bundle_calibration(self.bundle.root, self.bundle.manifest), calibration):
+            if path is not None:
+                self.load_calibration(path)
         self.session = GraphSession(str(self.bundle.graph_path), providers=providers, threads=threads)
         #: Peak bytes of one pass as a function of (rows, padded length): measured at export.
         self.memory_model = PassMemoryModel.for_bundle(self.bundle.manifest)
-        source = (self.bundle.manifest or {}).get("source") or {}
         self.revision: str | None = located.revision or source.get("revision")
         self.name = name or source.get("name") or self.bundle.root.resolve().name
         self.model_id = str(bundle)
+
+    def load_calibration(self, path: str | os.PathLike) -> None:
+        """Apply a calibration file (laya's `load_calibration`): its temperatures replace the
+        current ones and its binning map (or none) replaces the current map; a version-2 file
+        fitted for another checkpoint warns and still loads. A bad file raises
+        `CalibrationFileError` naming the file and the fault."""
+        payload = load_calibration_file(path)
+        warn_if_other_checkpoint(payload, self.model_id_or_path, self.subfolder, self.cfg)
+        self.calibration = apply_calibration(self.calibration, payload)
 
     # -- introspection ------------------------------------------------------------------------
     @property

@@ -130,13 +130,24 @@ def resolve_lang_temperatures(
     return out
 
 
+def apply_binning_map(confidence: float, bucket: str, binning_map: Mapping[str, Any]) -> float:
+    """The binned `answer_confidence` for its bucket; unchanged for a bucket the map lacks."""
+    entry = binning_map.get(bucket)
+    if not entry:
+        return float(confidence)
+    bins = int(entry["bins"])
+    return float(entry["values"][min(bins - 1, max(0, int(float(confidence) * bins)))])
+
+
 @dataclass
 class Calibration:
-    """The temperatures a checkpoint answers with."""
+    """The temperatures a checkpoint answers with, and the binning map a calibration file may
+    add (`laya_onnx.calibration_file`)."""
 
     temperature: list[float]
     temperature_by_options: dict[str, float]
     lang_temperatures: dict[str, dict[str, Any]] = field(default_factory=dict)
+    binning_map: dict[str, Any] | None = None
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any], lang_temperatures=None) -> Calibration:
@@ -237,7 +248,11 @@ def decode_answer(
 
     p = unpermute(softmax_f32(logits_row[:k], calibration.temperature_for(q.qtype, k, lang)), q.option_order)
     confidence = rnd(entropy_confidence(p, k))
-    answer_conf = rnd(max_confidence(p, k))
+    answer_conf = max_confidence(p, k)
+    # A language override stands in for the whole calibration, so the map (fitted without it) is off.
+    if calibration.binning_map and calibration.lang_override(lang) is None:
+        answer_conf = apply_binning_map(answer_conf, temp_bucket(q.qtype, k), calibration.binning_map)
+    answer_conf = rnd(answer_conf)
     action = {"act_probability": rnd(act_row[0])}
     if q.type == "choice":
         keys = list(q.criteria.keys())

@@ -75,6 +75,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         measure_memory=not args.no_memory_probe,
         optimize=args.optimize,
     )
+
     if args.external_data_threshold is not None:
         options["external_data_threshold"] = args.external_data_threshold * 2**20
     try:
@@ -83,6 +84,10 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
             if args.name is not None:
                 raise UsageError("--name does not apply to --all (each bundle answers to its own name)")
+            if args.calibration is not None:
+                raise UsageError(
+                    "--calibration does not apply to --all (a file is fitted for one checkpoint)"
+                )
             source = HUB if args.hub else args.checkpoint
             if args.hub and args.checkpoint is not None:
                 raise UsageError("give either a CHECKPOINT repo or --hub with --all, not both")
@@ -90,7 +95,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
         elif args.checkpoint is None or args.hub:
             raise UsageError("export needs a CHECKPOINT (or --all to write the three of a models directory)")
         else:
-            export_bundle(args.checkpoint, Path(args.output), name=args.name, **options)
+            export_bundle(
+                args.checkpoint, Path(args.output), name=args.name, calibration=args.calibration, **options
+            )
     except ValidationError as exc:
         raise CommandFailed(str(exc)) from None
     return EXIT_OK
@@ -443,6 +450,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--name",
         default=None,
         help="checkpoint name the bundle answers to (default: the published name, else the directory name)",
+    )
+    ex.add_argument(
+        "--calibration",
+        default=None,
+        metavar="FILE",
+        help="a calibration file (laya's save_calibration JSON) to carry in the bundle; the bundle "
+        "then answers with its temperatures and binning map",
     )
     ex.set_defaults(func=_cmd_export)
 

@@ -39,7 +39,13 @@ REVISION_ENV = "LAYA_REVISION"
 CHECKPOINT_FILES: tuple[str, ...] = ("rl_agent_config.json", "model.safetensors", "tokenizer/*", "encoder/*")
 RUNTIME_FILES: tuple[str, ...] = ("rl_agent_config.json", "tokenizer/*", "encoder/*")
 #: What a laya-onnx bundle published on the Hub is made of (no torch weights).
-BUNDLE_FILES: tuple[str, ...] = ("laya.onnx", "rl_agent_config.json", "tokenizer/*", "manifest.json")
+BUNDLE_FILES: tuple[str, ...] = (
+    "laya.onnx",
+    "rl_agent_config.json",
+    "tokenizer/*",
+    "manifest.json",
+    "calibration.json",  # only in bundles exported with --calibration
+)
 
 _REPO_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
 _REPO_RE = re.compile(rf"^(?P<repo>{_REPO_PART}/{_REPO_PART})(?:/(?P<sub>[^\s\\]+?))?/?$")

@@ -41,6 +41,7 @@ from laya_onnx.bundle import (
     staged_directory,
     write_manifest,
 )
+from laya_onnx.calibration_file import BUNDLE_CALIBRATION_FILE, load_calibration
 from laya_onnx.session import CPU, session_options
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
@@ -398,8 +399,13 @@ def export_bundle(
     measure_memory: bool = True,
     external_data_threshold: int = DEFAULT_EXTERNAL_DATA_THRESHOLD,
     optimize: bool = False,
+    calibration: os.PathLike | str | None = None,
 ) -> dict[str, Any]:
     """Export `checkpoint` (directory or Hub id) to the bundle directory `out_dir`; returns the manifest.
+
+    `calibration`: a calibration file (laya's `save_calibration` JSON) copied into the bundle as
+    `calibration.json`, named in the manifest and hashed like every file; an `ONNXAgent` on the
+    bundle applies it. A bad file is refused, naming the fault, before anything is exported.
 
     `name` is the checkpoint name the bundle answers to (a server's `model`/`routing` name);
     by default a published checkpoint's registry name, else its directory or repo name.
@@ -437,6 +443,8 @@ def export_bundle(
         raise ValueError(f"tolerance must be a positive number, got {tolerance!r}")
     out_dir = Path(out_dir)
     check_output_dir(out_dir, force)
+    if calibration is not None:
+        load_calibration(calibration)  # refuse a bad file before the export's work
     steps = _Steps(verbose)
     started = time.perf_counter()
 
@@ -542,6 +550,8 @@ def export_bundle(
         with steps.run(f"writing the bundle to {str(out_dir)!r}"):
             _copy_tokenizer(ckpt / TOKENIZER_DIR, tmp / TOKENIZER_DIR)
             shutil.copyfile(ckpt / CONFIG_FILE, tmp / CONFIG_FILE)
+            if calibration is not None:
+                shutil.copyfile(calibration, tmp / BUNDLE_CALIBRATION_FILE)
             manifest = write_manifest(
                 tmp,
                 source={
@@ -563,6 +573,11 @@ def export_bundle(
                 validation=validation,
                 **({"optimization": optimization} if optimization is not None else {}),
                 **({"memory": memory} if memory is not None else {}),
+                **(
+                    {"calibration": {"file": BUNDLE_CALIBRATION_FILE, "source": os.fspath(calibration)}}
+                    if calibration is not None
+                    else {}
+                ),
             )
     steps.say(
         f"bundle ready: {out_dir} ({sum(f['bytes'] for f in manifest['files'].values()) / 2**20:.1f} MiB, "
