@@ -162,17 +162,19 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     if args.ray is not None:
-        if args.bundle is not None or args.host is not None or args.port is not None:
+        if args.bundle is not None or args.model or args.host is not None or args.port is not None:
             raise UsageError("--ray CONFIG takes the bundle, host and port from the config file")
         from laya_onnx.serve.ray_app import run_config
 
         run_config(args.ray)
         return EXIT_OK
-    if args.bundle is None:
-        raise UsageError("give a bundle to serve, or --ray CONFIG")
+    if args.bundle is None and not args.model:
+        raise UsageError(
+            "give a bundle to serve (or a models directory, or --model NAME=BUNDLE), or --ray CONFIG"
+        )
     from laya_onnx.serve import run_server
 
-    run_server(args.bundle, host=args.host, port=args.port, providers=args.providers)
+    run_server(args.bundle, host=args.host, port=args.port, providers=args.providers, models=args.model)
     return EXIT_OK
 
 
@@ -319,10 +321,10 @@ def _providers(value: str | None):
 
 
 def _add_bundle_and_providers(
-    parser: argparse.ArgumentParser, optional: bool = False, flag: bool = False
+    parser: argparse.ArgumentParser, optional: bool = False, flag: bool = False, what: str | None = None
 ) -> None:
     """The bundle and execution providers of the commands that run one (predict, serve, score)."""
-    what = "bundle directory, or a Hub repo id[/subfolder] holding one"
+    what = what or "bundle directory, or a Hub repo id[/subfolder] holding one"
     if flag:
         parser.add_argument("--bundle", required=True, help=what)
     else:
@@ -481,7 +483,19 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve a bundle over TypeSafe Jev's /v1/systemone wire protocol until SIGINT/SIGTERM, "
         "then drain (LAYA_SHUTDOWN_GRACE_SECONDS; see serve/README.md).",
     )
-    _add_bundle_and_providers(sv, optional=True)
+    _add_bundle_and_providers(
+        sv,
+        optional=True,
+        what="bundle directory or Hub repo id[/subfolder] holding one; or a models directory (one "
+        "bundle folder per checkpoint name, as 'export --all' writes) served through the Router",
+    )
+    sv.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="NAME=BUNDLE",
+        help="serve BUNDLE under NAME through the Router (repeatable; beside a models directory's)",
+    )
     sv.add_argument(
         "--ray",
         metavar="CONFIG",

@@ -69,7 +69,7 @@ def routing_suite(suite: str | Path = "routing") -> tuple[dict[str, dict[str, An
     return routers, requests
 
 
-class _Side:
+class RouterSide:
     """One runtime's Routers (one per configuration) and, per checkpoint, what observes its passes."""
 
     def __init__(self, routers: dict[str, Any], captures: dict[str, RowCapture], rows_for, calibrations):
@@ -124,7 +124,7 @@ class _Side:
         return Observation(printed=printed, rows=rows, unrounded=unrounded)
 
 
-def our_side(bundles: Mapping[str, Any], routers: dict[str, dict[str, Any]], **router_kwargs) -> _Side:
+def our_side(bundles: Mapping[str, Any], routers: dict[str, dict[str, Any]], **router_kwargs) -> RouterSide:
     """Our Routers over `bundles` ({name: bundle}); every checkpoint preloaded and instrumented."""
     from laya_onnx.router import Router
 
@@ -142,12 +142,12 @@ def our_side(bundles: Mapping[str, Any], routers: dict[str, dict[str, Any]], **r
     captures = {name: instrument_agent(agent) for name, agent in agents.items()}
     rows_for = {name: (lambda q, agent=agent: agent_rows(agent, q)) for name, agent in agents.items()}
     calibrations = {name: agent.calibration for name, agent in agents.items()}
-    return _Side(built, captures, rows_for, calibrations)
+    return RouterSide(built, captures, rows_for, calibrations)
 
 
 def reference_side(
     checkpoints: Mapping[str, Any], repos: Mapping[str, str], routers, calibrations, threads: int | None = 1
-) -> _Side:
+) -> RouterSide:
     """`laya.Router`s with a `laya.Agent` per checkpoint attached under its name, registered with
     `repos[name]` as its source label; decoded with our bundles' `calibrations` (the same config).
 
@@ -169,12 +169,12 @@ def reference_side(
             router.attach(name, agent)
         built[config] = router
     rows_for = {name: (lambda q, agent=agent: reference_rows(agent, q)) for name, agent in agents.items()}
-    return _Side(built, captures, rows_for, calibrations)
+    return RouterSide(built, captures, rows_for, calibrations)
 
 
 def judge_routing(
-    ref: _Side,
-    ours: _Side,
+    ref: RouterSide,
+    ours: RouterSide,
     requests: list[dict[str, Any]],
     tolerance: float = DEFAULT_TOLERANCE,
     act_tolerance: float = DEFAULT_ACT_TOLERANCE,

@@ -21,17 +21,19 @@ drains the requests in flight is `drain.py`'s; the connection-level limits are `
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 from yarl import URL
 
+from laya_onnx.router import Router
 from laya_onnx.serve import contract
 from laya_onnx.serve.catalog import ModelCard
 from laya_onnx.serve.drain import Drain, InferenceGate
@@ -48,6 +50,7 @@ from laya_onnx.serve.logs import REQUEST_ID_HEADER, accept_request_id, current_r
 from laya_onnx.serve.metrics import METRICS, Metrics, metrics_middleware
 from laya_onnx.serve.openapi import docs_html, openapi_json
 from laya_onnx.serve.protocol import ServedAgent
+from laya_onnx.serve.routed import IdleUnload, RoutedCatalog, served_router
 from laya_onnx.serve.settings import Settings
 from laya_onnx.serve.wire import Checkpoint, fallback_baseline, render
 
@@ -71,14 +74,16 @@ class Runtime:
 
 # Subscripted rather than given the type: a Protocol is not a concrete class.
 AGENT = web.AppKey[ServedAgent]("agent")
-CHECKPOINT = web.AppKey("checkpoint", Checkpoint)
+CHECKPOINT = web.AppKey[contract.ServedCheckpoints]("checkpoint")
 SETTINGS = web.AppKey("settings", Settings)
 RUNTIME = web.AppKey("runtime", Runtime)
 #: Shutdown state: the server's signal handler starts the drain, admission and the gate obey it.
 DRAIN = web.AppKey("drain", Drain)
 #: Provider fallback counts when the app was built (providers that never attached).
 FALLBACK_BASELINE = web.AppKey("fallback_baseline", dict[str, int])
-MODEL_CARD = web.AppKey("model_card", ModelCard)
+MODEL_CARD = web.AppKey[ModelCard | RoutedCatalog]("model_card")
+#: LAYA_IDLE_UNLOAD_SECONDS behind a Router (absent otherwise).
+IDLE = web.AppKey("idle_unload", IdleUnload)
 
 
 # -- responses -----------------------------------------------------------------------------
@@ -319,6 +324,8 @@ async def infer(request: web.Request, fn: Callable[[], Any], what: str) -> Any:
 async def decide(request: web.Request, parse: Callable[..., Any]) -> web.Response:
     """One decision route: the contract's checks, the pass on the worker, the contract's payload."""
     agent, checkpoint, settings = request.app[AGENT], request.app[CHECKPOINT], request.app[SETTINGS]
+    if IDLE in request.app:
+        request.app[IDLE].mark()  # admitted: the idle window restarts (and again after the pass)
     decision = parse(await read_body(request), agent, checkpoint, settings)
     result = await infer(request, partial(decision.run, agent, settings), decision.what)
     body = contract.render_payload(
@@ -397,8 +404,28 @@ async def _runtime_ctx(app: web.Application):
         await asyncio.to_thread(executor.shutdown, wait=not drain.abandoned, cancel_futures=True)
 
 
-def create_app(agent: ServedAgent, **settings: Any) -> web.Application:
-    """Build the server for one loaded agent.
+async def _idle_ctx(app: web.Application):
+    """The idle-unload reaper, started after the worker (and stopped before it)."""
+    runtime = app[RUNTIME]
+
+    def busy() -> bool:
+        return runtime.gate is not None and (runtime.gate.busy or runtime.gate.waiting > 0)
+
+    def run_on_worker(fn: Callable[[], None]) -> Any:
+        return asyncio.get_running_loop().run_in_executor(runtime.executor, fn)
+
+    reaper = asyncio.create_task(app[IDLE].reap(busy, run_on_worker))
+    try:
+        yield
+    finally:
+        reaper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reaper
+
+
+def create_app(agent: ServedAgent | Router, **settings: Any) -> web.Application:
+    """Build the server for one loaded agent, or for a `laya_onnx.Router` over several bundles
+    (`serve/routed.py`: routing controls reach it, every answer carries its `routing` block).
 
     `settings` override the environment: api_key, max_concurrent, body_read_timeout, root_path,
     max_token_budget, max_batch_tokens, jev_strict, tournament_group, jev_profile (see `Settings`).
@@ -421,15 +448,29 @@ def create_app(agent: ServedAgent, **settings: Any) -> web.Application:
             timing_middleware,
         ]
     )
-    app[AGENT] = agent
-    app[CHECKPOINT] = Checkpoint.of(agent)
+    if isinstance(agent, Router):
+        routed, checkpoints, catalog, idle = served_router(agent)
+        # Every member the decision path and the metrics read; `bundle` is None, read only by
+        # the single-bundle Checkpoint and ModelCard, which a Router's app does not build.
+        served = cast(ServedAgent, routed)
+        app[AGENT] = served
+        app[CHECKPOINT] = checkpoints
+        app[MODEL_CARD] = catalog
+        app[FALLBACK_BASELINE] = {}  # per checkpoint, taken when each one loads
+    else:
+        served, idle = agent, None
+        app[AGENT] = agent
+        app[CHECKPOINT] = checkpoint = Checkpoint.of(agent)
+        app[FALLBACK_BASELINE] = fallback_baseline(agent.fallbacks)
+        app[MODEL_CARD] = ModelCard.of(agent, checkpoint)
     app[SETTINGS] = config
     app[RUNTIME] = Runtime(max_concurrent=config.max_concurrent)
     app[DRAIN] = Drain()
-    app[FALLBACK_BASELINE] = fallback_baseline(agent.fallbacks)
-    app[MODEL_CARD] = ModelCard.of(agent, app[CHECKPOINT])
-    app[METRICS] = Metrics(agent, config.max_concurrent, queue_depth=partial(_queue_depth, app[RUNTIME]))
+    app[METRICS] = Metrics(served, config.max_concurrent, queue_depth=partial(_queue_depth, app[RUNTIME]))
     app.cleanup_ctx.append(_runtime_ctx)
+    if idle is not None:
+        app[IDLE] = idle
+        app.cleanup_ctx.append(_idle_ctx)
     app.router.add_get("/health", health, name="health", allow_head=False)
     app.router.add_post("/v1/systemone", systemone, name="systemone")
     app.router.add_post("/v1/systemone/batch", systemone_batch, name="systemone_batch")

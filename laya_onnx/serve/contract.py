@@ -34,6 +34,7 @@ from laya_onnx.serve import tournament as elimination
 from laya_onnx.serve import validate as v
 from laya_onnx.serve.errors import BODY_TOO_LARGE, INFERENCE_FAILED, LONE_SURROGATE, NON_FINITE, ApiError
 from laya_onnx.serve.protocol import ServedAgent
+from laya_onnx.serve.routed import RoutedCheckpoints
 from laya_onnx.serve.settings import Settings
 from laya_onnx.serve.wire import (
     Checkpoint,
@@ -46,6 +47,9 @@ from laya_onnx.serve.wire import (
 )
 
 log = logging.getLogger("laya_onnx.serve")
+
+#: What answers a request: one bundle (`wire.Checkpoint`), or a Router's (`routed.RoutedCheckpoints`).
+ServedCheckpoints = Checkpoint | RoutedCheckpoints
 
 LIVENESS_ONLY = {"status": "ok"}
 
@@ -107,8 +111,10 @@ class OneDecision:
             agent, self.state, self.questions, settings.tournament_group, **self.controls
         )
 
-    def payload(self, result: dict[str, Any], checkpoint: Checkpoint, settings: Settings) -> dict[str, Any]:
-        return _shape(settings, {**result, "routing": checkpoint.routing()}, settings.strict())
+    def payload(
+        self, result: dict[str, Any], checkpoint: ServedCheckpoints, settings: Settings
+    ) -> dict[str, Any]:
+        return _shape(settings, checkpoint.with_routing(result), settings.strict())
 
 
 @dataclass(frozen=True)
@@ -128,23 +134,24 @@ class BatchDecision:
         )
 
     def payload(
-        self, results: list[dict[str, Any]], checkpoint: Checkpoint, settings: Settings
+        self, results: list[dict[str, Any]], checkpoint: ServedCheckpoints, settings: Settings
     ) -> dict[str, Any]:
         strict = settings.strict()
-        routed = [{**r, "routing": checkpoint.routing()} for r in results]
+        routed = [checkpoint.with_routing(r) for r in results]
         return {
             "results": [_shape(settings, r, strict) for r in routed],
             "total_usage": aggregate_usage(routed),
         }
 
 
-def agent_controls(body: dict[str, Any], checkpoint: Checkpoint, settings: Settings) -> dict[str, Any]:
+def agent_controls(body: dict[str, Any], checkpoint: ServedCheckpoints, settings: Settings) -> dict[str, Any]:
     """model → max_len → head_max_len → lang → lang_guess → min_confidence, in contract order.
 
     Returns only the controls the caller sent (absent/null are never forwarded, so the bundle's
-    own budgets stay in charge). `lang_guess` is a routing hint and there is nothing to route.
+    own budgets stay in charge). Behind a Router, `model` (resolved, None to auto-route), `task`
+    and `lang_guess` go to it too; one bundle has nothing to route, so they stop at the checks.
     """
-    checkpoint.check_model(body.get("model"))
+    model = checkpoint.check_model(body.get("model"))
     cap = settings.token_budget()
     controls: dict[str, Any] = {}
     for key in ("max_len", "head_max_len"):
@@ -152,17 +159,18 @@ def agent_controls(body: dict[str, Any], checkpoint: Checkpoint, settings: Setti
         if value is not None:
             controls[key] = value
     lang = v.language(body, "lang")
-    v.language(body, "lang_guess")
+    lang_guess = v.language(body, "lang_guess")
     if lang is not None:
         controls["lang"] = lang
     threshold = v.min_confidence(body)
     if threshold is not None:
         controls["min_confidence"] = threshold
+    controls.update(checkpoint.routing_controls(model, body.get("task"), lang_guess))
     return controls
 
 
 def parse_systemone(
-    raw: bytes, agent: ServedAgent, checkpoint: Checkpoint, settings: Settings
+    raw: bytes, agent: ServedAgent, checkpoint: ServedCheckpoints, settings: Settings
 ) -> OneDecision:
     """The `/v1/systemone` checks in http.md §7.1 order on the raw body; the first failing wins."""
     del agent  # one signature for both routes; the single route plans nothing from the agent
@@ -182,7 +190,9 @@ def parse_systemone(
     return OneDecision(state, questions, controls)
 
 
-def parse_batch(raw: bytes, agent: ServedAgent, checkpoint: Checkpoint, settings: Settings) -> BatchDecision:
+def parse_batch(
+    raw: bytes, agent: ServedAgent, checkpoint: ServedCheckpoints, settings: Settings
+) -> BatchDecision:
     """The `/v1/systemone/batch` checks in http.md §7.2 order, and the pass plan (§8)."""
     with jev.validation_stage(settings.jev):
         body = v.parse_json(raw)
@@ -269,7 +279,7 @@ def api_error_body(settings: Settings, exc: ApiError) -> Any:
 
 
 def health_payload(
-    agent: ServedAgent, checkpoint: Checkpoint, baseline: dict[str, int], full: bool
+    agent: ServedAgent, checkpoint: ServedCheckpoints, baseline: dict[str, int], full: bool
 ) -> dict[str, Any]:
     """`/health`: liveness for anyone; the full payload only when `full` (no key, or its bearer).
 
@@ -278,6 +288,8 @@ def health_payload(
     """
     if not full:
         return dict(LIVENESS_ONLY)
+    if isinstance(checkpoint, RoutedCheckpoints):
+        return checkpoint.health()
     name = checkpoint.name
     providers = list(agent.providers)
     fallbacks = agent.fallbacks  # one snapshot for both fields

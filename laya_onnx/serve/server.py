@@ -24,6 +24,7 @@ import socket
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -118,13 +119,26 @@ def _prepare(host: str | None, port: int | None) -> _Plan:
     return _Plan(limits=limits, access_log=access_log, sockets=_bind(host, port))
 
 
+def is_models_dir(path: os.PathLike | str | None) -> bool:
+    """A folder of bundle folders (`laya-onnx export --all`), rather than one bundle."""
+    from laya_onnx.router import is_bundle_dir
+
+    if path is None or not os.path.isdir(path) or is_bundle_dir(Path(path)):
+        return False
+    return any(child.is_dir() and is_bundle_dir(child) for child in Path(path).iterdir())
+
+
 def run_server(
-    bundle: os.PathLike | str,
+    bundle: os.PathLike | str | None,
     host: str | None = None,
     port: int | None = None,
     providers: Sequence[str] | None = None,
+    models: Sequence[str] = (),
 ) -> None:
     """Serve `bundle` over the /v1/systemone wire protocol until SIGTERM/SIGINT, then drain.
+
+    A models directory (a folder of bundle folders) or `models` (`NAME=BUNDLE` texts) serve
+    several checkpoints through a `laya_onnx.Router` (`serve/routed.py`).
 
     `host`/`port` win over LAYA_HOST/LAYA_PORT (default 127.0.0.1:8000). Raises `ConfigError`
     (a ValueError; the CLI exits 2) for a bad setting and OSError (exit 1) when the address
@@ -135,14 +149,23 @@ def run_server(
     try:
         from laya_onnx import ONNXAgent
 
-        options = {}
-        threads = threads_from_env()
-        if threads is not None:
-            options["threads"] = threads
+        chosen = list(providers) if providers else None
         try:
-            agent = ONNXAgent(bundle, providers=list(providers) if providers else None, **options)
+            agent: Any
+            if models or bundle is None or is_models_dir(bundle):
+                from laya_onnx.serve.routed import build_router
+
+                agent = build_router(bundle, models, providers=chosen)
+            else:
+                options = {}
+                threads = threads_from_env()
+                if threads is not None:
+                    options["threads"] = threads
+                agent = ONNXAgent(bundle, providers=chosen, **options)
+        except ConfigError:
+            raise
         except (OSError, ValueError) as exc:
-            raise SystemExit(f"laya-onnx: cannot serve {str(bundle)!r}: {exc}") from None
+            raise SystemExit(f"laya-onnx: cannot serve {str(bundle or ', '.join(models))!r}: {exc}") from None
     except BaseException:
         for sock in plan.sockets:
             sock.close()
@@ -306,6 +329,12 @@ async def _serve(app: web.Application, agent: Any, plan: _Plan, source: str | No
         try:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, on_signal, signum)
+            if hasattr(agent, "route"):  # a Router
+                log.info(
+                    "routing between %s (resident: %s)",
+                    sorted(n for n, b in agent.models.items() if b),
+                    agent.loaded,
+                )
             log.info(
                 "serving checkpoint %r (revision %s)%s on %s with %s; shutdown grace %gs",
                 getattr(agent, "name", None),

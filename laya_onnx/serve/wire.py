@@ -74,6 +74,13 @@ class Checkpoint:
         if canonical_name(task) != self.name:
             raise ApiError(422, self._unknown(task))
 
+    def routing_controls(self, model: Any, task: Any, lang_guess: Any) -> dict[str, Any]:
+        """Nothing to route: the checks above already refused a model or task this is not."""
+        return {}
+
+    def with_routing(self, result: dict[str, Any]) -> dict[str, Any]:
+        return {**result, "routing": self.routing()}
+
     def routing(self) -> dict[str, Any]:
         return {
             "model": self.name,
