@@ -54,11 +54,11 @@ def test_the_comparison_sees_a_different_route(sides):
     """The same request on a Router whose default differs: routing and answers must fail."""
     ref, ours, requests = sides
     req = next(r for r in requests if r["name"] == "detect-undecided-short")
-    (case,) = judge_routing(ref, _Rerouted(ours, "english_default"), [req])
+    (case,) = judge_routing(ref, Rerouted(ours, "english_default"), [req])
     assert not case.passed and "json" in case.failed
 
 
-class _Rerouted:
+class Rerouted:
     """`ours`, observed through another of its Router configurations."""
 
     def __init__(self, side, config):

@@ -29,7 +29,7 @@ from laya_onnx.parity.routing import (
     reference_side,
     routing_suite,
 )
-from laya_onnx.router import BUILTIN_NAMES
+from tests.test_router_parity import PRESETS, Rerouted
 
 pytestmark = [
     pytest.mark.torch,
@@ -38,7 +38,6 @@ pytestmark = [
     pytest.mark.usefixtures("no_laya_env"),
 ]
 
-PRESETS = dict(zip(BUILTIN_NAMES, ("tiny-english", "tiny-multilingual", "tiny-typed-decisions"), strict=True))
 BODY_CONTROLS = (*ROUTING_CONTROLS, "max_len", "head_max_len", "min_confidence")
 
 
@@ -213,13 +212,5 @@ def test_the_routing_suite_over_http_equals_laya_serve(servers):
 def test_the_comparison_sees_another_route_over_http(servers):
     ref, ours, requests, _ = servers
     req = next(r for r in requests if r["name"] == "detect-undecided-short")
-    (case,) = judge_routing(ref, _Rerouted(ours, "english_default"), [req])
+    (case,) = judge_routing(ref, Rerouted(ours, "english_default"), [req])
     assert not case.passed and "json" in case.failed
-
-
-class _Rerouted:
-    def __init__(self, side, config):
-        self.side, self.config = side, config
-
-    def observe(self, req):
-        return self.side.observe({**req, "router": self.config})
