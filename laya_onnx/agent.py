@@ -33,7 +33,7 @@ from laya_onnx.hub import BUNDLE_FILES, fetch_checkpoint
 from laya_onnx.memory import ARENA_RELEASE_BYTES, PassMemoryModel, resolve_max_pass_memory, split_rows
 from laya_onnx.questions import normalize_questions
 from laya_onnx.sequences import build_heads, check_option_layout, collate, encode_state, option_spans
-from laya_onnx.session import FallbackEntry, GraphSession
+from laya_onnx.session import FallbackEntry, GraphSession, ProviderSpec
 from laya_onnx.tokenizer import LayaTokenizer
 from laya_onnx.tournament import check_group_size, fitting_group_size, run_tournament
 from laya_onnx.windows import predict_long as scan_long
@@ -56,7 +56,7 @@ class ONNXAgent(HookRegistry):
     def __init__(
         self,
         bundle: str | os.PathLike,
-        providers: Sequence[str] | None = None,
+        providers: Sequence[ProviderSpec] | ProviderSpec | None = None,
         *,
         verify: bool = True,
         threads: int | None = None,
@@ -72,6 +72,8 @@ class ONNXAgent(HookRegistry):
         token: str | None = None,
         max_pass_memory: int | str | None = None,
         calibration: str | os.PathLike | None = None,
+        strict_providers: bool = False,
+        io_binding: bool | None = None,
     ):
         """`max_pass_memory`: bytes one forward pass may use above idle (int, or text such as
         "2G"); default $LAYA_MAX_PASS_MEMORY, else 2 GiB. Passes are split to stay inside it and a
@@ -79,7 +81,13 @@ class ONNXAgent(HookRegistry):
         is per pass: callers running predictions concurrently on one agent add up.
 
         `calibration`: a calibration file (`laya.Agent.save_calibration`'s JSON) applied after the
-        checkpoint's temperatures and after a calibration file the bundle carries."""
+        checkpoint's temperatures and after a calibration file the bundle carries.
+
+        `providers`: names or `(name, options)` pairs as onnxruntime takes them (options such as
+        `device_id`, `gpu_mem_limit`, `arena_extend_strategy`, CoreML `MLComputeUnits` are passed
+        through); `strict_providers=True` raises `ProviderUnavailable` instead of falling back to
+        CPU when a requested accelerator does not attach (or a pass on it fails). `io_binding`
+        feeds and fetches through an onnxruntime IOBinding (default: on CUDA only)."""
         self.max_pass_memory = resolve_max_pass_memory(max_pass_memory)
         self.hooks = normalise_hooks(hooks, on_predict_start, on_predict_end)
         self.hooks_raise = bool(hooks_raise)
@@ -102,7 +110,13 @@ class ONNXAgent(HookRegistry):
         for path in (bundle_calibration(self.bundle.root, self.bundle.manifest), calibration):
             if path is not None:
                 self.load_calibration(path)
-        self.session = GraphSession(str(self.bundle.graph_path), providers=providers, threads=threads)
+        self.session = GraphSession(
+            str(self.bundle.graph_path),
+            providers=providers,
+            threads=threads,
+            strict=strict_providers,
+            io_binding=io_binding,
+        )
         #: Peak bytes of one pass as a function of (rows, padded length): measured at export.
         self.memory_model = PassMemoryModel.for_bundle(self.bundle.manifest)
         self.revision: str | None = located.revision or source.get("revision")

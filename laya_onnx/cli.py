@@ -149,7 +149,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     request = read_json_argument(args.request, "--request")
     if not isinstance(request, dict) or "state" not in request or "questions" not in request:
         raise UsageError("--request must be a JSON object with 'state' and 'questions'")
-    agent = ONNXAgent(args.bundle, providers=args.providers)
+    agent = ONNXAgent(args.bundle, providers=args.providers, strict_providers=args.strict_providers)
     controls = {
         k: request[k]
         for k in ("max_len", "head_max_len", "min_confidence", "lang")
@@ -174,7 +174,14 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         )
     from laya_onnx.serve import run_server
 
-    run_server(args.bundle, host=args.host, port=args.port, providers=args.providers, models=args.model)
+    run_server(
+        args.bundle,
+        host=args.host,
+        port=args.port,
+        providers=args.providers,
+        models=args.model,
+        strict_providers=args.strict_providers,
+    )
     return EXIT_OK
 
 
@@ -315,9 +322,27 @@ def _mebibytes(value: str) -> int:
 
 
 def _providers(value: str | None):
+    """`auto`, or a comma list of NAME or NAME:KEY=VALUE;KEY=VALUE (onnxruntime provider options)."""
     if value is None or value.strip().lower() == "auto":
         return None
-    return [p.strip() for p in value.split(",") if p.strip()]
+    out: list[Any] = []
+    for item in (p.strip() for p in value.split(",")):
+        if not item:
+            continue
+        name, _, options = item.partition(":")
+        if not options:
+            out.append(name.strip())
+            continue
+        pairs = {}
+        for option in (o.strip() for o in options.split(";")):
+            key, eq, val = option.partition("=")
+            if not eq or not key.strip():
+                raise argparse.ArgumentTypeError(
+                    f"provider option {option!r} of {name.strip()!r} is not KEY=VALUE"
+                )
+            pairs[key.strip()] = val.strip()
+        out.append((name.strip(), pairs))
+    return out
 
 
 def _add_bundle_and_providers(
@@ -334,8 +359,17 @@ def _add_bundle_and_providers(
         type=_providers,
         default=None,
         help="comma list of onnxruntime execution providers in order of preference, full names "
-        "(CUDAExecutionProvider) or cpu/cuda/gpu/coreml/tensorrt; CPU is always added last. "
-        "Default 'auto': CUDA, then CoreML, then CPU, whichever this build offers",
+        "(CUDAExecutionProvider) or cpu/cuda/gpu/coreml/tensorrt, each optionally with onnxruntime "
+        "provider options as NAME:KEY=VALUE;KEY=VALUE (e.g. cuda:device_id=1;gpu_mem_limit=2147483648); "
+        "CPU is always added last. Default 'auto': CUDA, then CoreML, then CPU, whichever this build offers",
+    )
+
+
+def _add_strict_providers(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--strict-providers",
+        action="store_true",
+        help="refuse to run when a requested accelerator does not attach, instead of falling back to CPU",
     )
 
 
@@ -468,6 +502,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Answer one request with a bundle and print the result as laya.Agent.predict returns it.",
     )
     _add_bundle_and_providers(pr)
+    _add_strict_providers(pr)
     pr.add_argument(
         "--request",
         required=True,
@@ -496,6 +531,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=BUNDLE",
         help="serve BUNDLE under NAME through the Router (repeatable; beside a models directory's)",
     )
+    _add_strict_providers(sv)
     sv.add_argument(
         "--ray",
         metavar="CONFIG",

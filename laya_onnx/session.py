@@ -1,9 +1,13 @@
 """One ONNX Runtime session wrapper: provider choice, verified attachment, observable fallback.
 
 `providers=None` means auto: CUDA, then CoreML, then CPU, whichever this onnxruntime build
-offers. What was asked for and what actually attached are both kept: a CUDA provider that
-onnxruntime silently dropped (missing libraries, driver mismatch) is detected from
-`session.get_providers()`, warned about loudly, and counted, never assumed.
+offers. Providers are given as onnxruntime takes them: names, or `(name, options)` pairs whose
+options (`device_id`, `gpu_mem_limit`, `arena_extend_strategy`, CoreML's `MLComputeUnits`, ...)
+are handed to onnxruntime as they are. What was asked for and what actually attached are both
+kept: a CUDA provider that onnxruntime silently dropped (missing libraries, driver mismatch) is
+detected from `session.get_providers()`, warned about loudly, and counted, never assumed; with
+`strict=True` it is refused instead (`ProviderUnavailable`). On CUDA a pass feeds and fetches
+through an IOBinding (`io_binding=None`: on for CUDA only; True works on CPU too).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -30,7 +34,15 @@ ALIASES = {"cpu": CPU, "cuda": CUDA, "gpu": CUDA, "coreml": COREML, "tensorrt": 
 
 
 class ProviderError(ValueError):
-    """A provider request that names no execution provider onnxruntime knows."""
+    """A provider request that names no execution provider onnxruntime knows, or is malformed."""
+
+
+class ProviderUnavailable(RuntimeError):
+    """`strict_providers=True` and a requested accelerator did not attach (or failed a pass)."""
+
+
+#: An execution provider as onnxruntime takes it: a name, or (name, {option: value}).
+ProviderSpec = str | tuple[str, Mapping[str, Any]]
 
 
 def canonical_provider(name: str) -> str:
@@ -40,8 +52,49 @@ def canonical_provider(name: str) -> str:
     return ALIASES.get(name.lower(), name)
 
 
+def _is_pair(entry: Any) -> bool:
+    return isinstance(entry, (tuple, list)) and len(entry) == 2 and isinstance(entry[1], Mapping)
+
+
+def _checked_options(name: str, options: Mapping[Any, Any]) -> dict[str, Any]:
+    """Provider options as onnxruntime takes them (it stringifies the values): refuse what it
+    would silently turn into "None" or a repr."""
+    out = {}
+    for key, value in options.items():
+        if not isinstance(key, str) or not key:
+            raise ProviderError(f"{name} options must be keyed by option names (strings), got {key!r}")
+        if value is None or not isinstance(value, (str, int, float)):
+            raise ProviderError(
+                f"{name} option {key!r} must be a string or a number (as onnxruntime takes it), got {value!r}"
+            )
+        out[key] = value
+    return out
+
+
+def provider_entries(requested: Any) -> list[tuple[str, dict[str, Any] | None]]:
+    """(canonical name, options or None) per requested provider, in order, first of each name."""
+    if requested is None:
+        return []
+    if isinstance(requested, str) or _is_pair(requested):
+        requested = [requested]
+    out: list[tuple[str, dict[str, Any] | None]] = []
+    for entry in requested:
+        if isinstance(entry, str):
+            name, options = canonical_provider(entry), None
+        elif _is_pair(entry):
+            name = canonical_provider(entry[0])
+            options = _checked_options(name, entry[1])
+        else:
+            raise ProviderError(f"an execution provider is a name or a (name, options) pair, got {entry!r}")
+        if name not in (n for n, _ in out):
+            out.append((name, options))
+    return out
+
+
 def resolve_providers(
-    requested: Sequence[str] | None, available: Sequence[str], known: Sequence[str] | None = None
+    requested: Sequence[ProviderSpec] | ProviderSpec | None,
+    available: Sequence[str],
+    known: Sequence[str] | None = None,
 ) -> list[str]:
     """The provider list to ask for: auto order, or the caller's list, always ending in CPU.
 
@@ -52,22 +105,18 @@ def resolve_providers(
     if requested is None:
         chosen = [p for p in AUTO_ORDER if p in available]
     else:
-        if isinstance(requested, str):
-            requested = [requested]
         if known is None:
             import onnxruntime as ort
 
             known = ort.get_all_providers()
         chosen = []
-        for p in requested:
-            full = canonical_provider(p)
+        for full, _ in provider_entries(requested):
             if full not in known:
                 raise ProviderError(
-                    f"unknown execution provider {p!r}; use an alias ({', '.join(sorted(ALIASES))}) "
+                    f"unknown execution provider {full!r}; use an alias ({', '.join(sorted(ALIASES))}) "
                     f"or a name this onnxruntime knows: {', '.join(sorted(known))}"
                 )
-            if full not in chosen:
-                chosen.append(full)
+            chosen.append(full)
     if CPU not in chosen:
         chosen.append(CPU)
     return chosen
@@ -146,7 +195,15 @@ class GraphSession:
     (`session_options`).
     """
 
-    def __init__(self, graph_path: str, providers: Sequence[str] | None = None, threads: int | None = None):
+    def __init__(
+        self,
+        graph_path: str,
+        providers: Sequence[ProviderSpec] | ProviderSpec | None = None,
+        threads: int | None = None,
+        *,
+        strict: bool = False,
+        io_binding: bool | None = None,
+    ):
         import onnxruntime as ort
 
         self._ort = ort
@@ -155,14 +212,18 @@ class GraphSession:
         self._lock = threading.Lock()
         # Guards `info.fallbacks`: the inference thread counts while a server thread reads.
         self._fallbacks_lock = threading.Lock()
+        self.strict = bool(strict)
         available = ort.get_available_providers()
         requested = resolve_providers(providers, available)
+        #: {provider: options} handed to onnxruntime as given (`provider_options`).
+        self.provider_options = {name: opts for name, opts in provider_entries(providers) if opts}
         self.info = SessionInfo(requested=requested, active=[])
         missing = [p for p in requested if p not in available]
         for p in missing:
             self._fallback(
                 p, f"{p} is not available in this onnxruntime build (available: {', '.join(available)})"
             )
+        self._refuse_if_strict(missing)
         usable = [p for p in requested if p in available]
         try:
             self._session = self._new_session(usable)
@@ -170,20 +231,36 @@ class GraphSession:
             if usable == [CPU]:
                 raise
             self._fallback(usable[0], f"session creation failed: {exc}")
+            self._refuse_if_strict([usable[0]])
             self._session = self._new_session([CPU])
         self.info.active = list(self._session.get_providers())
         # onnxruntime drops a provider it cannot attach with only a log line; check, don't assume.
-        for p in usable:
-            if p not in self.info.active and p not in missing:
-                self._fallback(
-                    p, f"{p} was requested but did not attach; running on {', '.join(self.info.active)}"
-                )
+        dropped = [p for p in usable if p not in self.info.active and p not in missing]
+        for p in dropped:
+            self._fallback(
+                p, f"{p} was requested but did not attach; running on {', '.join(self.info.active)}"
+            )
+        self._refuse_if_strict(dropped)
         self._check_io()
         self._cpu_session = self._session if self.info.active[0] == CPU else None
+        self.io_binding = self.info.active[0] == CUDA if io_binding is None else bool(io_binding)
+
+    def _refuse_if_strict(self, providers: Sequence[str]) -> None:
+        """With `strict`, a requested accelerator that is not running is an error, not a fallback."""
+        absent = [p for p in providers if p != CPU]
+        if not self.strict or not absent:
+            return
+        with self._fallbacks_lock:
+            reasons = "; ".join(f"{p}: {self.info.fallbacks[p].last_reason}" for p in absent)
+        raise ProviderUnavailable(
+            f"strict_providers: {', '.join(absent)} requested but not running ({reasons}); refusing "
+            "to run elsewhere (pass strict_providers=False to allow the fallback)"
+        )
 
     def _new_session(self, providers: list[str]):
+        listed = [(p, self.provider_options[p]) if p in self.provider_options else p for p in providers]
         return self._ort.InferenceSession(
-            self._path, sess_options=session_options(self._threads), providers=providers
+            self._path, sess_options=session_options(self._threads), providers=listed
         )
 
     def _fallback(self, provider: str, reason: str) -> None:
@@ -222,6 +299,24 @@ class GraphSession:
         options.add_run_config_entry(ARENA_SHRINKAGE, "cpu:0")
         return options
 
+    def _device(self) -> tuple[str, int]:
+        """Where the session's outputs live: onnxruntime's device name and id for an IOBinding."""
+        if self.info.active[0] == CUDA:
+            return "cuda", int((self.provider_options.get(CUDA) or {}).get("device_id", 0))
+        return "cpu", 0
+
+    def _run_bound(self, session, outputs: list[str], feeds: Mapping[str, np.ndarray], options):
+        """One pass through an IOBinding: inputs bound from host arrays (copied to the device once),
+        outputs allocated on the session's device, then copied back."""
+        binding = session.io_binding()
+        for name, array in feeds.items():
+            binding.bind_cpu_input(name, np.ascontiguousarray(array))
+        device, device_id = self._device()
+        for name in outputs:
+            binding.bind_output(name, device, device_id)
+        session.run_with_iobinding(binding, options)
+        return binding.copy_outputs_to_cpu()
+
     def run(
         self, feeds: Mapping[str, np.ndarray], *, release_memory: bool = False
     ) -> tuple[np.ndarray, np.ndarray]:
@@ -229,10 +324,18 @@ class GraphSession:
         outputs = list(GRAPH_OUTPUTS)
         try:
             options = self._run_options(release_memory)
-            logits, act = self._session.run(outputs, dict(feeds), options)
+            if self.io_binding:
+                logits, act = self._run_bound(self._session, outputs, feeds, options)
+            else:
+                logits, act = self._session.run(outputs, dict(feeds), options)
         except Exception as exc:
             if self.info.active[0] == CPU:
                 raise
+            if self.strict:
+                raise ProviderUnavailable(
+                    f"strict_providers: a pass failed on {self.info.active[0]} and is not retried on "
+                    f"CPU: {exc}"
+                ) from exc
             # A GPU pass that fails (out of memory, a kernel error) is retried once on CPU;
             # the device session stays for the next call, the counter says it happened.
             self._fallback(self.info.active[0], f"run failed on {self.info.active[0]}, retried on CPU: {exc}")

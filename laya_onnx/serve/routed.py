@@ -127,7 +127,8 @@ def parse_model_option(text: str) -> tuple[str, str]:
 def build_router(
     models_dir: str | os.PathLike | None = None,
     named: Sequence[str] = (),
-    providers: Sequence[str] | None = None,
+    providers: Sequence[Any] | None = None,
+    strict_providers: bool = False,
 ) -> Router:
     """The Router `laya-onnx serve` runs, from a models directory, `--model NAME=BUNDLE` options and
     the environment (laya-serve's names: LAYA_MAX_LOADED, LAYA_EXTRA_MODELS, LAYA_DEFAULT_MODEL,
@@ -142,9 +143,12 @@ def build_router(
     max_loaded = max_loaded_from_env()
     if max_loaded is not None:
         options["max_loaded"] = max_loaded
+    agent_kwargs: dict[str, Any] = {"strict_providers": True} if strict_providers else {}
     threads = threads_from_env()
     if threads is not None:
-        options["agent_kwargs"] = {"threads": threads}
+        agent_kwargs["threads"] = threads
+    if agent_kwargs:
+        options["agent_kwargs"] = agent_kwargs
     try:
         router = Router(models, providers=providers, **options)
         default = _env("LAYA_DEFAULT_MODEL")

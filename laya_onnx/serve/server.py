@@ -132,11 +132,13 @@ def run_server(
     bundle: os.PathLike | str | None,
     host: str | None = None,
     port: int | None = None,
-    providers: Sequence[str] | None = None,
+    providers: Sequence[Any] | None = None,
     models: Sequence[str] = (),
+    strict_providers: bool = False,
 ) -> None:
     """Serve `bundle` over the /v1/systemone wire protocol until SIGTERM/SIGINT, then drain.
 
+    `strict_providers`: refuse to start when a requested accelerator does not attach.
     A models directory (a folder of bundle folders) or `models` (`NAME=BUNDLE` texts) serve
     several checkpoints through a `laya_onnx.Router` (`serve/routed.py`).
 
@@ -155,9 +157,9 @@ def run_server(
             if models or bundle is None or is_models_dir(bundle):
                 from laya_onnx.serve.routed import build_router
 
-                agent = build_router(bundle, models, providers=chosen)
+                agent = build_router(bundle, models, providers=chosen, strict_providers=strict_providers)
             else:
-                options = {}
+                options: dict[str, Any] = {"strict_providers": True} if strict_providers else {}
                 threads = threads_from_env()
                 if threads is not None:
                     options["threads"] = threads
