@@ -3,7 +3,7 @@
 `ONNXAgent(BUNDLE).predict(state, questions)` answers like `laya.Agent` 0.4.15 does, and
 `laya_onnx.load(BUNDLE_OR_NAME, hooks=...)` is the seed's `laya.load(...)`. The common hook names
 (`BaseHook`, `AsyncHook`, `PredictContext`, `Hook`, `PredictHook`, the `hooks` module) and the
-typed decisions (`decide`, `decide_batch`, `DecisionResult`) import from here, as from `laya`.
+typed decisions (`decide`, `decide_batch`, `DecisionResult`) and `Router` import from here, as from `laya`.
 The export (torch), serve (aiohttp) and parity layers live in subpackages and are imported only
 by the commands that need them.
 """
@@ -16,6 +16,7 @@ _LAZY = {
     "ONNXAgent": "laya_onnx.agent",
     **dict.fromkeys(("AsyncHook", "BaseHook", "Hook", "PredictContext", "PredictHook"), "laya_onnx.hooks"),
     "load": "laya_onnx.loader",
+    **dict.fromkeys(("Router", "RouteDecision"), "laya_onnx.router"),
     "load_calibration": "laya_onnx.calibration_file",
     **dict.fromkeys(("DecisionResult", "SchemaError", "decide", "decide_batch"), "laya_onnx.structured"),
 }
@@ -39,6 +40,8 @@ __all__ = [
     "ONNXAgent",
     "PredictContext",
     "PredictHook",
+    "RouteDecision",
+    "Router",
     "SchemaError",
     "__version__",
     "decide",
