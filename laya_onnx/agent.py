@@ -31,7 +31,7 @@ from laya_onnx.hooks import (
 )
 from laya_onnx.hub import BUNDLE_FILES, fetch_checkpoint
 from laya_onnx.memory import ARENA_RELEASE_BYTES, PassMemoryModel, resolve_max_pass_memory, split_rows
-from laya_onnx.questions import normalize_questions
+from laya_onnx.questions import normalize_questions, require_questions_dict
 from laya_onnx.sequences import build_heads, check_option_layout, collate, encode_state, option_spans
 from laya_onnx.session import FallbackEntry, GraphSession, ProviderSpec
 from laya_onnx.tokenizer import LayaTokenizer
@@ -352,10 +352,7 @@ class ONNXAgent(HookRegistry):
             raise InvalidRequestType(
                 "predict_batch expects a list of states; pass a single state to predict()/system_one()."
             )
-        if not isinstance(questions, dict):
-            raise InvalidRequestType(
-                "questions must be a dict of question id -> definition, got %s" % type(questions).__name__
-            )
+        require_questions_dict(questions)
         for name, value in (("max_len", max_len), ("head_max_len", head_max_len), ("batch_size", batch_size)):
             # Any int goes through as laya takes it (a budget too small is refused with the marker
             # diagnosis); a non-integer would otherwise fail deep inside slicing.

@@ -226,12 +226,17 @@ def to_question(qid: Any, qdef: Mapping[str, Any]) -> Question:
     )
 
 
-def normalize_questions(questions: Any) -> dict[Any, Question]:
-    """Validate every question (in key order) and normalise them; InvalidRequestType for a non-dict."""
+def require_questions_dict(questions: Any) -> None:
+    """InvalidRequestType, with laya's text, for questions that are not a dict."""
     if not isinstance(questions, dict):
         raise InvalidRequestType(
             "questions must be a dict of question id -> definition, got %s" % type(questions).__name__
         )
+
+
+def normalize_questions(questions: Any) -> dict[Any, Question]:
+    """Validate every question (in key order) and normalise them; InvalidRequestType for a non-dict."""
+    require_questions_dict(questions)
     for qid, qdef in questions.items():
         check_question(qid, qdef)
     return {qid: to_question(qid, qdef) for qid, qdef in questions.items()}

@@ -23,7 +23,7 @@ from laya_onnx.calibration import MODEL_NAME
 from laya_onnx.errors import InvalidRequest, InvalidRequestType
 from laya_onnx.gate import apply_confidence_gate
 from laya_onnx.hooks import aggregate_usage
-from laya_onnx.questions import Question, normalize_questions, to_question
+from laya_onnx.questions import Question, normalize_questions, require_questions_dict, to_question
 from laya_onnx.sequences import state_ids, state_room
 from laya_onnx.tokenizer import LayaTokenizer
 
@@ -306,10 +306,7 @@ def predict_long(
     """`ONNXAgent.predict_long` (see its docstring); `agent` answers through its public calls."""
     if state is None:
         raise InvalidRequestType("state must not be None; pass a string, dict, or list")
-    if not isinstance(questions, dict):
-        raise InvalidRequestType(
-            "questions must be a dict of question id -> definition, got %s" % type(questions).__name__
-        )
+    require_questions_dict(questions)
     if aggregate_mode != "auto":
         raise InvalidRequest("predict_long: only aggregate='auto' is supported")
     tok = agent.tok
