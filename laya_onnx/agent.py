@@ -15,7 +15,7 @@ from typing import Any
 
 from laya_onnx import structured
 from laya_onnx.bundle import Bundle
-from laya_onnx.calibration import Calibration, act_probabilities, decode_state, empty_result
+from laya_onnx.calibration import Calibration, CallLogits, act_probabilities, empty_result
 from laya_onnx.calibration_file import apply_calibration, bundle_calibration, warn_if_other_checkpoint
 from laya_onnx.calibration_file import load_calibration as load_calibration_file
 from laya_onnx.errors import InvalidRequest, InvalidRequestType
@@ -31,9 +31,10 @@ from laya_onnx.hooks import (
 )
 from laya_onnx.hub import BUNDLE_FILES, fetch_checkpoint
 from laya_onnx.memory import ARENA_RELEASE_BYTES, PassMemoryModel, resolve_max_pass_memory, split_rows
+from laya_onnx.question_cache import QuestionCache
 from laya_onnx.questions import normalize_questions, require_questions_dict
-from laya_onnx.sequences import build_heads, check_option_layout, collate, encode_state, option_spans
-from laya_onnx.session import FallbackEntry, GraphSession, ProviderSpec
+from laya_onnx.sequences import check_option_layout, collate, encode_state, option_spans
+from laya_onnx.session import FallbackEntry, GraphSession, ProviderSpec, resolve_threads
 from laya_onnx.tokenizer import LayaTokenizer
 from laya_onnx.tournament import check_group_size, fitting_group_size, run_tournament
 from laya_onnx.windows import predict_long as scan_long
@@ -43,6 +44,9 @@ DEFAULT_MAX_LEN = 512
 DEFAULT_HEAD_MAX_LEN = 192
 #: When sorting by length, states are sorted within windows of this many batches.
 SORT_WINDOW_BATCHES = 8
+#: Rows per length bucket of a `predict_batch` without `batch_size` (issue 9's probe: -12% on
+#: batches of the full-size model against one pass padded to the longest row).
+DEFAULT_BUCKET_ROWS = 16
 
 
 class ONNXAgent(HookRegistry):
@@ -74,6 +78,7 @@ class ONNXAgent(HookRegistry):
         calibration: str | os.PathLike | None = None,
         strict_providers: bool = False,
         io_binding: bool | None = None,
+        bucket_rows: int | None = DEFAULT_BUCKET_ROWS,
     ):
         """`max_pass_memory`: bytes one forward pass may use above idle (int, or text such as
         "2G"); default $LAYA_MAX_PASS_MEMORY, else 2 GiB. Passes are split to stay inside it and a
@@ -87,7 +92,16 @@ class ONNXAgent(HookRegistry):
         `device_id`, `gpu_mem_limit`, `arena_extend_strategy`, CoreML `MLComputeUnits` are passed
         through); `strict_providers=True` raises `ProviderUnavailable` instead of falling back to
         CPU when a requested accelerator does not attach (or a pass on it fails). `io_binding`
-        feeds and fetches through an onnxruntime IOBinding (default: on CUDA only)."""
+        feeds and fetches through an onnxruntime IOBinding (default: on CUDA only).
+
+        `bucket_rows`: a `predict_batch` without `batch_size` whose rows outnumber it runs in
+        passes of this many rows of similar length (see `_plan_passes`); None or 0 runs them in
+        one pass, as laya does."""
+        if bucket_rows is not None and (
+            isinstance(bucket_rows, bool) or not isinstance(bucket_rows, int) or bucket_rows < 0
+        ):
+            raise ValueError("bucket_rows must be a positive integer, 0 or None, got %r" % (bucket_rows,))
+        self.bucket_rows = bucket_rows or 0
         self.max_pass_memory = resolve_max_pass_memory(max_pass_memory)
         self.hooks = normalise_hooks(hooks, on_predict_start, on_predict_end)
         self.hooks_raise = bool(hooks_raise)
@@ -102,6 +116,8 @@ class ONNXAgent(HookRegistry):
         self.cfg: dict[str, Any] = self.bundle.config
         check_option_layout(self.cfg, f"bundle {str(self.bundle.root)!r}")
         self.tok = LayaTokenizer.from_dir(self.bundle.tokenizer_dir)
+        #: Validated questions and their heads, reused by calls that ask the same questions.
+        self.question_cache = QuestionCache(self.tok)
         self.calibration = Calibration.from_config(self.cfg, lang_temperatures=lang_temperatures)
         source = (self.bundle.manifest or {}).get("source") or {}
         #: The checkpoint a calibration file's recorded identity is compared with.
@@ -110,10 +126,13 @@ class ONNXAgent(HookRegistry):
         for path in (bundle_calibration(self.bundle.root, self.bundle.manifest), calibration):
             if path is not None:
                 self.load_calibration(path)
+        #: Intra-op threads: the `threads` argument, else $LAYA_THREADS, else None (onnxruntime's
+        #: default). Read once, here.
+        self.threads = resolve_threads(threads)
         self.session = GraphSession(
             str(self.bundle.graph_path),
             providers=providers,
-            threads=threads,
+            threads=self.threads,
             strict=strict_providers,
             io_binding=io_binding,
         )
@@ -386,8 +405,8 @@ class ONNXAgent(HookRegistry):
             return []
         if not questions:
             return [empty_result() for _ in states]
-        qs = normalize_questions(questions)
-        heads = build_heads(self.tok, qs, head_max_len)
+        prepared = self.question_cache.get(questions, head_max_len)
+        qs, heads = prepared.questions, prepared.heads
         # Every state is encoded before any pass runs, so a row too large for the memory budget
         # is refused before work is spent on the others.
         encoded = [
@@ -409,7 +428,7 @@ class ONNXAgent(HookRegistry):
             self.memory_model.estimate(len(refs), max(len(encoded[i][j].ids) for i, j in refs))
             for refs in passes
         )
-        out: list[list[Any]] = [[None] * len(rows) for rows in encoded]
+        gathered = CallLogits(qs, len(encoded))
         for n, refs in enumerate(passes):
             rows = [encoded[i][j] for i, j in refs]
             # After a large call, its last pass hands the arena's free memory back to the OS.
@@ -417,44 +436,51 @@ class ONNXAgent(HookRegistry):
             logits, act_logits = self.session.run(
                 collate(rows, self.tok.pad_token_id), release_memory=release
             )
-            act = act_probabilities(act_logits)
-            for (i, j), row_logits, row_act in zip(refs, logits, act, strict=True):
-                out[i][j] = (row_logits, row_act)
-        return [
-            decode_state(
-                qs,
-                rows,
-                [lg for lg, _ in out[i]],
-                [ac for _, ac in out[i]],
-                0,
-                self.calibration,
-                lang,
-            )
-            for i, rows in enumerate(encoded)
-        ]
+            gathered.add(refs, logits, act_probabilities(act_logits))
+        return gathered.decode(encoded, self.calibration, lang)
 
     def _plan_passes(self, encoded: list[list[Any]], batch_size, sort_by_length: bool) -> list[list[Any]]:
         """The forward passes of one call, each a list of (state index, row index).
 
-        Chunking follows laya exactly, because the padding width moves the last float bits: one
-        chunk per `batch_size` states, sorted by length only with an explicit chunk smaller than
-        the input, within windows of 8 chunks. A chunk whose estimated memory exceeds the budget
-        is then cut (rows in order) into passes that fit; chunks that fit run unchanged.
+        With an explicit `batch_size`, chunking follows laya exactly: one chunk per
+        `batch_size` states, sorted by length only with a chunk smaller than the input, within
+        windows of 8 chunks. Without one, a call of more than `bucket_rows` rows is run in
+        length buckets: every row sorted by length and cut into passes of `bucket_rows`, so
+        short rows are not padded to the longest (answers move only in the last float bits,
+        within the parity rule; laya runs one pass). Either way a pass whose estimated memory
+        exceeds the budget is then cut (rows in order) into passes that fit.
         """
+        n_rows = sum(len(rows) for rows in encoded)
+        if not batch_size and self.bucket_rows and n_rows > self.bucket_rows:
+            refs = sorted(
+                ((i, j) for i, rows in enumerate(encoded) for j in range(len(rows))),
+                key=lambda ref: len(encoded[ref[0]][ref[1]].ids),
+            )
+            chunks = [refs[start : start + self.bucket_rows] for start in range(0, n_rows, self.bucket_rows)]
+        else:
+            chunks = self._laya_chunks(encoded, batch_size, sort_by_length)
+        passes: list[list[Any]] = []
+        for refs in chunks:
+            lengths = [len(encoded[i][j].ids) for i, j in refs]
+            for piece in split_rows(lengths, self.memory_model, self.max_pass_memory):
+                passes.append(refs[piece.start : piece.stop])
+        return passes
+
+    @staticmethod
+    def _laya_chunks(encoded: list[list[Any]], batch_size, sort_by_length: bool) -> list[list[Any]]:
         chunk = batch_size if (batch_size and batch_size > 0) else len(encoded)
         reorder = sort_by_length and 1 < chunk < len(encoded)
         window = chunk * SORT_WINDOW_BATCHES if reorder else chunk
-        passes: list[list[Any]] = []
+        chunks: list[list[Any]] = []
         for start in range(0, len(encoded), window):
             order = list(range(start, min(start + window, len(encoded))))
             if reorder:
                 order.sort(key=lambda i: max(len(r.ids) for r in encoded[i]))
             for offset in range(0, len(order), chunk):
-                refs = [(i, j) for i in order[offset : offset + chunk] for j in range(len(encoded[i]))]
-                lengths = [len(encoded[i][j].ids) for i, j in refs]
-                for piece in split_rows(lengths, self.memory_model, self.max_pass_memory):
-                    passes.append(refs[piece.start : piece.stop])
-        return passes
+                chunks.append(
+                    [(i, j) for i in order[offset : offset + chunk] for j in range(len(encoded[i]))]
+                )
+        return chunks
 
     def __repr__(self) -> str:
         return f"ONNXAgent({str(self.bundle.root)!r}, providers={self.providers})"

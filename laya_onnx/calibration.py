@@ -7,6 +7,7 @@ rounded numbers agree to the last digit (core.md §4).
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Mapping, Sequence
@@ -191,41 +192,53 @@ class Calibration:
         return self.temperature_by_options.get(bucket, self.temperature[qtype])
 
 
-def softmax_f32(logits_row: np.ndarray, t: float) -> np.ndarray:
-    """Temperature softmax in float32, in the reference's operation order."""
-    z = logits_row / t
-    p = np.exp(z - z.max())
-    p /= p.sum()
+def softmax_f32(logits: np.ndarray, t: float) -> np.ndarray:
+    """Temperature softmax in float32, in the reference's operation order, over the last axis
+    (one row [k] or many [n, k]; each row comes out bit-identical to that row alone)."""
+    z = logits / t
+    p = np.exp(z - z.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
     return p
 
 
 def unpermute(p: np.ndarray, order: Sequence[int] | None) -> np.ndarray:
-    """Slot order -> option order (slot s showed option order[s])."""
-    if order is None or len(order) != len(p):
+    """Slot order -> option order (slot s showed option order[s]), along the last axis."""
+    if order is None or len(order) != p.shape[-1]:
         return p
     out = np.empty_like(p)
-    out[np.asarray(order, dtype=int)] = p
+    out[..., np.asarray(order, dtype=int)] = p
     return out
 
 
-def entropy_confidence(p: np.ndarray, k: int) -> float:
-    """1 - H(p)/log k, clamped to [0, 1]; 1.0 below two options."""
+def entropy_confidences(p: np.ndarray) -> list[float]:
+    """1 - H(p)/log k per row of p [n, k], clamped to [0, 1]; 1.0 below two options."""
+    n, k = p.shape
     if k < 2:
-        return 1.0
-    pk = p[:k]
-    ent = -float((pk * np.log(np.clip(pk, 1e-12, 1.0))).sum())
-    return min(1.0, max(0.0, 1.0 - ent / math.log(k)))
+        return [1.0] * n
+    sums = (p * np.log(np.clip(p, 1e-12, 1.0))).sum(axis=-1).tolist()
+    log_k = math.log(k)
+    return [min(1.0, max(0.0, 1.0 - -s / log_k)) for s in sums]
+
+
+def entropy_confidence(p: np.ndarray, k: int) -> float:
+    """`entropy_confidences` of one row's first k probabilities."""
+    return entropy_confidences(p[None, :k])[0]
+
+
+def max_confidences(p: np.ndarray) -> list[float]:
+    """The top probability per row of p [n, k], clamped to [0, 1]; 1.0 without options."""
+    if p.shape[-1] < 1:
+        return [1.0] * p.shape[0]
+    return [min(1.0, max(0.0, m)) for m in p.max(axis=-1).tolist()]
 
 
 def max_confidence(p: np.ndarray, k: int) -> float:
-    if k < 1:
-        return 1.0
-    return min(1.0, max(0.0, float(p[:k].max())))
+    return max_confidences(p[None, :k])[0]
 
 
 def act_probabilities(act_logits: np.ndarray) -> np.ndarray:
-    e = np.exp(act_logits - np.max(act_logits, axis=-1, keepdims=True))
-    return e / np.sum(e, axis=-1, keepdims=True)
+    e = np.exp(act_logits - act_logits.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
 
 
 def decode_answer(
@@ -237,52 +250,80 @@ def decode_answer(
     lang: str | None = None,
     digits: int | None = ANSWER_DIGITS,
 ) -> dict[str, Any]:
-    """One answer dict, keys in the reference's order.
+    """One answer dict, keys in the reference's order (`decode_answers` for one row).
 
     `digits=None` leaves every number unrounded (the parity rule judges printed values against
     these); the answer is otherwise the same dict, built by the same code.
     """
+    return decode_answers(q, logits_row[None, :k], act_row[None, :1], calibration, lang, digits)[0]
 
-    def rnd(x: float) -> float:
-        return float(x) if digits is None else round(float(x), digits)
 
-    p = unpermute(softmax_f32(logits_row[:k], calibration.temperature_for(q.qtype, k, lang)), q.option_order)
-    confidence = rnd(entropy_confidence(p, k))
-    answer_conf = max_confidence(p, k)
+def decode_answers(
+    q: Question,
+    logits: np.ndarray,
+    act: np.ndarray,
+    calibration: Calibration,
+    lang: str | None = None,
+    digits: int | None = ANSWER_DIGITS,
+) -> list[dict[str, Any]]:
+    """The answers of `q` for many rows at once: `logits` [n, k] (k = the question's options),
+    `act` [n, >=1] softmaxed act probabilities.
+
+    Vectorised over rows, bit-identical to decoding each row alone: every reduction runs along a
+    contiguous last axis, which numpy computes row by row in the order it uses for one row
+    (tests/test_calibration_gate.py checks this for 1-255 options).
+    """
+    k = logits.shape[-1]
+    p = unpermute(softmax_f32(logits, calibration.temperature_for(q.qtype, k, lang)), q.option_order)
+    rnd: Any = float if digits is None else functools.partial(round, ndigits=digits)
+    act_p = [{"act_probability": rnd(a)} for a in act[:, 0].tolist()]
+    probs = p.tolist()
+    answer_conf = max_confidences(p)
     # A language override stands in for the whole calibration, so the map (fitted without it) is off.
     if calibration.binning_map and calibration.lang_override(lang) is None:
-        answer_conf = apply_binning_map(answer_conf, temp_bucket(q.qtype, k), calibration.binning_map)
-    answer_conf = rnd(answer_conf)
-    action = {"act_probability": rnd(act_row[0])}
+        bucket = temp_bucket(q.qtype, k)
+        answer_conf = [apply_binning_map(c, bucket, calibration.binning_map) for c in answer_conf]
+    answer_conf = [rnd(c) for c in answer_conf]
+    if q.type == "noul":
+        return [
+            {
+                "type": "noul",
+                "noul": rnd(row[1]),
+                "confidence": rnd(max(row[1], 1.0 - row[1])),
+                "answer_confidence": answer_conf[i],
+                "action": act_p[i],
+            }
+            for i, row in enumerate(probs)
+        ]
+    confidence = [rnd(c) for c in entropy_confidences(p)]
     if q.type == "choice":
         keys = list(q.criteria.keys())
-        return {
-            "type": "choice",
-            "choice": keys[int(p.argmax())],
-            "probabilities": {key: rnd(v) for key, v in zip(keys, p, strict=False)},
-            "confidence": confidence,
-            "answer_confidence": answer_conf,
-            "action": action,
-        }
-    if q.type == "score":
-        expected = float((np.arange(k) * p).sum())  # int64 x float32 -> float64 sum
-        return {
+        return [
+            {
+                "type": "choice",
+                "choice": keys[best],
+                "probabilities": {key: rnd(v) for key, v in zip(keys, row, strict=False)},
+                "confidence": confidence[i],
+                "answer_confidence": answer_conf[i],
+                "action": act_p[i],
+            }
+            for i, (best, row) in enumerate(zip(p.argmax(axis=-1).tolist(), probs, strict=True))
+        ]
+    expected = (np.arange(k) * p).sum(axis=-1).tolist()  # int64 x float32 -> float64 sums
+    legend = {str(i): render_criterion(c) for i, c in enumerate(q.criteria)}
+    levels = [str(i) for i in range(k)]
+    return [
+        {
             "type": "score",
-            "score": rnd(expected),
-            "legend": {str(i): render_criterion(c) for i, c in enumerate(q.criteria)},
-            "probabilities": {str(i): rnd(v) for i, v in enumerate(p)},
-            "confidence": confidence,
-            "answer_confidence": answer_conf,
-            "action": action,
+            "score": rnd(expected[i]),
+            "legend": dict(legend),
+            "probabilities": {level: rnd(v) for level, v in zip(levels, row, strict=True)},
+            "confidence": confidence[i],
+            "answer_confidence": answer_conf[i],
+            "action": act_p[i],
         }
-    p_true = float(p[1])
-    return {
-        "type": "noul",
-        "noul": rnd(p_true),
-        "confidence": rnd(max(p_true, 1.0 - p_true)),
-        "answer_confidence": answer_conf,
-        "action": action,
-    }
+        for i, row in enumerate(probs)
+    ]
 
 
 def state_usage(rows: Sequence[Row], input_tokens: int) -> dict[str, Any]:
@@ -310,29 +351,59 @@ def state_usage(rows: Sequence[Row], input_tokens: int) -> dict[str, Any]:
     return usage
 
 
-def decode_state(
-    questions: Mapping[Any, Question],
-    rows: Sequence[Row],
-    logits: np.ndarray | Sequence[np.ndarray],
-    act: np.ndarray | Sequence[np.ndarray],
-    offset: int,
-    calibration: Calibration,
-    lang: str | None = None,
-) -> dict[str, Any]:
-    """One state's result from the batch rows starting at `offset` (act already softmaxed).
+class CallLogits:
+    """The logits of every row of one call, gathered per question across its passes, so each
+    question is decoded for all states at once (`decode`)."""
 
-    `logits`/`act` index by row: a pass's arrays, or per-row arrays gathered from several
-    passes (whose marker widths may differ; each row reads only its own markers)."""
-    answers = {}
-    for r, row in enumerate(rows):
-        answers[row.qid] = decode_answer(
-            questions[row.qid], logits[offset + r], act[offset + r], len(row.markers), calibration, lang
-        )
-    return {
-        "model": MODEL_NAME,
-        "answers": answers,
-        "usage": state_usage(rows, sum(len(row.ids) for row in rows)),
-    }
+    def __init__(self, questions: Mapping[Any, Question], n_states: int):
+        self.questions = list(questions.values())
+        self.n_states = n_states
+        self.logits: list[np.ndarray] = []
+        self.act: list[np.ndarray] = []
+
+    def add(self, refs: Sequence[tuple[int, int]], logits: np.ndarray, act: np.ndarray) -> None:
+        """One pass's outputs: row r of the pass is (state, question index) `refs[r]`; `act`
+        already softmaxed. Rows of a pass may come from any states and questions."""
+        widths = [q.n_options for q in self.questions]
+        n_q = len(widths)
+        if (
+            not self.logits
+            and len(refs) == self.n_states * n_q
+            and all(ref == divmod(r, n_q) for r, ref in enumerate(refs))
+        ):
+            # The whole call in one pass, in call order: every question's rows are a strided view.
+            self.logits = [logits[j::n_q, :k] for j, k in enumerate(widths)]
+            self.act = [act[j::n_q, :1] for j in range(n_q)]
+            return
+        if not self.logits:
+            self.logits = [np.empty((self.n_states, k), dtype=np.float32) for k in widths]
+            self.act = [np.empty((self.n_states, 1), dtype=np.float32) for _ in widths]
+        groups: dict[int, tuple[list[int], list[int]]] = {}
+        for r, (i, j) in enumerate(refs):
+            rows, states = groups.setdefault(j, ([], []))
+            rows.append(r)
+            states.append(i)
+        for j, (rows, states) in groups.items():
+            self.logits[j][states] = logits[rows, : widths[j]]
+            self.act[j][states] = act[rows, :1]
+
+    def decode(
+        self, encoded: Sequence[Sequence[Row]], calibration: Calibration, lang: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Each state's result (`encoded[i]`: state i's rows, one per question in order)."""
+        per_question = [
+            decode_answers(q, lg, ac, calibration, lang)
+            for q, lg, ac in zip(self.questions, self.logits, self.act, strict=True)
+        ]
+        qids = [q.qid for q in self.questions]
+        return [
+            {
+                "model": MODEL_NAME,
+                "answers": {qid: answers[i] for qid, answers in zip(qids, per_question, strict=True)},
+                "usage": state_usage(rows, sum(len(row.ids) for row in rows)),
+            }
+            for i, rows in enumerate(encoded)
+        ]
 
 
 def empty_result() -> dict[str, Any]:

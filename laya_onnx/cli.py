@@ -149,7 +149,12 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     request = read_json_argument(args.request, "--request")
     if not isinstance(request, dict) or "state" not in request or "questions" not in request:
         raise UsageError("--request must be a JSON object with 'state' and 'questions'")
-    agent = ONNXAgent(args.bundle, providers=args.providers, strict_providers=args.strict_providers)
+    agent = ONNXAgent(
+        args.bundle,
+        providers=args.providers,
+        strict_providers=args.strict_providers,
+        threads=args.threads,
+    )
     controls = {
         k: request[k]
         for k in ("max_len", "head_max_len", "min_confidence", "lang")
@@ -184,6 +189,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         providers=args.providers,
         models=args.model,
         strict_providers=args.strict_providers,
+        threads=args.threads,
     )
     return EXIT_OK
 
@@ -249,13 +255,43 @@ def _cmd_parity(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
+    if args.serve:
+        return _cmd_bench_serve(args)
+    if len(args.models) < 2:
+        raise UsageError("bench needs CHECKPOINT BUNDLE [BUNDLE ...] (or --serve URL)")
     from laya_onnx.parity.bench import run_bench
+    from laya_onnx.parity.runner import write_json
 
-    print(
-        json.dumps(
-            run_bench(args.checkpoint, args.bundle, repeats=args.repeats, threads=args.threads), indent=2
-        )
+    report = run_bench(
+        args.models[0],
+        args.models[1:],
+        repeats=args.repeats,
+        threads=args.threads,
+        workloads=args.workloads.split(",") if args.workloads else None,
+        rss=not args.no_rss,
+        progress=print,
     )
+    if args.json:
+        write_json(args.json, report)
+        print(f"report written: {args.json}")
+    else:
+        print(json.dumps(report, indent=2))
+    return EXIT_OK
+
+
+def _cmd_bench_serve(args: argparse.Namespace) -> int:
+    from laya_onnx.parity.runner import write_json
+    from laya_onnx.serve.loadbench import drive_server
+
+    clients = [int(c) for c in args.clients.split(",") if c.strip()]
+    if not clients or min(clients) < 1:
+        raise UsageError("--clients must be a comma list of positive integers, got %r" % (args.clients,))
+    report = drive_server(args.serve, clients=clients, seconds=args.seconds, progress=print)
+    if args.json:
+        write_json(args.json, report)
+        print(f"report written: {args.json}")
+    else:
+        print(json.dumps(report, indent=2))
     return EXIT_OK
 
 
@@ -373,6 +409,15 @@ def _add_strict_providers(parser: argparse.ArgumentParser) -> None:
         "--strict-providers",
         action="store_true",
         help="refuse to run when a requested accelerator does not attach, instead of falling back to CPU",
+    )
+
+
+def _add_threads(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="onnxruntime intra-op threads (default $LAYA_THREADS, else one per core)",
     )
 
 
@@ -513,6 +558,7 @@ def build_parser() -> argparse.ArgumentParser:
         "min_confidence, lang), inline, as @FILE, or - for stdin",
     )
     pr.add_argument("--compact", action="store_true", help="print the JSON on one line")
+    _add_threads(pr)
     pr.set_defaults(func=_cmd_predict)
 
     sv = sub.add_parser(
@@ -548,6 +594,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="bind address (default $LAYA_HOST or 127.0.0.1; 0.0.0.0 to serve other hosts)",
     )
     sv.add_argument("--port", type=int, default=None, help="port (default $LAYA_PORT or 8000)")
+    _add_threads(sv)
     sv.set_defaults(func=_cmd_serve)
 
     sc = sub.add_parser(
@@ -593,15 +640,38 @@ def build_parser() -> argparse.ArgumentParser:
 
     be = sub.add_parser(
         "bench",
-        help="time a bundle against the reference laya.Agent (needs the dev extra)",
-        description="Time the reference laya.Agent (torch, CPU) and the bundle call by call, "
-        "interleaved, and print medians and their ratio.",
+        help="time bundles against the reference laya.Agent, or load a running server (needs the dev extra)",
+        description="Time the reference laya.Agent (torch, CPU) and each bundle call by call, "
+        "interleaved, through the public API, on fixed workloads: medians, ratios and their range, "
+        "our Python part beside the session run, peak RSS (the bench process, and each runtime "
+        "alone in a child process). With --serve URL: drive a running server with 1, 8 and 32 "
+        "concurrent clients instead (throughput, p50/p99).",
     )
-    _add_checkpoint_and_bundle(be)
+    be.add_argument(
+        "models",
+        nargs="*",
+        metavar="CHECKPOINT BUNDLE [BUNDLE ...]",
+        help="the checkpoint, then one or more bundles exported from it",
+    )
     be.add_argument("--repeats", type=int, default=10, help="timed calls per runtime and workload")
     be.add_argument(
         "--threads", type=int, default=None, help="threads for both runtimes (default: torch's count)"
     )
+    be.add_argument(
+        "--workloads",
+        default=None,
+        help="comma list of workloads (default readme-1x3,state80-1x3,short-1x1,batch-32x3; "
+        "also batch-8x3, long-1x3)",
+    )
+    be.add_argument("--json", default=None, metavar="PATH", help="write the report here as JSON")
+    be.add_argument(
+        "--no-rss", action="store_true", help="skip each runtime's peak RSS alone (child processes)"
+    )
+    be.add_argument("--serve", default=None, metavar="URL", help="drive the server at URL instead")
+    be.add_argument(
+        "--clients", default="1,8,32", help="with --serve: comma list of concurrent client counts"
+    )
+    be.add_argument("--seconds", type=float, default=10.0, help="with --serve: seconds per client count")
     be.set_defaults(func=_cmd_bench)
 
     sb = sub.add_parser(
@@ -619,7 +689,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="admission slots (default $LAYA_MAX_CONCURRENT or 16)",
     )
-    sb.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads")
+    _add_threads(sb)
     sb.set_defaults(func=_cmd_serve_bench)
 
     bm = sub.add_parser(

@@ -1,66 +1,324 @@
-"""Speed against the reference, as a ratio measured in one run with the two runtimes interleaved.
+"""`laya-onnx bench`: speed against the reference, as ratios measured in one run, interleaved.
 
 Absolute times drift 20-30% on shared machines within minutes; alternating ours and the
-reference call by call and reporting the ratio of medians cancels most of that drift.
+reference call by call and reporting the ratio of medians cancels most of that drift. Every
+call goes through the public API (`predict` for one state, `predict_batch` for many), as a
+user's would. Beside the times:
+
+  * the ratio's range over the repeats (each repeat's reference time over its bundle time);
+  * our per-call Python part (validation, tokenization, rows, decoding, gate) against the
+    session run, from a timer around `session.run`;
+  * peak RSS: the bench process's own high-water mark (both runtimes loaded), and, unless
+    `rss=False`, each runtime's peak alone on that workload in a fresh child process (that
+    child imports only its runtime: ours never loads torch);
+  * whether ours answered as the reference did: identical decisions, the largest difference
+    between printed values.
 """
 
 from __future__ import annotations
 
+import json
+import resource
 import statistics
+import subprocess
+import sys
 import time
+import warnings
+from collections.abc import Callable, Sequence
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from laya_onnx.demo import README_REQUEST
 
-WORKLOADS = {
-    "readme-1x3": ([README_REQUEST["state"]], README_REQUEST["questions"]),
-    "batch-8x3": (
-        [README_REQUEST["state"] + " " + "More context. " * (5 * i) for i in range(8)],
-        README_REQUEST["questions"],
+STATE = README_REQUEST["state"]
+QUESTIONS = README_REQUEST["questions"]
+SHORT_QUESTION = {"refund": QUESTIONS["refund"]}
+#: ~80 tokens: a support message with some history.
+STATE_80 = (
+    STATE + ". I ordered the annual plan on the 3rd and the card statement shows two payments of "
+    "the same amount on the 4th. Support chat closed my ticket without an answer. Please refund "
+    "the duplicate payment to the original card."
+)
+
+#: name -> (states, questions, what it is). One state is sent with `predict`, more with
+#: `predict_batch`.
+WORKLOADS: dict[str, tuple[list[Any], dict[str, Any], str]] = {
+    "readme-1x3": ([STATE], QUESTIONS, "the README request: one short state, 3 questions"),
+    "state80-1x3": ([STATE_80], QUESTIONS, "one ~80-token state, 3 questions"),
+    "short-1x1": ([STATE], SHORT_QUESTION, "one short state, one noul question"),
+    "batch-32x3": (
+        [STATE + " " + "More context. " * (i % 8) for i in range(32)],
+        QUESTIONS,
+        "32 states of 16-65 tokens x 3 questions, one predict_batch",
     ),
-    "long-1x3": (["The invoice was paid twice by the customer. " * 120], README_REQUEST["questions"]),
+    "batch-8x3": (
+        [STATE + " " + "More context. " * (5 * i) for i in range(8)],
+        QUESTIONS,
+        "8 states x 3 questions, one predict_batch",
+    ),
+    "long-1x3": (
+        ["The invoice was paid twice by the customer. " * 120],
+        QUESTIONS,
+        "one 512-token state (cut at max_len), 3 questions",
+    ),
 }
+DEFAULT_WORKLOADS = ("readme-1x3", "state80-1x3", "short-1x1", "batch-32x3")
+REFERENCE = "reference"
 
 
-def _time(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return (time.perf_counter() - start) * 1000.0
+def peak_rss_mib() -> float:
+    """This process's peak resident set so far, MiB: /proc's VmHWM (Linux; getrusage's maxrss
+    survives exec, so a child would report its parent's), else getrusage."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024.0, 1)
+    except OSError:
+        pass
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1)
+
+
+def call_for(agent: Any, name: str) -> Callable[[], Any]:
+    states, questions, _ = WORKLOADS[name]
+    if len(states) == 1:
+        return partial(agent.predict, states[0], questions)
+    return partial(agent.predict_batch, states, questions)
+
+
+class SessionTimer:
+    """Wraps an ONNXAgent's `session.run` to time the forward passes of each call."""
+
+    def __init__(self, agent: Any):
+        self.seconds = 0.0
+        run = agent.session.run
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return run(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - start
+
+        agent.session.run = timed
+
+
+def _spread(values: Sequence[float]) -> dict[str, float]:
+    return {
+        "median": round(statistics.median(values), 3),
+        "min": round(min(values), 3),
+        "max": round(max(values), 3),
+    }
+
+
+def _numbers(result: Any, prefix: str = "") -> dict[str, Any]:
+    """Flatten a result's answers to {path: value} (numbers and decisions)."""
+    out: dict[str, Any] = {}
+    if isinstance(result, dict):
+        for k, v in result.items():
+            if k in ("usage", "model", "legend"):
+                continue
+            out.update(_numbers(v, f"{prefix}/{k}"))
+    elif isinstance(result, list):
+        for i, v in enumerate(result):
+            out.update(_numbers(v, f"{prefix}/{i}"))
+    else:
+        out[prefix] = result
+    return out
+
+
+def agreement(ours: Any, reference: Any) -> dict[str, Any]:
+    """The same answer keys and the same non-numeric values (choice labels, types), and the
+    largest gap between printed numbers (rounded to 1e-4 by both). A quick check of a timed
+    run; `laya-onnx parity` is the proof."""
+    a, b = _numbers(ours), _numbers(reference)
+    shared = a.keys() & b.keys()
+    gaps = [abs(a[k] - b[k]) for k in shared if isinstance(a[k], float) and isinstance(b[k], float)]
+    return {
+        "same_keys": a.keys() == b.keys(),
+        "decisions_identical": all(a[k] == b[k] for k in shared if not isinstance(a[k], float)),
+        "max_printed_gap": round(max(gaps, default=0.0), 6),
+    }
+
+
+def time_workload(
+    runtimes: dict[str, Any], name: str, repeats: int, timers: dict[str, SessionTimer]
+) -> dict[str, Any]:
+    """Interleave every runtime's call `repeats` times (order alternating) after one warm-up."""
+    calls = {label: call_for(agent, name) for label, agent in runtimes.items()}
+    answers = {label: fn() for label, fn in calls.items()}  # warm-up: first-call allocations, caches
+    times: dict[str, list[float]] = {label: [] for label in calls}
+    python: dict[str, list[float]] = {label: [] for label in timers}
+    session: dict[str, list[float]] = {label: [] for label in timers}
+    for i in range(repeats):
+        order = list(calls) if i % 2 == 0 else list(reversed(calls))
+        for label in order:
+            timer = timers.get(label)
+            if timer is not None:
+                timer.seconds = 0.0
+            start = time.perf_counter()
+            calls[label]()
+            ms = (time.perf_counter() - start) * 1000.0
+            times[label].append(ms)
+            if timer is not None:
+                session[label].append(timer.seconds * 1000.0)
+                python[label].append(ms - timer.seconds * 1000.0)
+    ref_times = times[REFERENCE]
+    out: dict[str, Any] = {
+        "what": WORKLOADS[name][2],
+        "ms": {label: _spread(v) for label, v in times.items()},
+        "bundles": {},
+        "process_peak_rss_mib": peak_rss_mib(),
+    }
+    for label in timers:
+        ratios = [r / o for r, o in zip(ref_times, times[label], strict=True)]
+        out["bundles"][label] = {
+            "speedup_vs_reference": round(statistics.median(ref_times) / statistics.median(times[label]), 3),
+            "speedup_range": [round(min(ratios), 3), round(max(ratios), 3)],
+            "python_ms": _spread(python[label]),
+            "session_ms": _spread(session[label]),
+            "agreement": agreement(answers[label], answers[REFERENCE]),
+        }
+    return out
+
+
+def child_peak_rss(
+    runtime: str, checkpoint: str, bundle: str, workload: str, threads: int | None, calls: int = 3
+) -> dict[str, Any]:
+    """One runtime alone on one workload in a fresh process: idle and peak RSS (MiB)."""
+    cmd = [sys.executable, "-m", "laya_onnx.parity.bench", runtime, checkpoint, bundle, workload]
+    cmd += [str(threads or 0), str(calls)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
+    if done.returncode != 0:
+        return {"error": done.stderr.strip()[-500:]}
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def run_bench(
-    checkpoint, bundle, repeats: int = 10, threads: int | None = None, workloads: list[str] | None = None
+    checkpoint: str | Path,
+    bundles: str | Path | Sequence[str | Path],
+    repeats: int = 10,
+    threads: int | None = None,
+    workloads: Sequence[str] | None = None,
+    rss: bool = True,
+    progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
+    """Time the reference and each bundle on each workload, interleaved; see the module doc."""
     import torch
 
-    from laya_onnx.parity.runner import load_runtimes
+    from laya_onnx.agent import ONNXAgent
+    from laya_onnx.parity.runner import load_reference
+    from laya_onnx.parity.versions import tool_versions
 
+    paths = [str(bundles)] if isinstance(bundles, (str, Path)) else [str(b) for b in bundles]
+    names = list(workloads or DEFAULT_WORKLOADS)
+    unknown = [n for n in names if n not in WORKLOADS]
+    if unknown:
+        raise ValueError(
+            "unknown workload(s) %s; choose from %s" % (", ".join(unknown), ", ".join(WORKLOADS))
+        )
     threads = threads or torch.get_num_threads()
     torch.set_num_threads(threads)
-    ref, ours = load_runtimes(checkpoint, bundle, threads=threads)
+    runtimes: dict[str, Any] = {REFERENCE: load_reference(checkpoint)}
+    with warnings.catch_warnings():  # clamped-temperature warnings at load, as the reference's
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for path in paths:
+            runtimes[path] = ONNXAgent(path, threads=threads)
+    timers = {path: SessionTimer(runtimes[path]) for path in paths}
     out: dict[str, Any] = {
+        "checkpoint": str(checkpoint),
+        "bundles": {
+            p: {"providers": runtimes[p].providers, "precision": _precision(runtimes[p])} for p in paths
+        },
         "threads": threads,
         "repeats": repeats,
-        "providers": ours.providers,
+        "tools": tool_versions(),
         "workloads": {},
     }
-    for name in workloads or list(WORKLOADS):
-        states, questions = WORKLOADS[name]
-        calls = {
-            "reference": partial(ref.predict_batch, states, questions),
-            "laya-onnx": partial(ours.predict_batch, states, questions),
-        }
-        for fn in calls.values():  # warm-up: first-call allocations, lazy inits
-            fn()
-        times: dict[str, list[float]] = {k: [] for k in calls}
-        for i in range(repeats):
-            order = list(calls) if i % 2 == 0 else list(reversed(calls))
-            for key in order:
-                times[key].append(_time(calls[key]))
-        med = {k: statistics.median(v) for k, v in times.items()}
-        out["workloads"][name] = {
-            "median_ms": {k: round(v, 2) for k, v in med.items()},
-            "speedup_vs_reference": round(med["reference"] / med["laya-onnx"], 3),
-        }
+    for name in names:
+        figures = time_workload(runtimes, name, repeats, timers)
+        out["workloads"][name] = figures
+        if progress:
+            progress(format_workload(name, figures))
+    if rss:
+        for name in names:
+            peaks = {REFERENCE: child_peak_rss(REFERENCE, str(checkpoint), paths[0], name, threads)}
+            for path in paths:
+                peaks[path] = child_peak_rss("ours", str(checkpoint), path, name, threads)
+            out["workloads"][name]["peak_rss_alone_mib"] = peaks
+            if progress:
+                progress("  %-12s peak RSS alone: %s" % (name, json.dumps(peaks)))
     return out
+
+
+def _precision(agent: Any) -> Any:
+    manifest = agent.bundle.manifest or {}
+    return manifest.get("precision") or (manifest.get("graph") or {}).get("precision") or "fp32"
+
+
+def format_workload(name: str, figures: dict[str, Any]) -> str:
+    lines = [
+        "%-12s reference %8.2f ms (%.2f-%.2f)  process peak RSS %.0f MiB"
+        % (
+            name,
+            *(figures["ms"][REFERENCE][k] for k in ("median", "min", "max")),
+            figures["process_peak_rss_mib"],
+        )
+    ]
+    for label, b in figures["bundles"].items():
+        ms = figures["ms"][label]
+        lines.append(
+            "  %s: %.2f ms (%.2f-%.2f)  %.2fx (range %.2f-%.2f)  python %.3f ms (min %.3f) + session %.2f ms"
+            "  decisions %s, max printed gap %.4f"
+            % (
+                label,
+                ms["median"],
+                ms["min"],
+                ms["max"],
+                b["speedup_vs_reference"],
+                *b["speedup_range"],
+                b["python_ms"]["median"],
+                b["python_ms"]["min"],
+                b["session_ms"]["median"],
+                "identical" if b["agreement"]["decisions_identical"] else "DIFFER",
+                b["agreement"]["max_printed_gap"],
+            )
+        )
+    return "\n".join(lines)
+
+
+def _rss_now_mib() -> float:
+    with open("/proc/self/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024.0, 1)
+    return float("nan")
+
+
+def _child(argv: list[str]) -> int:
+    """`python -m laya_onnx.parity.bench RUNTIME CHECKPOINT BUNDLE WORKLOAD THREADS CALLS`."""
+    runtime, checkpoint, bundle, workload, threads_arg, calls_arg = argv
+    threads = int(threads_arg) or None
+    if runtime == REFERENCE:
+        import torch
+
+        from laya_onnx.parity.runner import load_reference
+
+        if threads:
+            torch.set_num_threads(threads)
+        agent: Any = load_reference(checkpoint)
+    else:
+        from laya_onnx.agent import ONNXAgent
+
+        agent = ONNXAgent(bundle, threads=threads)
+    idle = _rss_now_mib()
+    fn = call_for(agent, workload)
+    for _ in range(int(calls_arg)):
+        fn()
+    print(json.dumps({"idle_rss_mib": idle, "peak_rss_mib": peak_rss_mib()}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_child(sys.argv[1:]))

@@ -291,6 +291,33 @@ def run_serve_bench(
     return figures
 
 
+def drive_server(
+    url: str,
+    clients: list[int],
+    seconds: float = 10.0,
+    body: Any = None,
+    deadline_s: float = DEFAULT_DEADLINE_S,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """`laya-onnx bench --serve URL`: load a server that is already running (another process,
+    started with the settings under test) with each client count in turn, posting `body`
+    (default the README request) for `seconds` each; throughput and latency per count."""
+    from laya_onnx.demo import README_REQUEST
+
+    payload = json.dumps(README_REQUEST if body is None else body).encode("utf-8")
+    out: dict[str, Any] = {"url": url, "seconds": seconds, "runs": {}}
+    for n in clients:
+        figures = asyncio.run(generate_load(url.rstrip("/"), payload, n, seconds, deadline_s))
+        out["runs"][str(n)] = figures
+        if progress:
+            lat = figures["latency_ms_200"]
+            progress(
+                "%3d clients: %7.1f answers/s  p50 %s ms  p99 %s ms  statuses %s"
+                % (n, figures["answered_per_s"], lat["p50"], lat["p99"], figures["statuses"])
+            )
+    return out
+
+
 # -- child entry point ----------------------------------------------------------------------
 
 

@@ -35,7 +35,7 @@ from laya_onnx.memory import process_memory
 from laya_onnx.names import BUNDLE_REPO, PUBLISHED_CHECKPOINTS, aliases_of
 from laya_onnx.router import Router, bundles_in
 from laya_onnx.serve.errors import ApiError
-from laya_onnx.serve.settings import ConfigError, env_bool, threads_from_env
+from laya_onnx.serve.settings import ConfigError, env_bool
 from laya_onnx.serve.wire import (
     cpu_fallbacks,
     fallback_baseline,
@@ -43,7 +43,7 @@ from laya_onnx.serve.wire import (
     preferred_device,
     provider_device,
 )
-from laya_onnx.session import FallbackEntry
+from laya_onnx.session import FallbackEntry, resolve_threads
 
 log = logging.getLogger("laya_onnx.serve")
 
@@ -129,11 +129,12 @@ def build_router(
     named: Sequence[str] = (),
     providers: Sequence[Any] | None = None,
     strict_providers: bool = False,
+    threads: int | None = None,
 ) -> Router:
     """The Router `laya-onnx serve` runs, from a models directory, `--model NAME=BUNDLE` options and
     the environment (laya-serve's names: LAYA_MAX_LOADED, LAYA_EXTRA_MODELS, LAYA_DEFAULT_MODEL,
     LAYA_AUTO_TASK, LAYA_PRELOAD (default on), LAYA_MODELS (the names preloaded; default all),
-    LAYA_THREADS). Refusals are ConfigError, before any bundle is loaded."""
+    LAYA_THREADS, which `threads` overrides). Refusals are ConfigError, before any bundle is loaded."""
     models: dict[str, Any] = dict(bundles_in(models_dir)) if models_dir is not None else {}
     for option in named:
         name, bundle = parse_model_option(option)
@@ -144,7 +145,7 @@ def build_router(
     if max_loaded is not None:
         options["max_loaded"] = max_loaded
     agent_kwargs: dict[str, Any] = {"strict_providers": True} if strict_providers else {}
-    threads = threads_from_env()
+    threads = resolve_threads(threads)
     if threads is not None:
         agent_kwargs["threads"] = threads
     if agent_kwargs:

@@ -39,7 +39,6 @@ from laya_onnx.serve.settings import (
     resolve_log_level,
     resolve_port,
     root_path_from_env,
-    threads_from_env,
 )
 
 log = logging.getLogger("laya_onnx.serve")
@@ -135,12 +134,14 @@ def run_server(
     providers: Sequence[Any] | None = None,
     models: Sequence[str] = (),
     strict_providers: bool = False,
+    threads: int | None = None,
 ) -> None:
     """Serve `bundle` over the /v1/systemone wire protocol until SIGTERM/SIGINT, then drain.
 
     `strict_providers`: refuse to start when a requested accelerator does not attach.
     A models directory (a folder of bundle folders) or `models` (`NAME=BUNDLE` texts) serve
-    several checkpoints through a `laya_onnx.Router` (`serve/routed.py`).
+    several checkpoints through a `laya_onnx.Router` (`serve/routed.py`). `threads`: onnxruntime
+    intra-op threads of every agent (default $LAYA_THREADS, else onnxruntime's).
 
     `host`/`port` win over LAYA_HOST/LAYA_PORT (default 127.0.0.1:8000). Raises `ConfigError`
     (a ValueError; the CLI exits 2) for a bad setting and OSError (exit 1) when the address
@@ -157,13 +158,13 @@ def run_server(
             if models or bundle is None or is_models_dir(bundle):
                 from laya_onnx.serve.routed import build_router
 
-                agent = build_router(bundle, models, providers=chosen, strict_providers=strict_providers)
+                agent = build_router(
+                    bundle, models, providers=chosen, strict_providers=strict_providers, threads=threads
+                )
             else:
-                options: dict[str, Any] = {"strict_providers": True} if strict_providers else {}
-                threads = threads_from_env()
-                if threads is not None:
-                    options["threads"] = threads
-                agent = ONNXAgent(bundle, providers=chosen, **options)
+                agent = ONNXAgent(
+                    bundle, providers=chosen, strict_providers=strict_providers, threads=threads
+                )
         except ConfigError:
             raise
         except (OSError, ValueError) as exc:

@@ -170,19 +170,6 @@ def root_path_from_env() -> str:
     return normalize_root_path(_raw("LAYA_ROOT_PATH"))
 
 
-def threads_from_env() -> int | None:
-    """LAYA_THREADS: ONNX Runtime intra-op threads; anything but a positive int leaves ORT's default."""
-    value = _raw("LAYA_THREADS")
-    if value is None:
-        return None
-    try:
-        n = int(value.strip())
-    except ValueError:
-        log.warning("invalid LAYA_THREADS %r; using onnxruntime's default", value)
-        return None
-    return n if n > 0 else None
-
-
 #: LAYA_TOURNAMENT_GROUP's accepted range (laya-serve 0.4.15): above the one-pass choice cap a
 #: choice admitted by the raised cap could land in one group and be read in one pass after all.
 TOURNAMENT_GROUP_RANGE = (2, 100)
