@@ -48,6 +48,7 @@ from laya_onnx.serve.errors import (
 from laya_onnx.serve.keys import INFERENCE_MS, PASS_RESULT, QUEUE_WAIT_MS, request_key
 from laya_onnx.serve.logs import REQUEST_ID_HEADER, accept_request_id, current_request_id
 from laya_onnx.serve.metrics import METRICS, Metrics, metrics_middleware
+from laya_onnx.serve.microbatch import MicroBatcher
 from laya_onnx.serve.openapi import docs_html, openapi_json
 from laya_onnx.serve.protocol import ServedAgent
 from laya_onnx.serve.routed import IdleUnload, RoutedCatalog, served_router
@@ -70,6 +71,8 @@ class Runtime:
     executor: ThreadPoolExecutor | None = None
     gate: InferenceGate | None = None
     admission: asyncio.Semaphore | None = None
+    #: Micro-batching of single decisions (LAYA_BATCH_WINDOW_MS); None when off.
+    batcher: MicroBatcher | None = None
 
 
 # Subscripted rather than given the type: a Protocol is not a concrete class.
@@ -321,13 +324,30 @@ async def infer(request: web.Request, fn: Callable[[], Any], what: str) -> Any:
         return result
 
 
+async def infer_grouped(request: web.Request, batcher: MicroBatcher, decision: contract.OneDecision) -> Any:
+    """`infer` for a single decision through the micro-batcher: the same facts left on the
+    request (its wait, its group's pass time, its own result) and the same refusals."""
+    queued = time.perf_counter()
+    outcome = await batcher.submit(decision.state, decision.questions, decision.controls)
+    if outcome.error is not None:
+        raise contract.pass_refusal(outcome.error, decision.what, request.app[CHECKPOINT].name)
+    request[QUEUE_WAIT_MS] = (outcome.started - queued) * 1000.0
+    request[INFERENCE_MS] = (outcome.ended - outcome.started) * 1000.0
+    request[PASS_RESULT] = outcome.result
+    return outcome.result
+
+
 async def decide(request: web.Request, parse: Callable[..., Any]) -> web.Response:
     """One decision route: the contract's checks, the pass on the worker, the contract's payload."""
     agent, checkpoint, settings = request.app[AGENT], request.app[CHECKPOINT], request.app[SETTINGS]
     if IDLE in request.app:
         request.app[IDLE].mark()  # admitted: the idle window restarts (and again after the pass)
     decision = parse(await read_body(request), agent, checkpoint, settings)
-    result = await infer(request, partial(decision.run, agent, settings), decision.what)
+    batcher = request.app[RUNTIME].batcher
+    if batcher is not None and isinstance(decision, contract.OneDecision):
+        result = await infer_grouped(request, batcher, decision)
+    else:
+        result = await infer(request, partial(decision.run, agent, settings), decision.what)
     body = contract.render_payload(
         partial(decision.payload, result, checkpoint, settings), decision.what, checkpoint.name
     )
@@ -378,6 +398,14 @@ async def docs_route(request: web.Request) -> web.Response:
     return web.Response(text=docs_html(request.app[SETTINGS].jev), content_type="text/html")
 
 
+async def _on_worker(runtime: Runtime, fn: Callable[[], Any]) -> Any:
+    """Run `fn` on the inference worker when the gate is free (the micro-batcher's executor)."""
+    if runtime.gate is None or runtime.executor is None:
+        raise RuntimeError("inference requested outside the app's run (no inference gate)")
+    async with runtime.gate:
+        return await asyncio.get_running_loop().run_in_executor(runtime.executor, fn)
+
+
 def _queue_depth(runtime: Runtime) -> int:
     """Decision requests waiting for the worker now (0 before startup and after shutdown)."""
     return runtime.gate.waiting if runtime.gate is not None else 0
@@ -393,11 +421,21 @@ async def _runtime_ctx(app: web.Application):
     runtime.gate = InferenceGate(drain)
     drain.bind(runtime.gate)
     runtime.admission = asyncio.Semaphore(runtime.max_concurrent)
+    settings = app[SETTINGS]
+    if settings.batch_window_ms > 0:
+        runtime.batcher = MicroBatcher(
+            app[AGENT],
+            settings.batch_window_ms / 1000.0,
+            partial(_on_worker, runtime),
+            configured_group=settings.tournament_group,
+            max_group=settings.batch_max_requests,
+        )
     try:
         yield
     finally:
         executor, runtime.executor = runtime.executor, None
         runtime.admission = None
+        runtime.batcher = None
         # A pass already on the worker finishes; queued ones are dropped. Off the loop so the
         # loop keeps turning while it drains. A pass the drain gave up on at its stop time is
         # not waited for: its client has its 503 and the process is due to exit.

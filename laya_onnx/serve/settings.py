@@ -31,6 +31,8 @@ DEFAULT_MAX_CONCURRENT = 16
 DEFAULT_BODY_READ_TIMEOUT = 10.0
 DEFAULT_MAX_TOKEN_BUDGET = 8192
 DEFAULT_MAX_BATCH_TOKENS = 131072
+#: LAYA_BATCH_MAX_REQUESTS: the most single decisions one micro-batch holds.
+DEFAULT_BATCH_MAX_REQUESTS = 32
 #: Seconds a SIGTERM/SIGINT drain may take, signal to exit; the unit's TimeoutStopSec is above it.
 DEFAULT_SHUTDOWN_GRACE = 30.0
 #: Seconds an idle connection (no request started) is kept open. Above the idle timeouts of the
@@ -117,8 +119,9 @@ def body_read_timeout_from_env() -> float:
     return seconds if 0.0 < seconds < math.inf else DEFAULT_BODY_READ_TIMEOUT
 
 
-def seconds_from_env(name: str, default: float, *, allow_zero: bool = False) -> float:
-    """A finite, positive number of seconds (0 too when `allow_zero`); blank gives `default`."""
+def seconds_from_env(name: str, default: float, *, allow_zero: bool = False, unit: str = "seconds") -> float:
+    """A finite, positive number of seconds (0 too when `allow_zero`); blank gives `default`.
+    `unit` only names what the number counts in the refusal."""
     value = _raw(name)
     if value is None:
         return default
@@ -129,9 +132,20 @@ def seconds_from_env(name: str, default: float, *, allow_zero: bool = False) -> 
     low_ok = seconds >= 0.0 if allow_zero else seconds > 0.0
     if not (low_ok and seconds < math.inf):
         raise ConfigError(
-            "invalid %s %r: must be a number of seconds %s" % (name, value, ">= 0" if allow_zero else "> 0")
+            "invalid %s %r: must be a number of %s %s" % (name, value, unit, ">= 0" if allow_zero else "> 0")
         )
     return seconds
+
+
+def batch_window_ms_from_env() -> float:
+    """LAYA_BATCH_WINDOW_MS: how long a single decision waits for others to share its pass
+    (`serve.microbatch`); unset, blank or 0: off. A bad value refuses to start (ConfigError)."""
+    return seconds_from_env("LAYA_BATCH_WINDOW_MS", 0.0, allow_zero=True, unit="milliseconds")
+
+
+def batch_max_requests_from_env() -> int:
+    """LAYA_BATCH_MAX_REQUESTS: a micro-batch runs as soon as it holds this many requests."""
+    return _positive_int("LAYA_BATCH_MAX_REQUESTS", DEFAULT_BATCH_MAX_REQUESTS, warn=True)
 
 
 def access_log_from_env() -> str:
@@ -287,6 +301,9 @@ class Settings:
     #: 0: narrow only choices over 100 options, with a group derived from the head budget.
     tournament_group: int = 0
     jev_profile: str | None = None
+    #: Micro-batching of /v1/systemone (`serve.microbatch`): 0 is off.
+    batch_window_ms: float = 0.0
+    batch_max_requests: int = DEFAULT_BATCH_MAX_REQUESTS
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "jev_profile", check_jev_profile(self.jev_profile))
@@ -312,6 +329,8 @@ class Settings:
             "body_read_timeout": body_read_timeout_from_env(),
             "tournament_group": tournament_group_from_env(),
             "jev_profile": os.environ.get("LAYA_JEV_PROFILE"),
+            "batch_window_ms": batch_window_ms_from_env(),
+            "batch_max_requests": batch_max_requests_from_env(),
         }
         values.update(overrides)
         values["root_path"] = (

@@ -1,0 +1,112 @@
+"""Micro-batching (LAYA_BATCH_WINDOW_MS): concurrent single decisions that share their questions
+and pass controls run as one predict_batch; each caller gets its own answer or refusal."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from laya_onnx import ONNXAgent
+from laya_onnx.serve.app import RUNTIME
+from laya_onnx.serve.microbatch import group_key
+from laya_onnx.serve.settings import ConfigError, Settings
+from tests.serve_support import URL, FakeAgent, Q, aio, post, served
+
+pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("no_laya_env")]
+
+OTHER_Q = {"refund": {"type": "noul", "instructions": "Does the user ask for a refund?"}}
+
+
+async def _concurrently(client, bodies):
+    return await asyncio.gather(*(post(client, URL, b) for b in bodies))
+
+
+def test_group_keys_split_on_questions_and_pass_controls():
+    base = group_key(Q, {})
+    assert base is not None and group_key(dict(Q), {}) == base
+    assert group_key(OTHER_Q, {}) != base
+    assert group_key(Q, {"max_len": 256}) != base
+    assert group_key(Q, {"min_confidence": 0.5}) != group_key(Q, {"min_confidence": 0.6})
+    assert group_key(Q, {"lang": "de"}) != base
+    assert group_key(Q, {"batch_size": 2}) is None  # not a single decision's control: alone
+
+
+@aio
+async def test_requests_in_one_window_run_as_one_pass_per_group():
+    agent = FakeAgent()
+    async with served(agent, batch_window_ms=200) as c:
+        bodies = [
+            {"state": "a", "questions": Q},
+            {"state": "b", "questions": Q},
+            {"state": "c", "questions": OTHER_Q},
+            {"state": "d", "questions": Q, "max_len": 256},
+            {"state": "e", "questions": Q},
+        ]
+        answers = await _concurrently(c, bodies)
+        assert [r.status for r, _ in answers] == [200] * 5
+        calls = sorted(
+            (name, tuple(states) if name == "predict_batch" else states) for name, states, _, _ in agent.calls
+        )
+        assert calls == [("predict", "c"), ("predict", "d"), ("predict_batch", ("a", "b", "e"))]
+        for (r, body), sent in zip(answers, bodies, strict=True):
+            assert set(body["answers"]) == set(sent["questions"])
+            assert r.headers["X-Inference-Time-Ms"]
+        batcher = c.server.app[RUNTIME].batcher
+        assert (batcher.groups_run, batcher.requests_run) == (3, 5)
+
+
+@aio
+async def test_a_group_that_fails_is_answered_member_by_member():
+    class FailsTogether(FakeAgent):
+        def predict_batch(self, states, questions, **kw):
+            raise ValueError("a batch refusal no single caller caused")
+
+        def predict(self, state, questions, **kw):
+            if state == "bad":
+                from laya_onnx.errors import InvalidRequest
+
+                raise InvalidRequest("state 'bad' refused alone")
+            return super().predict(state, questions, **kw)
+
+    async with served(FailsTogether(), batch_window_ms=200) as c:
+        answers = await _concurrently(c, [{"state": s, "questions": Q} for s in ("ok1", "bad", "ok2")])
+        assert [r.status for r, _ in answers] == [200, 422, 200]
+        assert answers[1][1] == {"detail": "state 'bad' refused alone"}
+
+
+def test_the_window_setting(monkeypatch):
+    assert Settings.from_env().batch_window_ms == 0.0
+    monkeypatch.setenv("LAYA_BATCH_WINDOW_MS", "2.5")
+    assert Settings.from_env().batch_window_ms == 2.5
+    monkeypatch.setenv("LAYA_BATCH_WINDOW_MS", "soon")
+    with pytest.raises(
+        ConfigError, match="invalid LAYA_BATCH_WINDOW_MS 'soon': must be a number of milliseconds"
+    ):
+        Settings.from_env()
+
+
+@aio
+async def test_each_caller_gets_its_alone_answer_from_a_real_agent(bundle_factory):
+    agent = ONNXAgent(bundle_factory("tiny-english"), max_pass_memory="40M")
+    states = ["I was charged twice", "my login fails on the app", "word " * 2000, "refund me please"]
+    bodies = [{"state": s, "questions": Q, "max_len": 4096} for s in states]
+    async with served(agent) as c:
+        alone = [await post(c, URL, b) for b in bodies]
+    async with served(agent, batch_window_ms=300) as c:
+        grouped = await _concurrently(c, bodies)
+        batcher = c.server.app[RUNTIME].batcher
+        assert batcher.groups_run == 1 and batcher.requests_run == 4
+    assert [r.status for r, _ in alone] == [200, 200, 413, 200]
+    assert [r.status for r, _ in grouped] == [200, 200, 413, 200]
+    assert grouped[2][1] == alone[2][1]  # the refusal, verbatim
+    for (_, want), (_, got) in zip(alone, grouped, strict=True):
+        if "answers" not in want:
+            continue
+        assert got["usage"] == want["usage"]
+        for qid, a in want["answers"].items():
+            b = got["answers"][qid]
+            assert a.keys() == b.keys() and a.get("choice") == b.get("choice")
+            for key in ("confidence", "answer_confidence", "noul", "score"):
+                if key in a:
+                    assert abs(a[key] - b[key]) <= 1e-4 + 1e-12
