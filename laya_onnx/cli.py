@@ -260,7 +260,6 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if len(args.models) < 2:
         raise UsageError("bench needs CHECKPOINT BUNDLE [BUNDLE ...] (or --serve URL)")
     from laya_onnx.parity.bench import run_bench
-    from laya_onnx.parity.runner import write_json
 
     report = run_bench(
         args.models[0],
@@ -271,28 +270,28 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         rss=not args.no_rss,
         progress=print,
     )
-    if args.json:
-        write_json(args.json, report)
-        print(f"report written: {args.json}")
+    return _emit_report(report, args.json)
+
+
+def _emit_report(report: Any, path: str | None) -> int:
+    """A bench's report: written to `path` as JSON, or printed."""
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+        print(f"report written: {path}")
     else:
         print(json.dumps(report, indent=2))
     return EXIT_OK
 
 
 def _cmd_bench_serve(args: argparse.Namespace) -> int:
-    from laya_onnx.parity.runner import write_json
     from laya_onnx.serve.loadbench import drive_server
 
     clients = [int(c) for c in args.clients.split(",") if c.strip()]
     if not clients or min(clients) < 1:
         raise UsageError("--clients must be a comma list of positive integers, got %r" % (args.clients,))
     report = drive_server(args.serve, clients=clients, seconds=args.seconds, progress=print)
-    if args.json:
-        write_json(args.json, report)
-        print(f"report written: {args.json}")
-    else:
-        print(json.dumps(report, indent=2))
-    return EXIT_OK
+    return _emit_report(report, args.json)
 
 
 def _cmd_serve_bench(args: argparse.Namespace) -> int:

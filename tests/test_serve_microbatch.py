@@ -9,9 +9,10 @@ import pytest
 
 from laya_onnx import ONNXAgent
 from laya_onnx.serve.app import RUNTIME
+from laya_onnx.serve.loadbench import drive_server
 from laya_onnx.serve.microbatch import group_key
 from laya_onnx.serve.settings import ConfigError, Settings
-from tests.serve_support import URL, FakeAgent, Q, aio, post, served
+from tests.serve_support import URL, FakeAgent, Q, aio, listening, post, served
 
 pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("no_laya_env")]
 
@@ -110,3 +111,16 @@ async def test_each_caller_gets_its_alone_answer_from_a_real_agent(bundle_factor
             for key in ("confidence", "answer_confidence", "noul", "score"):
                 if key in a:
                     assert abs(a[key] - b[key]) <= 1e-4 + 1e-12
+
+
+@aio
+async def test_bench_serve_mode_drives_a_running_server_at_each_client_count():
+    agent = FakeAgent()
+    async with listening(agent, batch_window_ms=20, max_concurrent=8) as live:
+        url = "http://127.0.0.1:%d" % live.port
+        report = await asyncio.to_thread(drive_server, url, [1, 4], 0.5)
+    assert list(report["runs"]) == ["1", "4"]
+    for run in report["runs"].values():
+        assert run["statuses"].get("200", 0) > 0 and run["latency_ms_200"]["p50"] is not None
+    # with four clients in a 20 ms window, some requests shared a pass
+    assert any(name == "predict_batch" for name, *_ in agent.calls)
