@@ -122,7 +122,14 @@ def test_every_rendered_object_validates_against_the_kubernetes_schemas(objects)
     kubernetes_validate = pytest.importorskip("kubernetes_validate")
     kinds = sorted(o["kind"] for o in objects)
     assert kinds == sorted(
-        ["ConfigMap", "Deployment", "HorizontalPodAutoscaler", "PersistentVolumeClaim", "PodDisruptionBudget", "Service"]
+        [
+            "ConfigMap",
+            "Deployment",
+            "HorizontalPodAutoscaler",
+            "PersistentVolumeClaim",
+            "PodDisruptionBudget",
+            "Service",
+        ]
     )
     for obj in objects:
         kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
@@ -339,3 +346,85 @@ def test_a_tampered_bundle_never_becomes_ready(objects, bundle_factory, tmp_path
     log = log_path.read_text()
     assert code == 2  # a bundle it cannot serve is bad input, as for `laya-onnx serve` itself
     assert "sha256 mismatch for 'tokenizer/tokenizer.json'" in log and "Traceback" not in log, log
+
+
+# -- the KubeRay RayService ----------------------------------------------------------------------
+
+RAY_CONFIG = ROOT / "serve" / "ray" / "serve-config.yaml"
+RAY_SERVICE = K8S / "ray" / "rayservice.yaml"
+
+
+def ray_service() -> dict:
+    return yaml.safe_load(RAY_SERVICE.read_text())
+
+
+def serve_config_v2() -> dict:
+    return yaml.safe_load(ray_service()["spec"]["serveConfigV2"])
+
+
+def test_the_ray_service_deploys_the_same_application_as_the_serve_config():
+    cluster, laptop = serve_config_v2(), yaml.safe_load(RAY_CONFIG.read_text())
+    assert (cluster["proxy_location"], cluster["http_options"]["host"]) == ("EveryNode", "0.0.0.0")
+    assert cluster["http_options"]["port"] == laptop["http_options"]["port"]
+    (app,), (local,) = cluster["applications"], laptop["applications"]
+    for key in ("name", "route_prefix", "import_path"):
+        assert app[key] == local[key], key
+    assert {k: v for k, v in app["args"].items() if k != "bundle"} == {
+        k: v for k, v in local["args"].items() if k != "bundle"
+    }
+    assert app["args"]["bundle"].startswith("/bundles/")
+    deployments = {d["name"]: d for d in app["deployments"]}
+    assert deployments.keys() == {d["name"] for d in local["deployments"]}
+    for d in local["deployments"]:
+        mine = deployments[d["name"]]
+        for key in ("ray_actor_options", "max_ongoing_requests", "user_config"):
+            assert mine.get(key) == d.get(key), (d["name"], key)
+    # every Ray pod mounts the plain server's bundles volume read-only, where args.bundle points
+    cluster_spec = ray_service()["spec"]["rayClusterConfig"]
+    claim = one(render(), "PersistentVolumeClaim")["metadata"]["name"]
+    pods = [cluster_spec["headGroupSpec"]["template"]["spec"]] + [
+        group["template"]["spec"] for group in cluster_spec["workerGroupSpecs"]
+    ]
+    for pod in pods:
+        (volume,) = pod["volumes"]
+        assert volume["persistentVolumeClaim"] == {"claimName": claim, "readOnly": True}
+        (mount,) = pod["containers"][0]["volumeMounts"]
+        assert (mount["mountPath"], mount["readOnly"]) == ("/bundles", True)
+    # no model replica on the head; a worker's CPUs hold whole LayaModel replicas
+    assert cluster_spec["headGroupSpec"]["rayStartParams"]["num-cpus"] == "0"
+    per_replica = deployments["LayaModel"]["ray_actor_options"]["num_cpus"]
+    for group in cluster_spec["workerGroupSpecs"]:
+        cpus = int(group["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"])
+        assert cpus % per_replica == 0 and cpus >= per_replica
+
+
+def test_the_ray_image_and_version_match_the_lock():
+    pinned = next(
+        line.split("==")[1]
+        for line in (ROOT / "lock" / "dev.txt").read_text().splitlines()
+        if line.startswith("ray==")
+    )
+    assert ray_service()["spec"]["rayClusterConfig"]["rayVersion"] == pinned
+    base = next(
+        line
+        for line in (ROOT / "serve" / "Dockerfile.ray").read_text().splitlines()
+        if line.startswith("FROM")
+    )
+    assert base == f"FROM rayproject/ray:{pinned}-py311-cpu"
+
+
+@pytest.mark.ray
+def test_the_ray_service_config_is_one_ray_serve_accepts(tmp_path, bundle_factory):
+    """Ray's own config schema, and the application's `build` on its args (bundle mapped to a
+    tiny one): what `serve deploy` checks before it starts any replica."""
+    schema = pytest.importorskip("ray.serve.schema")
+    from laya_onnx.serve import ray_app
+
+    config = serve_config_v2()
+    schema.ServeDeploySchema.parse_obj(config)
+    (app,) = config["applications"]
+    assert app["import_path"] == "laya_onnx.serve.ray_app:build"
+    args = dict(app["args"], bundle=str(bundle_factory("tiny-english")))
+    ray_app.build(args)  # refuses unknown args and bad settings before any replica starts
+    with pytest.raises(ValueError, match="unknown args"):
+        ray_app.build(dict(args, bundel="x"))
