@@ -279,14 +279,17 @@ class DecisionModel(nn.Module):
         if self.head is not None:
             h = self.head(h, keep)
         # Gather each marker's hidden state; padded marker columns read position 0 and are
-        # masked below. Negative positions (never produced by the runtime) are clamped.
-        idx = marker_pos.clamp(min=0).unsqueeze(-1).expand(-1, -1, h.size(-1))
+        # masked below. Negative positions (never produced by the runtime) are clamped. Max, not
+        # clamp(min=0): an int64 Clip without an upper bound reads INT64_MAX as its max, which
+        # OpenVINO's execution provider rounds through a double and overflows (every position
+        # becomes 0; export/README.md, OpenVINO).
+        idx = torch.maximum(marker_pos, marker_pos.new_zeros(())).unsqueeze(-1).expand(-1, -1, h.size(-1))
         marked = torch.gather(h, 1, idx)
         logits = self.scorer(marked).squeeze(-1).float()
         logits = logits.masked_fill(~marker_mask, MASKED_LOGIT)
 
         p = torch.softmax(logits, dim=-1)
-        k = marker_mask.sum(-1).clamp(min=2).float()
+        k = marker_mask.sum(-1).float().clamp(min=2.0)  # a float Clip, for the same reason
         ent = -(p * torch.log(p.clamp_min(1e-9))).sum(-1) / torch.log(k)
         # Always top-2: the graph needs >= 2 marker columns, which the runtime guarantees.
         top = p.topk(2, dim=-1).values
