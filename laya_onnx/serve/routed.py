@@ -270,6 +270,7 @@ class RoutedCheckpoints:
         router.add_hook(self.cold)
         for name, agent in router.resident().items():  # preloaded before the hook existed
             self.cold.baselines[name] = fallback_baseline(agent.fallbacks)
+            log.info("loaded checkpoint %s in %.2fs", name, router.load_seconds.get(name, 0.0))
 
     def check_model(self, model: Any) -> str | None:
         """laya-serve's `_resolve_model`: None (auto-route) for no model, the bundle repo or any

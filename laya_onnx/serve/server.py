@@ -333,18 +333,23 @@ async def _serve(app: web.Application, agent: Any, plan: _Plan, source: str | No
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(signum, on_signal, signum)
             if hasattr(agent, "route"):  # a Router
-                log.info(
-                    "routing between %s (resident: %s)",
+                what = "checkpoints %s (resident: %s)" % (
                     sorted(n for n, b in agent.models.items() if b),
-                    agent.loaded,
+                    ", ".join(agent.loaded) or "none",
                 )
+                providers = sorted({p for a in agent.resident().values() for p in a.providers})
+            else:
+                what = "checkpoint %r (revision %s)" % (
+                    getattr(agent, "name", None),
+                    getattr(agent, "revision", None),
+                )
+                providers = list(getattr(agent, "providers", None) or [])
             log.info(
-                "serving checkpoint %r (revision %s)%s on %s with %s; shutdown grace %gs",
-                getattr(agent, "name", None),
-                getattr(agent, "revision", None),
+                "serving %s%s on %s with %s; shutdown grace %gs",
+                what,
                 " from %s" % source if source else "",
                 ", ".join(plan.urls()),
-                ", ".join(getattr(agent, "providers", None) or []) or "default providers",
+                ", ".join(providers) or "default providers",
                 plan.limits.shutdown_grace,
             )
             await stop.wait()
