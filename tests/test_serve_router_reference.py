@@ -44,6 +44,8 @@ BODY_CONTROLS = (*ROUTING_CONTROLS, "max_len", "head_max_len", "min_confidence")
 def http_form(req):
     """`req` as the HTTP API can send it, or None: a batch keeps the items that add nothing to
     the shared questions and controls."""
+    if req.get("call"):  # predict_long and decide have no HTTP route
+        return None
     req = {k: v for k, v in req.items() if k != "expect_error"}  # HTTP refuses other things
     if "batch" not in req:
         return req

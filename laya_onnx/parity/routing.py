@@ -25,10 +25,13 @@ from typing import Any
 
 from laya_onnx.parity.observe import (
     CONTROLS,
+    LONG_CONTROLS,
     REFUSALS,
     RowCapture,
+    ScoredCalls,
     agent_rows,
     instrument_agent,
+    observe_long,
     observe_state,
     refusal,
 )
@@ -93,6 +96,8 @@ class RouterSide:
         router = self.routers[req.get("router", "default")]
         for capture in self.captures.values():
             capture.clear()
+        if req.get("call") in ("predict_long", "decide"):
+            return self._observe_call(router, req)
         try:
             printed = self.call(router, req)
         except REFUSALS as exc:
@@ -122,6 +127,26 @@ class RouterSide:
             rows.append(state_rows)
             unrounded.append({"answers": answers})
         return Observation(printed=printed, rows=rows, unrounded=unrounded)
+
+    def _observe_call(self, router: Any, req: dict[str, Any]) -> Observation:
+        """`"call": "predict_long"` (observed per scored window on the checkpoint it routes to, as
+        `observe_long` does for one agent) or `"call": "decide"` (typed values, compared exactly)."""
+        routing = {k: req[k] for k in ROUTING_CONTROLS if k in req}
+        try:
+            if req["call"] == "decide":
+                printed = router.decide(req["state"], req["schema"], **routing)
+                return Observation(printed=printed, rows=[[]], unrounded=[{"answers": {}}])
+            name = str(router.route(req["state"], req["questions"], **routing)["model"])
+            agent, scored = router.load(name), ScoredCalls()
+            with agent.hooks_installed(scored):
+                scan = {k: req[k] for k in LONG_CONTROLS if k in req and k != "lang"}
+                printed = router.predict_long(req["state"], req["questions"], **routing, **scan)
+        except REFUSALS as exc:
+            return Observation(refusal=refusal(exc))
+        lang = req.get("lang") or (printed.get("routing", {}).get("detection") or {}).get("language")
+        return observe_long(
+            printed, scored, self.captures[name], self.rows_for[name], self.calibrations[name], lang
+        )
 
 
 def our_side(bundles: Mapping[str, Any], routers: dict[str, dict[str, Any]], **router_kwargs) -> RouterSide:
@@ -229,3 +254,30 @@ __all__ = [
     "routing_suite",
     "run_routing_parity",
 ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m laya_onnx.parity.routing CHECKPOINTS_DIR MODELS_DIR [--report PATH]`: both
+    directories hold one folder per checkpoint name (english/, multilingual/, typed-decisions/)."""
+    import argparse
+
+    from laya_onnx.router import bundles_in
+
+    parser = argparse.ArgumentParser(prog="python -m laya_onnx.parity.routing", description=main.__doc__)
+    parser.add_argument("checkpoints", help="folder of checkpoint folders, one per name")
+    parser.add_argument("models", help="models directory (laya-onnx export --all)")
+    parser.add_argument("--suite", default="routing")
+    parser.add_argument("--report", default=None, help="write the JSON report here")
+    args = parser.parse_args(argv)
+    bundles = bundles_in(args.models)
+    checkpoints = {name: Path(args.checkpoints) / folder.name for name, folder in bundles.items()}
+    report = run_routing_parity(checkpoints, bundles, args.suite, report_path=args.report)
+    for case in report.cases:
+        if not case.passed:
+            print("FAIL", case.name, "; ".join(case.details))
+    print(json.dumps(report.summary(), indent=2))
+    return 0 if report.passed else 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
