@@ -34,7 +34,7 @@ def test_router_choices_and_answers_equal_laya_router(sides):
     assert len(cases) == len(requests) >= 60
     # every routing step of the suite is reached (decided again here, without inference)
     reasons = set()
-    for r in (r for r in requests if "state" in r and not r.get("expect_error")):
+    for r in (r for r in requests if "state" in r and "questions" in r and not r.get("expect_error")):
         controls = {k: r[k] for k in ("model", "task", "lang", "lang_guess") if k in r}
         router = ref.routers[r.get("router", "default")]
         reasons.add(router.route(r["state"], r["questions"], **controls)["reason"].split(" ")[0])
