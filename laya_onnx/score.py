@@ -21,6 +21,7 @@ through Ray Data (`laya_onnx/score_ray.py`: `map_batches` over an actor pool of 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator
@@ -109,20 +110,44 @@ def _parquet_rows(path: Path, chunk: int) -> Iterator[Row]:
             index += 1
 
 
-def read_rows(path: str | os.PathLike, chunk: int = 4096) -> Iterator[Row]:
-    """The input file's rows in order, each with its index (0-based, blank JSONL lines skipped)."""
-    path = Path(path)
+def _format(path: Path) -> str:
     if not path.is_file():
         raise ScoreError("input %s is not a file" % path)
     suffix = path.suffix.lower()
     if suffix in JSONL_SUFFIXES:
-        return _jsonl_rows(path)
+        return "jsonl"
     if suffix in PARQUET_SUFFIXES:
-        return _parquet_rows(path, chunk)
+        return "parquet"
     raise ScoreError(
         "input %s: unknown format %r; give a JSON Lines (%s) or Parquet (%s) file"
         % (path, suffix, ", ".join(JSONL_SUFFIXES), ", ".join(PARQUET_SUFFIXES))
     )
+
+
+def read_rows(path: str | os.PathLike, chunk: int = 4096) -> Iterator[Row]:
+    """The input file's rows in order, each with its index (0-based, blank JSONL lines skipped),
+    read as they are consumed."""
+    path = Path(path)
+    return _jsonl_rows(path) if _format(path) == "jsonl" else _parquet_rows(path, chunk)
+
+
+def count_rows(path: str | os.PathLike) -> int:
+    """How many rows `read_rows` yields, without parsing them (the progress bar's total)."""
+    path = Path(path)
+    if _format(path) == "parquet":
+        return sum(1 for _ in _parquet_rows(path, 65536)) if False else _parquet_count(path)
+    with path.open("rb") as f:
+        return sum(1 for raw in f if raw.strip())
+
+
+def _parquet_count(path: Path) -> int:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ScoreError(
+            "reading Parquet needs pyarrow: pip install 'laya-onnx[score]' (or use a .jsonl input)"
+        ) from None
+    return pq.ParquetFile(path).metadata.num_rows
 
 
 # -- answering -----------------------------------------------------------------------------
@@ -236,14 +261,14 @@ def _batches(rows: Iterable[Row], size: int) -> Iterator[list[Row]]:
         yield batch
 
 
-#: Given the rows to score (in order), yields their output lines in the same order.
-Scorer = Callable[[list[Row]], Iterator[str]]
+#: Given the rows to score (in order, read lazily), yields their output lines in the same order.
+Scorer = Callable[[Iterable[Row]], Iterator[str]]
 
 
 def local_scorer(agent: BatchPredictor, questions: Any, controls: dict[str, Any], batch_size: int) -> Scorer:
     """Score in this process, `batch_size` rows per call."""
 
-    def run(rows: list[Row]) -> Iterator[str]:
+    def run(rows: Iterable[Row]) -> Iterator[str]:
         for batch in _batches(rows, batch_size):
             yield from score_rows(agent, batch, questions, controls)
 
@@ -265,19 +290,18 @@ def score_file(
     if output.is_dir():
         raise ScoreError("output %s is a directory; give a file path" % output)
     output.parent.mkdir(parents=True, exist_ok=True)
+    total = count_rows(input_path)
     done = resume_point(output, run_meta(questions, controls))
-    rows = list(read_rows(input_path))
-    if done > len(rows):
+    if done > total:
         raise ScoreError(
-            "%s holds %d rows but the input has %d: it was written for another input"
-            % (output, done, len(rows))
+            "%s holds %d rows but the input has %d: it was written for another input" % (output, done, total)
         )
-    summary = Summary(rows=len(rows), skipped=done)
+    summary = Summary(rows=total, skipped=done)
     with (
         output.open("a", encoding="utf-8") as out,
-        tqdm(total=len(rows), initial=done, unit="row", disable=not progress, desc="score") as bar,
+        tqdm(total=total, initial=done, unit="row", disable=not progress, desc="score") as bar,
     ):
-        for line in scorer(rows[done:]):
+        for line in scorer(itertools.islice(read_rows(input_path), done, None)):
             out.write(line + "\n")
             if '"error":' in line and json.loads(line).get("error") is not None:
                 summary.errors += 1

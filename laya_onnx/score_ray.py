@@ -13,7 +13,7 @@ local instance.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from laya_onnx.score import Row, Scorer, score_rows
@@ -59,16 +59,17 @@ def ray_scorer(
     """A `score.Scorer` that runs the rows on a pool of `actors` agents through Ray Data."""
     import ray
 
-    def run(rows: list[Row]) -> Iterator[str]:
-        if not rows:
+    def run(rows: Iterable[Row]) -> Iterator[str]:
+        items = [r.as_item() for r in rows]  # handed to Ray from the driver: held here once
+        if not items:
             return
         if not ray.is_initialized():
             ray.init(log_to_driver=False)
         context = ray.data.DataContext.get_current()
         context.execution_options.preserve_order = True
         context.enable_progress_bars = False  # score_file draws the one bar, per row written
-        blocks = max(1, min(len(rows), actors * 4, math.ceil(len(rows) / batch_size)))
-        dataset = ray.data.from_items([r.as_item() for r in rows], override_num_blocks=blocks)
+        blocks = max(1, min(len(items), actors * 4, math.ceil(len(items) / batch_size)))
+        dataset = ray.data.from_items(items, override_num_blocks=blocks)
         answered = dataset.map_batches(
             _AgentActor,
             fn_constructor_kwargs={

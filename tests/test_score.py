@@ -168,3 +168,19 @@ def test_cli_scores_a_file_and_reports_bad_input(tiny_english, tiny_english_agen
     )
     err = capsys.readouterr().err
     assert "unknown format '.csv'" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["serve"], "give a bundle to serve, or --ray CONFIG"),
+        (
+            ["serve", "some-bundle", "--ray", "c.yaml"],
+            "--ray CONFIG takes the bundle, host and port from the config",
+        ),
+    ],
+)
+def test_serve_names_its_bundle_or_a_ray_config(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
