@@ -12,6 +12,7 @@ bounded.
 from __future__ import annotations
 
 import asyncio
+import copy
 import gzip
 import json
 import socket
@@ -41,6 +42,13 @@ Q1 = {
 Q2 = {"urgency": {"type": "score", "instructions": "How urgent?", "criteria": ["calm", "firm", "angry"]}}
 
 
+def _routed_models(bundle_factory) -> list[str]:
+    return [
+        "english=%s" % bundle_factory("tiny-english"),
+        "multilingual=%s" % bundle_factory("tiny-multilingual"),
+    ]
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -60,7 +68,7 @@ def ray_instance():
 
 
 @pytest.fixture(scope="module")
-def base(ray_instance, tiny_english, tmp_path_factory):
+def base(ray_instance, tiny_english, bundle_factory, tmp_path_factory):
     """The example config, deployed with `run_config` (what `laya-onnx serve --ray` runs)."""
     import yaml
     from ray import serve
@@ -75,16 +83,27 @@ def base(ray_instance, tiny_english, tmp_path_factory):
     model = next(d for d in app["deployments"] if d["name"] == "LayaModel")
     assert model["num_replicas"] == 2
     model["ray_actor_options"]["num_cpus"] = 0.5
+    # a second application: one replica behind a Router over two bundles, under /routed
+    routed = copy.deepcopy(app)
+    routed.update(name="routed", route_prefix="/routed")
+    routed["args"] = {"models": _routed_models(bundle_factory), "settings": {"api_key": KEY}, "threads": 1}
+    for deployment in routed["deployments"]:
+        deployment["num_replicas"] = 1
+        deployment["ray_actor_options"]["num_cpus"] = 0
+    config["applications"].append(routed)
     path = tmp_path_factory.mktemp("ray") / "serve-config.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     run_config(str(path), blocking=False)
     deadline = time.monotonic() + DEPLOY_TIMEOUT_S
     while True:
-        status = serve.status().applications.get(app["name"])
-        if status is not None and status.status == "RUNNING":
+        statuses = [serve.status().applications.get(a["name"]) for a in config["applications"]]
+        if all(s is not None and s.status == "RUNNING" for s in statuses):
             break
-        assert status is None or status.status != "DEPLOY_FAILED", status
-        assert time.monotonic() < deadline, "Ray Serve did not start in %d s: %s" % (DEPLOY_TIMEOUT_S, status)
+        assert all(s is None or s.status != "DEPLOY_FAILED" for s in statuses), statuses
+        assert time.monotonic() < deadline, "Ray Serve did not start in %d s: %s" % (
+            DEPLOY_TIMEOUT_S,
+            statuses,
+        )
         time.sleep(0.5)
     return "http://127.0.0.1:%d" % port
 
@@ -227,7 +246,9 @@ def test_killing_a_replica_under_load_loses_no_request(ray_instance, base, tiny_
     from ray import serve
 
     replicas = [
-        a for a in ray_instance.util.list_named_actors(all_namespaces=True) if "#LayaModel#" in a["name"]
+        a
+        for a in ray_instance.util.list_named_actors(all_namespaces=True)
+        if a["name"].startswith("SERVE_REPLICA::laya#LayaModel#")
     ]
     assert len(replicas) == 2, replicas
     jobs = [["kill run %d: %s" % (i, "refund please " * (20 + j)) for j in range(16)] for i in range(16)]
@@ -273,3 +294,44 @@ def test_ray_data_scores_1000_states_like_predict_batch(
     assert [(r["row"], r["id"]) for r in rows] == [(i, i) for i in range(1000)]
     want = json.loads(json.dumps(tiny_english_agent.predict_batch(states, Q1, batch_size=50)))
     assert_close([r["result"] for r in rows], want, "results")
+
+
+def test_an_application_behind_a_router_answers_as_the_routed_server(base, bundle_factory):
+    """`args: {models: [...]}` (the /routed application): its replica runs the Router that
+    `laya-onnx serve --model` runs; answers (routing blocks included) and /health equal the
+    aiohttp app's over the same Router."""
+    from aiohttp.test_utils import TestServer
+
+    from laya_onnx.serve import create_app
+    from laya_onnx.serve.routed import build_router
+
+    cases = [
+        ("POST", "/v1/systemone", json.dumps({"state": s, "questions": Q1, **extra}).encode(), {})
+        for s, extra in [
+            ("I was charged twice, refund me", {}),
+            ("Mir wurde zweimal abgebucht, ich will mein Geld zurück", {}),
+            ("x", {"model": "multilingual"}),
+            ("x", {"model": "typed-decisions"}),
+        ]
+    ]
+    cases.append(
+        (
+            "POST",
+            "/v1/systemone/batch",
+            json.dumps({"states": ["thanks", "Danke, alles gut"], "questions": Q2}).encode(),
+            {},
+        )
+    )
+
+    async def via_aiohttp():
+        router = build_router(None, _routed_models(bundle_factory), providers=["CPUExecutionProvider"])
+        async with TestServer(create_app(router, api_key=KEY)) as server:
+            return await _exchange(lambda p: str(server.make_url(p)), cases)
+
+    want = asyncio.run(via_aiohttp())
+    got = asyncio.run(_exchange(lambda p: base + "/routed" + p, cases))
+    assert [s for s, _, _ in want] == [200, 200, 200, 422, 200]
+    assert got == want
+    assert [body["routing"]["model"] for _, _, body in want[:2]] == ["english", "multilingual"]
+    status, _, health = http_json(base + "/routed/health", headers=AUTH)
+    assert status == 200 and health["loaded"] == ["english", "multilingual"]

@@ -173,7 +173,7 @@ def test_cli_scores_a_file_and_reports_bad_input(tiny_english, tiny_english_agen
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["serve"], "give a bundle to serve, or --ray CONFIG"),
+        (["serve"], "give a bundle to serve"),
         (
             ["serve", "some-bundle", "--ray", "c.yaml"],
             "--ray CONFIG takes the bundle, host and port from the config",

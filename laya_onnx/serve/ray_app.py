@@ -4,7 +4,8 @@ with the aiohttp server's validation, limits, errors and shaping (`contract.py`,
 Two deployments, built by `build(args)` (the `import_path` of a Ray Serve config file,
 `serve/ray/serve-config.yaml`):
 
-  * `LayaModel` — one `ONNXAgent` per replica, its passes on one worker thread. Single-state
+  * `LayaModel` — one `ONNXAgent` per replica (or, given a models directory or `models`, the
+    Router `laya-onnx serve` runs over several bundles), its passes on one worker thread. Single-state
     requests are micro-batched with `@serve.batch` and answered per question set
     (`laya_onnx.batching`): requests asking the same questions with the same controls share one
     `predict_batch`, and a state the agent refuses fails only its own request. Replicas,
@@ -45,6 +46,7 @@ from laya_onnx.serve.errors import (
     UNAUTHORIZED,
     ApiError,
 )
+from laya_onnx.serve.server import is_models_dir
 from laya_onnx.serve.settings import Settings
 from laya_onnx.serve.wire import Checkpoint, fallback_baseline, render
 
@@ -72,17 +74,28 @@ class LayaModel:
 
     def __init__(
         self,
-        bundle: str,
+        bundle: str | None,
         providers: list[str] | None = None,
         threads: int | None = None,
         settings: dict[str, Any] | None = None,
+        models: list[str] | None = None,
     ):
-        from laya_onnx import ONNXAgent
-
-        self.agent = ONNXAgent(bundle, providers=providers, threads=threads)
         self.settings = _settings(settings)
-        self.checkpoint = Checkpoint.of(self.agent)
-        self.baseline = fallback_baseline(self.agent.fallbacks)
+        self.agent: Any
+        self.checkpoint: contract.ServedCheckpoints
+        if models or is_models_dir(bundle):
+            # several checkpoints: the Router `laya-onnx serve` runs (LAYA_* from the runtime_env)
+            from laya_onnx.serve.routed import build_router, served_router
+
+            router = build_router(bundle, models or (), providers=providers)
+            self.agent, self.checkpoint, _, _ = served_router(router)
+            self.baseline: dict[str, int] = {}  # per checkpoint, taken by the Router as each loads
+        else:
+            from laya_onnx import ONNXAgent
+
+            self.agent = ONNXAgent(bundle, providers=providers, threads=threads)
+            self.checkpoint = Checkpoint.of(self.agent)
+            self.baseline = fallback_baseline(self.agent.fallbacks)
         # one pass at a time per replica, off the replica's event loop (as the aiohttp app's worker)
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="laya-infer")
         self.batches = {"batches": 0, "requests": 0, "largest": 0}
@@ -248,7 +261,10 @@ class LayaIngress:
             return self._refusal(exc)
 
     async def _route(self, request: Request) -> Response:
-        path, method = request.url.path, request.method.upper()
+        method = request.method.upper()
+        path, root = request.scope.get("path", "/"), request.scope.get("root_path", "")
+        if root and (path == root or path.startswith(root + "/")):
+            path = path[len(root) :] or "/"  # the application's route_prefix
         route = ROUTES.get((method, path))
         if route is None:
             return self._unrouted(method, path, request)
@@ -291,21 +307,27 @@ class LayaIngress:
 def build(args: dict[str, Any]) -> Any:
     """The Ray Serve application of a config file's `args`:
 
-    bundle (required), providers (list), threads (onnxruntime intra-op threads per replica),
-    settings (the aiohttp app's `Settings` overrides: api_key, max_token_budget, jev_profile, ...;
-    unset ones come from the replica's LAYA_* environment, e.g. the config's runtime_env).
+    bundle (a bundle, or a models directory: a folder of bundles served through the Router, as
+    `laya-onnx serve DIR`), models (a list of NAME=BUNDLE, as `--model`; with or without bundle),
+    providers (list), threads (onnxruntime intra-op threads per replica; LAYA_THREADS behind a
+    Router), settings (the aiohttp app's `Settings` overrides: api_key, max_token_budget,
+    jev_profile, ...; unset ones come from the replica's LAYA_* environment, e.g. the config's
+    runtime_env, which also carries the Router's LAYA_MAX_LOADED, LAYA_DEFAULT_MODEL, ...).
     """
-    if not isinstance(args, dict) or not args.get("bundle"):
-        raise ValueError("the Ray Serve config's args must name a bundle: args: {bundle: PATH}")
-    unknown = sorted(set(args) - {"bundle", "providers", "threads", "settings"})
+    if not isinstance(args, dict) or not (args.get("bundle") or args.get("models")):
+        raise ValueError(
+            "the Ray Serve config's args must name a bundle or models: args: {bundle: PATH} or "
+            "{models: [NAME=BUNDLE, ...]}"
+        )
+    unknown = sorted(set(args) - {"bundle", "models", "providers", "threads", "settings"})
     if unknown:
         raise ValueError("unknown args in the Ray Serve config: %s" % ", ".join(unknown))
     settings = args.get("settings") or {}
     _settings(settings)  # a bad setting is refused here, before any replica starts
+    models = [str(m) for m in args.get("models") or ()]
+    bundle = str(args["bundle"]) if args.get("bundle") else None
     # the decorated classes are Deployments (mypy sees the plain classes)
-    model = cast(Any, LayaModel).bind(
-        str(args["bundle"]), args.get("providers"), args.get("threads"), settings
-    )
+    model = cast(Any, LayaModel).bind(bundle, args.get("providers"), args.get("threads"), settings, models)
     return cast(Any, LayaIngress).bind(model, settings)
 
 
