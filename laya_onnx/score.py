@@ -13,8 +13,8 @@ Resuming: `OUTPUT.meta.json` records the question set and the controls. A rerun 
 ones checks that the output's lines are rows 0..k-1 (a torn last line from an interrupted run is
 cut off), skips the first k input rows and appends; a rerun with other questions is refused.
 
-Answering: rows go to the agent `batch_size` at a time (`batching.answer_states`: one
-`predict_batch`, or state by state when that call fails), here in one process, or with `--ray`
+Answering: rows go to the agent `batch_size` at a time (`serve.microbatch.run_group`: one
+`predict_batch`, or row by row when that call fails), here in one process, or with `--ray`
 through Ray Data (`laya_onnx/score_ray.py`: `map_batches` over an actor pool of agents).
 """
 
@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from laya_onnx.batching import BatchPredictor, answer_states
+from laya_onnx.serve.microbatch import run_group
+from laya_onnx.serve.protocol import ServedAgent
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -176,10 +177,13 @@ def output_line(row: Row, outcome: dict[str, Any] | Exception | None) -> str:
         return json.dumps({**head, "error": "the result holds a NaN or an infinity"}, ensure_ascii=False)
 
 
-def score_rows(agent: BatchPredictor, rows: list[Row], questions: Any, controls: dict[str, Any]) -> list[str]:
-    """The output lines of `rows`, in order: readable rows answered together, bad rows reported."""
+def score_rows(agent: ServedAgent, rows: list[Row], questions: Any, controls: dict[str, Any]) -> list[str]:
+    """The output lines of `rows`, in order: readable rows answered together (`run_group`, as
+    the server's micro-batches: one `predict_batch`, or row by row when that call raised, so a
+    row the agent refuses carries its own error), bad rows reported."""
     readable = [r for r in rows if r.error is None]
-    outcomes = answer_states(agent, [r.state for r in readable], questions, **controls)
+    ran = run_group(agent, [r.state for r in readable], questions, controls, 0) if readable else []
+    outcomes = [o.error if o.error is not None else o.result for o in ran]
     by_index = {r.index: o for r, o in zip(readable, outcomes, strict=True)}
     return [output_line(r, by_index.get(r.index)) for r in rows]
 
@@ -265,7 +269,7 @@ def _batches(rows: Iterable[Row], size: int) -> Iterator[list[Row]]:
 Scorer = Callable[[Iterable[Row]], Iterator[str]]
 
 
-def local_scorer(agent: BatchPredictor, questions: Any, controls: dict[str, Any], batch_size: int) -> Scorer:
+def local_scorer(agent: ServedAgent, questions: Any, controls: dict[str, Any], batch_size: int) -> Scorer:
     """Score in this process, `batch_size` rows per call."""
 
     def run(rows: Iterable[Row]) -> Iterator[str]:

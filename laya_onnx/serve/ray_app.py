@@ -5,10 +5,11 @@ Two deployments, built by `build(args)` (the `import_path` of a Ray Serve config
 `serve/ray/serve-config.yaml`):
 
   * `LayaModel` — one `ONNXAgent` per replica (or, given a models directory or `models`, the
-    Router `laya-onnx serve` runs over several bundles), its passes on one worker thread. Single-state
-    requests are micro-batched with `@serve.batch` and answered per question set
-    (`laya_onnx.batching`): requests asking the same questions with the same controls share one
-    `predict_batch`, and a state the agent refuses fails only its own request. Replicas,
+    Router `laya-onnx serve` runs over several bundles), its passes on one worker thread.
+    Single-state requests are micro-batched with `@serve.batch` and grouped as the aiohttp app's
+    micro-batcher groups them (`serve/microbatch.py`: `group_key`, `run_group`): the same
+    questions and controls share one `predict_batch`, and a state the agent refuses fails only
+    its own request. Replicas,
     autoscaling, CPUs/GPUs per replica and the batch size/wait (its `user_config`) come from the
     config file's `deployments:` entry.
   * `LayaIngress` — the HTTP edge: routes (404/405/307 as the aiohttp app), the bearer check
@@ -35,9 +36,7 @@ from ray.exceptions import RayActorError
 from starlette.requests import Request
 from starlette.responses import Response
 
-from laya_onnx.batching import answer_states, group_indices, question_set_key
 from laya_onnx.serve import contract
-from laya_onnx.serve import tournament as elimination
 from laya_onnx.serve.errors import (
     BODY_TIMEOUT,
     BODY_TOO_LARGE,
@@ -46,6 +45,7 @@ from laya_onnx.serve.errors import (
     UNAUTHORIZED,
     ApiError,
 )
+from laya_onnx.serve.microbatch import group_key, run_group
 from laya_onnx.serve.server import is_models_dir
 from laya_onnx.serve.settings import Settings
 from laya_onnx.serve.wire import Checkpoint, fallback_baseline, render
@@ -152,35 +152,22 @@ class LayaModel:
         return await loop.run_in_executor(self.worker, self._answer_grouped, decisions)
 
     def _answer_grouped(self, decisions: list[contract.OneDecision]) -> list[Any]:
+        """Decisions that share a `microbatch.group_key` run as one group (`run_group`, as the
+        aiohttp app's micro-batcher runs them); one without a key runs alone."""
+        groups: dict[Any, list[int]] = {}
+        for i, decision in enumerate(decisions):
+            key = group_key(decision.questions, decision.controls)
+            groups.setdefault(("alone", i) if key is None else key, []).append(i)
         outcomes: list[Any] = [None] * len(decisions)
-        keys = [question_set_key(d.questions, d.controls) for d in decisions]
-        for positions in group_indices(keys):
+        for positions in groups.values():
             first = decisions[positions[0]]
-            try:
-                narrowed = elimination.plan_group(
-                    self.agent,
-                    first.questions,
-                    self.settings.tournament_group,
-                    first.controls.get("head_max_len"),
-                )
-            except Exception as exc:
-                for i in positions:
-                    outcomes[i] = exc
-                continue
-            if narrowed is None:
-                states = [decisions[i].state for i in positions]
-                answers = answer_states(self.agent, states, first.questions, **first.controls)
-            else:  # a tournament's rounds depend on each state's finalists: state by state
-                answers = [self._run_alone(decisions[i]) for i in positions]
-            for i, answer in zip(positions, answers, strict=True):
-                outcomes[i] = answer
+            states = [decisions[i].state for i in positions]
+            ran = run_group(
+                self.agent, states, first.questions, first.controls, self.settings.tournament_group
+            )
+            for i, outcome in zip(positions, ran, strict=True):
+                outcomes[i] = outcome.error if outcome.error is not None else outcome.result
         return outcomes
-
-    def _run_alone(self, decision: contract.OneDecision) -> Any:
-        try:
-            return decision.run(self.agent, self.settings)
-        except Exception as exc:
-            return exc
 
 
 # -- the HTTP edge -------------------------------------------------------------------------
