@@ -20,6 +20,7 @@ from laya_onnx.serve import create_app
 from laya_onnx.serve.routed import build_router, extra_models_from_env, parse_model_option
 from laya_onnx.serve.settings import ConfigError
 from tests.serve_support import BATCH, URL, FakeAgent, Q, aio, post
+from tests.test_serve_health import HEALTH_KEYS
 
 pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("no_laya_env")]
 
@@ -28,18 +29,7 @@ EN, DE, JA = (
     "Mein Konto wurde zweimal belastet",
     "二重請求です",
 )
-ROUTER_HEALTH_KEYS = [
-    "status",
-    "loaded",
-    "revisions",
-    "device",
-    "device_is_preference",
-    "checkpoint_devices",
-    "cpu_fallbacks",
-    "providers",
-    "provider_fallbacks",
-    "memory",
-]
+ROUTER_HEALTH_KEYS = [*HEALTH_KEYS, "memory"]  # one bundle's keys, then the process memory
 
 
 def fake(source, name, **kwargs):
