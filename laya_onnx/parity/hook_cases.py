@@ -36,7 +36,7 @@ def _no_states(ctx) -> None:
 
 
 def _shrink_max_len(ctx) -> None:
-    ctx.max_len = 200
+    ctx.max_len = 120
 
 
 def _add_question(ctx) -> None:
