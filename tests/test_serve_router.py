@@ -268,3 +268,25 @@ def test_serve_refuses_bad_model_options_before_binding(capsys):
     assert "give a bundle to serve (or a models directory, or --model NAME=BUNDLE)" in capsys.readouterr().err
     assert main(["serve", "--model", "papers", "--port", "1"]) == 2
     assert "--model takes NAME=BUNDLE" in capsys.readouterr().err
+
+
+@aio
+async def test_micro_batching_never_mixes_routes(monkeypatch):
+    """With LAYA_BATCH_WINDOW_MS on, concurrent requests that route to different checkpoints
+    (or pin another model) each keep their own routing."""
+    monkeypatch.setenv("LAYA_BATCH_WINDOW_MS", "50")
+    r = router()
+    async with serving(r) as c:
+        bodies = [
+            {"state": EN, "questions": Q},
+            {"state": DE, "questions": Q},
+            {"state": EN, "questions": Q, "model": "typed"},
+            {"state": JA, "questions": Q},
+        ]
+        answers = await asyncio.gather(*(post(c, URL, b) for b in bodies))
+    assert [body["routing"]["model"] for _, body in answers] == [
+        "english",
+        "multilingual",
+        "typed-decisions",
+        "multilingual",
+    ]
