@@ -247,9 +247,10 @@ def test_forward_equals_the_reference_forward(preset, checkpoint_factory):
     ref = build_model(cfg, encoder_dir=str(root / "encoder"), pretrained=False)
     ref.load_state_dict(load_file(str(root / "model.safetensors")), strict=True)
     ref = ref.float().eval()
-    # Padding, 1-20 options, past the window, and a row cut at max_len (the full set runs in export).
-    cases = encode_calls(root / "tokenizer", cfg["max_len"], cfg["head_max_len"])
-    cases = [cases[i] for i in (2, 3, 4, 5, 6)]
+    # Padding, 1-20 options, past the window, a row cut at max_len, a conversation and a dict state
+    # (the first two cases, a single row and three question types, run in export).
+    cases = encode_calls(root / "tokenizer", cfg["max_len"], cfg["head_max_len"])[2:]
+    assert len(cases) >= 4
     with torch.no_grad():
         for case in cases:
             args = [
