@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
 from laya_onnx import structured
-from laya_onnx.bundle import Bundle
+from laya_onnx.bundle import Bundle, ReducedPrecisionWarning, describe_precision
 from laya_onnx.calibration import Calibration, CallLogits, act_probabilities, empty_result
 from laya_onnx.calibration_file import apply_calibration, bundle_calibration, warn_if_other_checkpoint
 from laya_onnx.calibration_file import load_calibration as load_calibration_file
@@ -136,6 +137,17 @@ class ONNXAgent(HookRegistry):
             strict=strict_providers,
             io_binding=io_binding,
         )
+        #: "fp32", "fp16" or "int8" (`laya-onnx export --precision`); `precision_record` holds its
+        #: gate and the agreement with fp32 torch measured at export.
+        self.precision_record: dict[str, Any] = self.bundle.precision
+        self.precision: str = self.precision_record["precision"]
+        if self.precision != "fp32":
+            warnings.warn(
+                f"laya-onnx: bundle {str(self.bundle.root)!r} runs in "
+                f"{describe_precision(self.precision_record)}",
+                ReducedPrecisionWarning,
+                stacklevel=2,
+            )
         #: Peak bytes of one pass as a function of (rows, padded length): measured at export.
         self.memory_model = PassMemoryModel.for_bundle(self.bundle.manifest)
         self.revision: str | None = located.revision or source.get("revision")
@@ -483,4 +495,5 @@ class ONNXAgent(HookRegistry):
         return chunks
 
     def __repr__(self) -> str:
-        return f"ONNXAgent({str(self.bundle.root)!r}, providers={self.providers})"
+        extra = "" if self.precision == "fp32" else f", precision={self.precision!r}"
+        return f"ONNXAgent({str(self.bundle.root)!r}, providers={self.providers}{extra})"

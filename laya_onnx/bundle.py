@@ -168,6 +168,33 @@ def write_manifest(root: Path, **sections: Any) -> dict[str, Any]:
     return manifest
 
 
+class ReducedPrecisionWarning(UserWarning):
+    """A bundle whose graph is not fp32 (laya-onnx export --precision fp16|int8) was loaded."""
+
+
+def precision_record(manifest: dict[str, Any] | None) -> dict[str, Any]:
+    """The manifest's `precision` record; {"precision": "fp32"} for fp32 and pre-ladder bundles."""
+    record = (manifest or {}).get("precision")
+    if not isinstance(record, dict) or not isinstance(record.get("precision"), str):
+        return {"precision": "fp32"}
+    return record
+
+
+def describe_precision(record: dict[str, Any]) -> str:
+    """One line: the precision and, per suite, the agreement with fp32 torch measured at export."""
+    name = record["precision"]
+    if name == "fp32":
+        return "fp32"
+    suites = record.get("suites") or {}
+    measured = "; ".join(
+        f"{suite}: {m.get('agreeing')}/{m.get('decisions')} decisions agree with fp32 torch, "
+        f"max |dp| {float(m.get('max_abs_dp', float('nan'))):.2g}"
+        for suite, m in suites.items()
+        if isinstance(m, dict)
+    )
+    return f"{name} (not fp32; {measured or 'no agreement measured'})"
+
+
 @dataclass(frozen=True)
 class Bundle:
     """A bundle directory, checked: graph, config and tokenizer present, manifest consistent."""
@@ -183,6 +210,11 @@ class Bundle:
     @property
     def tokenizer_dir(self) -> Path:
         return self.root / TOKENIZER_DIR
+
+    @property
+    def precision(self) -> dict[str, Any]:
+        """What the graph computes in (manifest `precision`) and its gate's measurements."""
+        return precision_record(self.manifest)
 
     @classmethod
     def open(cls, root: os.PathLike, verify: bool = True) -> Bundle:

@@ -62,6 +62,22 @@ def _cmd_make_checkpoint(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _precision_gate(args: argparse.Namespace):
+    """The --precision gate with --gate-max-dp / --gate-min-agreement applied (None: the default)."""
+    if args.gate_max_dp is None and args.gate_min_agreement is None:
+        return None
+    from laya_onnx.export.precision import GATES, Gate
+
+    if args.precision not in GATES:
+        raise UsageError("--gate-max-dp and --gate-min-agreement apply to --precision fp16 or int8")
+    default = GATES[args.precision]
+    max_dp = default.max_abs_dp if args.gate_max_dp is None else args.gate_max_dp
+    agreement = default.min_agreement if args.gate_min_agreement is None else args.gate_min_agreement
+    if not (0.0 <= max_dp <= 1.0 and 0.0 <= agreement <= 1.0):
+        raise UsageError("--gate-max-dp and --gate-min-agreement must be within [0, 1]")
+    return Gate(max_abs_dp=max_dp, min_agreement=agreement)
+
+
 def _cmd_export(args: argparse.Namespace) -> int:
     from laya_onnx.export import ValidationError, export_bundle
 
@@ -74,6 +90,8 @@ def _cmd_export(args: argparse.Namespace) -> int:
         attention=args.attention,
         measure_memory=not args.no_memory_probe,
         optimize=args.optimize,
+        precision=args.precision,
+        precision_gate=_precision_gate(args),
     )
 
     if args.external_data_threshold is not None:
@@ -527,6 +545,26 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MIB",
         help="write the weights as ONNX external data (laya.onnx.data) when they exceed MIB "
         "(default 1024; 0: always)",
+    )
+    ex.add_argument(
+        "--precision",
+        choices=["fp32", "fp16", "int8"],
+        default="fp32",
+        help="fp32 (default); fp16: the encoder's GEMMs in fp16 for CUDA; int8: batch-invariant "
+        "per-row int8 for CPU. Both are gated against fp32 torch on the export cases and the parity "
+        "suite (max |dp|, decision agreement) and refused below the gate",
+    )
+    ex.add_argument(
+        "--gate-max-dp",
+        type=float,
+        default=None,
+        help="the gate's max |dp| vs fp32 torch (default: fp16 0.01, int8 see export/README.md)",
+    )
+    ex.add_argument(
+        "--gate-min-agreement",
+        type=float,
+        default=None,
+        help="the gate's least share of decisions agreeing with fp32 torch (default: fp16 0.995)",
     )
     ex.add_argument("--force", action="store_true", help="replace a non-empty output directory")
     ex.add_argument(

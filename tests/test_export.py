@@ -331,6 +331,7 @@ def test_default_profile_documents_the_code():
     assert profile["attention"] == exporter.DEFAULT_ATTENTION
     assert profile["dynamo_min_opset"] == exporter.DYNAMO_MIN_OPSET
     assert profile["tolerance"] == exporter.DEFAULT_TOLERANCE
+    assert profile["precision"] == exporter.DEFAULT_PRECISION
     assert profile["inputs"] == {k: [d, list(a)] for k, (d, a) in GRAPH_INPUTS.items()}
     assert profile["outputs"] == {k: [d, list(a)] for k, (d, a) in GRAPH_OUTPUTS.items()}
     assert profile["min_marker_columns"] == MIN_MARKER_COLUMNS

@@ -98,10 +98,10 @@ def test_every_listed_name_and_alias_is_answered_as_model(name, other, standalon
 @pytest.mark.parametrize(
     "manifest, want",
     [
-        ({"precision": "fp16"}, "fp16"),
-        ({"export": {"precision": "int8"}}, "int8"),
-        ({"export": {"opset": 17}}, DEFAULT_PRECISION),
-        ({"precision": ""}, DEFAULT_PRECISION),
+        ({"precision": {"precision": "fp16", "gate": {}}}, "fp16"),  # what export --precision writes
+        ({"precision": {"precision": "int8"}}, "int8"),
+        ({"export": {"opset": 17}}, DEFAULT_PRECISION),  # a bundle from before the ladder
+        ({"precision": "fp16"}, DEFAULT_PRECISION),  # not the manifest's shape: not believed
     ],
 )
 def test_precision_comes_from_the_manifest(manifest, want):

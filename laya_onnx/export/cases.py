@@ -9,7 +9,7 @@ question types, option_order, and batches of 1 to 12 rows.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -104,9 +104,12 @@ class Call:
     name: str
     states: Sequence[Any]
     question_ids: Sequence[str]
+    #: The questions' definitions when they are not the built-in `QUESTIONS` (a parity suite's).
+    definitions: Mapping[str, Any] | None = None
 
     def questions(self) -> dict[str, dict[str, Any]]:
-        return {q: QUESTIONS[q] for q in self.question_ids}
+        source = QUESTIONS if self.definitions is None else self.definitions
+        return {q: source[q] for q in self.question_ids}
 
 
 #: Few rows, every shape: validation runs each of them through torch and ONNX Runtime, so its

@@ -31,6 +31,7 @@ from laya_onnx import __version__ as LAYA_ONNX_VERSION
 from laya_onnx.bundle import (
     CONFIG_FILE,
     DEFAULT_EXTERNAL_DATA_THRESHOLD,
+    GRAPH_DATA_FILE,
     GRAPH_FILE,
     GRAPH_INPUTS,
     GRAPH_OUTPUTS,
@@ -42,6 +43,7 @@ from laya_onnx.bundle import (
     write_manifest,
 )
 from laya_onnx.calibration_file import BUNDLE_CALIBRATION_FILE, load_calibration
+from laya_onnx.export.precision import DEFAULT_PRECISION, check_precision
 from laya_onnx.session import CPU, session_options
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
@@ -400,6 +402,8 @@ def export_bundle(
     external_data_threshold: int = DEFAULT_EXTERNAL_DATA_THRESHOLD,
     optimize: bool = False,
     calibration: os.PathLike | str | None = None,
+    precision: str = DEFAULT_PRECISION,
+    precision_gate=None,
 ) -> dict[str, Any]:
     """Export `checkpoint` (directory or Hub id) to the bundle directory `out_dir`; returns the manifest.
 
@@ -415,10 +419,17 @@ def export_bundle(
     Weights above `external_data_threshold` bytes are written as ONNX external data
     (`laya.onnx.data`); 0 always writes it. `optimize` applies the fusions of
     `laya_onnx.export.optimize` and keeps them only if the fused graph passes validation too.
+    `precision`: "fp32" (default), "fp16" or "int8": the validated fp32 graph is lowered and gated
+    against fp32 torch (`laya_onnx.export.ladder`; `precision_gate` overrides its `Gate`).
     """
     from laya_onnx.export.cases import CALLS, encode_calls, trace_feeds
+    from laya_onnx.export.ladder import PrecisionStep
     from laya_onnx.export.model import ATTENTION_KINDS, load_decision_model
     from laya_onnx.hub import fetch_checkpoint
+
+    ladder = (
+        None if check_precision(precision) == DEFAULT_PRECISION else PrecisionStep(precision, precision_gate)
+    )
 
     if attention is None:
         attention = "unfused" if dynamo else DEFAULT_ATTENTION
@@ -478,6 +489,11 @@ def export_bundle(
     with steps.run(f"running torch on the built-in requests ({sum(c['rows'] for c in cases)} rows)"):
         torch_started = time.perf_counter()
         expected = reference_outputs(model, cases)
+        if ladder is not None:  # and on the parity suite, for the precision gate
+            rows = ladder.reference(
+                model, CALLS, cases, expected, ckpt / TOKENIZER_DIR, (max_len, head_max_len)
+            )
+            steps.say(f"    and on the parity suite {ladder.parity_suite!r} ({rows} rows)")
         torch_seconds = time.perf_counter() - torch_started
 
     with staged_directory(out_dir) as tmp:
@@ -543,6 +559,11 @@ def export_bundle(
         if optimize:
             with steps.run("optimizing the graph (onnxruntime.transformers fusions), then validating it"):
                 optimization, validation = _optimized(graph, validation, cases, expected, cfg, steps, written)
+        precision_record = None
+        if ladder is not None:
+            with steps.run(f"lowering to {precision} and gating it against fp32 torch"):
+                precision_record = ladder.apply(graph, _calibration(cfg), steps, external_data_threshold)
+                written["external_data"] = [GRAPH_DATA_FILE] if (tmp / GRAPH_DATA_FILE).exists() else []
         memory = None
         if measure_memory and Path("/proc/self/status").exists():
             with steps.run("measuring per-pass memory (fresh process per shape)"):
@@ -572,6 +593,7 @@ def export_bundle(
                 graph={"file": GRAPH_FILE, "external_data": written["external_data"]},
                 validation=validation,
                 **({"optimization": optimization} if optimization is not None else {}),
+                precision=precision_record or {"precision": DEFAULT_PRECISION},
                 **({"memory": memory} if memory is not None else {}),
                 **(
                     {"calibration": {"file": BUNDLE_CALIBRATION_FILE, "source": os.fspath(calibration)}}

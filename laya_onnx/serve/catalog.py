@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from laya_onnx.bundle import GRAPH_FILE, MANIFEST_FILE, Bundle
+from laya_onnx.bundle import GRAPH_FILE, MANIFEST_FILE, Bundle, precision_record
 from laya_onnx.names import BUNDLE_REPO, PUBLISHED_CHECKPOINTS
 from laya_onnx.serve.protocol import ServedAgent
 from laya_onnx.serve.wire import Checkpoint
@@ -50,11 +50,8 @@ def manifest_sha256(bundle: Bundle) -> str | None:
 
 
 def precision(manifest: dict[str, Any]) -> str:
-    export = manifest.get("export")
-    for value in (manifest.get("precision"), export.get("precision") if isinstance(export, dict) else None):
-        if isinstance(value, str) and value:
-            return value
-    return DEFAULT_PRECISION
+    """The graph's precision as `laya-onnx export --precision` recorded it (fp32 before that)."""
+    return str(precision_record(manifest)["precision"])
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,206 @@
+"""The export's precision step: lower the validated fp32 graph (`precision.py`) and gate it.
+
+A reduced-precision graph is judged against fp32 **torch** on two suites, each request encoded by
+the runtime core and decoded by the core decoder, exactly as for the fp32 validation:
+
+- `export-cases`: the exporter's built-in requests (`cases.py`);
+- `parity-<suite>`: the parity suite's requests (`laya_onnx/parity/suites/`; the refusals and the
+  question-less requests aside, they run no forward pass).
+
+Per suite it measures the max |Δp| of the unrounded option probabilities (and the noul value) and
+the share of decisions (choice label, most likely score level, noul side) that agree with fp32,
+both by the parity rule's own code (`laya_onnx.parity.rule.judge`). If any suite misses the gate
+(`precision.GATES`), the export stops and nothing is written.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from laya_onnx.bundle import DEFAULT_EXTERNAL_DATA_THRESHOLD
+from laya_onnx.export.cases import Call, encode_calls
+from laya_onnx.export.precision import GATES, Gate, check_precision, lower_precision
+
+DEFAULT_SUITE = "core"
+#: The parity rule's value tolerances are meant for fp32; the gate reads its measurements only.
+_MEASURE_ONLY = 1.0
+
+
+def suite_calls(suite: str, mask_token: str) -> list[Call]:
+    """The parity suite's answered requests as built-in-shaped calls (one forward pass each)."""
+    from laya_onnx.parity.suite import load_suite
+
+    calls = []
+    for req in load_suite(suite, mask_token):
+        if req.get("expect_error") or not req.get("questions"):
+            continue
+        states = req["states"] if "states" in req else [req["state"]]
+        calls.append(Call(req["name"], states, list(req["questions"]), req["questions"]))
+    return calls
+
+
+@dataclass
+class Suite:
+    """One suite's encoded requests and fp32 torch's outputs on them."""
+
+    name: str
+    calls: list[Call]
+    cases: list[dict[str, Any]]
+    expected: list[tuple] = field(default_factory=list)
+
+
+def measure_agreement(session, suite: Suite, calibration) -> dict[str, Any]:
+    """Run `suite` on `session` and compare its decoded answers with fp32 torch's."""
+    from laya_onnx.bundle import GRAPH_INPUTS, GRAPH_OUTPUTS
+    from laya_onnx.export.exporter import _decoded_answers as decoded_answers
+    from laya_onnx.parity.rule import judge
+
+    decisions = max_dp = max_dact = 0.0
+    flipped: list[str] = []
+    for call, case, (t_logits, t_act) in zip(suite.calls, suite.cases, suite.expected, strict=True):
+        feeds = case["feeds"]
+        o_logits, o_act = session.run(list(GRAPH_OUTPUTS), {k: feeds[k] for k in GRAPH_INPUTS})
+        verdict = judge(
+            decoded_answers(call, feeds, t_logits, t_act, calibration),
+            decoded_answers(call, feeds, o_logits, o_act, calibration),
+            tolerance=_MEASURE_ONLY,
+            act_tolerance=_MEASURE_ONLY,
+        )
+        decisions += verdict.rows
+        max_dp, max_dact = max(max_dp, verdict.max_abs_dp), max(max_dact, verdict.max_abs_dact)
+        flipped += [f"{call.name}: {text}" for kind, text in verdict.differences if kind == "decision"]
+    agreeing = int(decisions) - len(flipped)
+    return {
+        "requests": len(suite.calls),
+        "decisions": int(decisions),
+        "agreeing": agreeing,
+        "agreement": round(agreeing / decisions, 6) if decisions else 1.0,
+        "max_abs_dp": max_dp,
+        "max_abs_dact": max_dact,
+        "flipped": flipped[:20],
+    }
+
+
+def passes(measured: dict[str, Any], gate: Gate) -> bool:
+    return measured["max_abs_dp"] <= gate.max_abs_dp and measured["agreement"] >= gate.min_agreement
+
+
+class PrecisionStep:
+    """Prepared while torch is loaded (`reference`), applied once the fp32 graph has validated."""
+
+    def __init__(self, precision: str, gate: Gate | None = None, suite: str = DEFAULT_SUITE):
+        self.precision = check_precision(precision)
+        if self.precision == "fp32":
+            raise ValueError("fp32 is the exported graph itself; there is nothing to lower")
+        self.gate = gate or GATES[self.precision]
+        self.parity_suite = suite
+        self.suites: list[Suite] = []
+
+    def reference(
+        self,
+        model,
+        export_calls,
+        export_cases,
+        export_expected,
+        tokenizer_dir: Path,
+        budgets: tuple[int, int],
+    ) -> int:
+        """fp32 torch's outputs on both suites (the export cases' are computed by the exporter)."""
+        from laya_onnx.export.exporter import reference_outputs
+        from laya_onnx.tokenizer import LayaTokenizer
+
+        mask = LayaTokenizer.from_dir(tokenizer_dir).mask_token
+        calls = suite_calls(self.parity_suite, mask)
+        cases = encode_calls(tokenizer_dir, budgets[0], budgets[1], calls)
+        self.suites = [
+            Suite("export-cases", list(export_calls), export_cases, export_expected),
+            Suite(f"parity-{self.parity_suite}", calls, cases, reference_outputs(model, cases)),
+        ]
+        return sum(c["rows"] for c in cases)
+
+    def _lower(self, fp32_graph: Path, out: Path, threshold: int, emulate: bool = False) -> dict[str, Any]:
+        """Write `fp32_graph` lowered to `out` (inline, or with external data above `threshold`)."""
+        import gc
+
+        import onnx
+        import onnx_ir as ir
+
+        from laya_onnx.export.graph_file import save_graph
+
+        model = onnx.load(str(fp32_graph))  # external data too
+        rewrite = lower_precision(model, self.precision, emulate=emulate)
+        out.parent.mkdir(exist_ok=True)
+        save_graph(ir.from_proto(model), out, external_data_threshold=threshold)
+        del model
+        gc.collect()
+        onnx.checker.check_model(str(out))
+        return rewrite
+
+    def _measure(self, graph: Path, calibration, suites: list[Suite]) -> dict[str, Any]:
+        from laya_onnx.export.exporter import _session
+
+        session = _session(graph)
+        return {s.name: measure_agreement(session, s, calibration) for s in suites}
+
+    def apply(
+        self,
+        graph: Path,
+        calibration,
+        steps=None,
+        external_data_threshold: int = DEFAULT_EXTERNAL_DATA_THRESHOLD,
+    ) -> dict[str, Any]:
+        """Rewrite `graph` in place to this precision and gate it; the manifest's `precision` record.
+
+        int8 is gated on the written graph itself. fp16 is gated on its emulation (the same
+        rewrite with each fp16 rounding explicit, `precision._to_fp16`), because onnxruntime's CPU
+        EP computes the written fp16 graph in fp32; the written graph is run on the export cases
+        too (`cpu_ep`), which proves it loads and runs. Raises `ValidationError` (nothing written)
+        when any suite misses the gate.
+        """
+        from laya_onnx.export.exporter import ValidationError
+
+        record: dict[str, Any] = {"precision": self.precision}
+        if self.precision == "fp16":
+            emulation = graph.parent / "fp16-emulation" / graph.name  # its own external data
+            self._lower(graph, emulation, external_data_threshold, emulate=True)
+            measured = self._measure(emulation, calibration, self.suites)
+            shutil.rmtree(emulation.parent)
+            record.update(self._lower(graph, graph, external_data_threshold))
+            record["measured_on"] = "the fp16 arithmetic emulated in fp32 on the CPU EP (see cpu_ep)"
+            record["cpu_ep"] = self._measure(graph, calibration, self.suites[:1])
+        else:
+            record.update(self._lower(graph, graph, external_data_threshold))
+            record["measured_on"] = "the written graph on the CPU EP"
+            measured = self._measure(graph, calibration, self.suites)
+        record.update(
+            {
+                "reference": "fp32 torch (the checkpoint's DecisionModel)",
+                "gate": self.gate.as_dict(),
+                "suites": measured,
+                "passed": all(passes(m, self.gate) for m in measured.values()),
+            }
+        )
+        if steps is not None:
+            for name, m in measured.items():
+                steps.say(
+                    f"    {name:<14} {m['agreeing']}/{m['decisions']} decisions agree "
+                    f"({100 * m['agreement']:.2f}%), max |dp| {m['max_abs_dp']:.2e}, "
+                    f"max |dact| {m['max_abs_dact']:.2e}"
+                )
+            for name, m in (record.get("cpu_ep") or {}).items():
+                steps.say(f"    {name:<14} written graph on the CPU EP: max |dp| {m['max_abs_dp']:.2e}")
+        if not record["passed"]:
+            worst = "; ".join(
+                f"{name}: {100 * m['agreement']:.2f}% agree, max |dp| {m['max_abs_dp']:.3g}"
+                for name, m in measured.items()
+                if not passes(m, self.gate)
+            )
+            raise ValidationError(
+                f"{self.precision} misses its gate (max |dp| <= {self.gate.max_abs_dp:g}, "
+                f">= {100 * self.gate.min_agreement:g}% decisions agreeing with fp32 torch): {worst}; "
+                "no bundle was written"
+            )
+        return record

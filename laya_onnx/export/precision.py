@@ -1,0 +1,288 @@
+"""The precision ladder: rewrite a validated fp32 graph to fp16 (CUDA) or batch-invariant int8 (CPU).
+
+Torch-free (onnx + numpy); the runtime needs none of it, a bundle carries the rewritten graph.
+Both rewrites touch the same nodes only: the encoder's weight MatMuls (attention Wqkv and Wo, MLP
+Wi and Wo: a `MatMul` under `/encoder/` whose second input is a 2-D float initializer), plus for
+fp16 the encoder's token-embedding table. Everything else stays fp32: LayerNorms, attention
+(softmax included, inside `MultiHeadAttention` or op by op), the decision head, its scorer, the
+act head and the logits.
+
+- **fp16**: each target MatMul runs in fp16 on fp16 weights, with a Cast to fp16 before it and a
+  Cast back to fp32 after it (the rest of the graph never sees an fp16 tensor). We cast by hand
+  rather than with onnxconverter-common's float16 pass, which writes graphs onnxruntime refuses to
+  load for this model family and truncates the mask constants (shared/spec/perf-facts.md).
+- **int8**: weights per output column `s_col = max|W[:, n]| / 63`, `W8 = round(W / s_col)` (s8,
+  7 bits: `WEIGHT_LEVELS`);
+  activations per ROW (token) `s_row = max|x[row, :]| / 127`, `x8 = round(x / s_row) + 128` (u8,
+  zero point 128); `MatMulInteger(x8, W8)` (MLAS's fast u8 x s8 path) then `* s_row * s_col`.
+  A row's numbers depend on that row alone, so an answer does not depend on what else is in the
+  run. onnxruntime's `DynamicQuantizeLinear` / `quantize_dynamic` use ONE scale for the whole
+  tensor (every row of the batch) and are not batch-invariant; s8 activations fall off MLAS's
+  fast path (0.18x of f32).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+PRECISIONS = ("fp32", "fp16", "int8")
+DEFAULT_PRECISION = "fp32"
+#: Node-name prefix of the encoder in a TorchScript or dynamo export of `DecisionModel`.
+ENCODER_SCOPE = "/encoder/"
+#: The int8 activations' zero point: u8 codes 1..255 stand for -127..127.
+U8_ZERO_POINT = 128
+#: Weight codes span -63..63 (7 bits). x86 CPUs without VNNI multiply u8 x s8 with `vpmaddubsw`,
+#: which saturates a pair of products at 16 bits: 2 x 255 x 127 overflows it (measured here: integer
+#: errors of 40,000 on random codes), 2 x 255 x 63 does not. onnxruntime's quantizer calls this
+#: `reduce_range`; it costs one bit of weight resolution on every CPU and keeps the bundle exact on all.
+WEIGHT_LEVELS = 63
+#: Floor of a row's max |x| so an all-zero row (padding) gets a finite scale.
+MIN_ROW_ABSMAX = 1e-12
+
+
+@dataclass(frozen=True)
+class Gate:
+    """What a precision must reach against fp32 torch, on every suite, or the bundle is not written."""
+
+    max_abs_dp: float
+    min_agreement: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {"max_abs_dp": self.max_abs_dp, "min_agreement": self.min_agreement}
+
+
+#: fp16: the issue's gate. int8: measured on the tiny presets and random-english-large (README).
+GATES: dict[str, Gate] = {
+    "fp16": Gate(max_abs_dp=1e-2, min_agreement=0.995),
+    "int8": Gate(max_abs_dp=0.2, min_agreement=0.9),
+}
+
+
+def check_precision(precision: Any) -> str:
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    return str(precision)
+
+
+class _Graph:
+    """Index of one onnx graph for the rewrite: initializers by name, how many nodes read each."""
+
+    def __init__(self, model):
+        self.graph = model.graph
+        self.inits = {t.name: t for t in self.graph.initializer}
+        self.readers: dict[str, int] = {}
+        for node in self.graph.node:
+            for name in node.input:
+                self.readers[name] = self.readers.get(name, 0) + 1
+        self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 17)
+        self._names = set(self.inits) | {o for n in self.graph.node for o in n.output}
+        self._names.update(i.name for i in self.graph.input)
+
+    def fresh(self, base: str) -> str:
+        name, i = base, 0
+        while name in self._names:
+            i += 1
+            name = f"{base}_{i}"
+        self._names.add(name)
+        return name
+
+    def float_table(self, name: str) -> np.ndarray | None:
+        """The 2-D float32 initializer called `name`, else None."""
+        from onnx import TensorProto, numpy_helper
+
+        init = self.inits.get(name)
+        if init is None or init.data_type != TensorProto.FLOAT or len(init.dims) != 2:
+            return None
+        return numpy_helper.to_array(init)
+
+    def add_init(self, base: str, array: np.ndarray) -> str:
+        from onnx import numpy_helper
+
+        name = self.fresh(base)
+        self.graph.initializer.append(numpy_helper.from_array(array, name))
+        return name
+
+    def node(self, kind: str, inputs: list[str], outputs: list[str], base: str, **attrs):
+        from onnx import helper
+
+        return helper.make_node(kind, inputs, outputs, name=self.fresh(f"{base}/{kind}"), **attrs)
+
+    def op(self, kind: str, inputs: list[str], base: str, **attrs):
+        """(node, its one fresh output name)."""
+        out = self.fresh(f"{base}_{kind}")
+        return self.node(kind, inputs, [out], base, **attrs), out
+
+
+def _target_weight(g: _Graph, node) -> np.ndarray | None:
+    """The weight of an encoder MatMul by a constant 2-D float matrix, else None."""
+    if node.op_type != "MatMul" or not node.name.startswith(ENCODER_SCOPE) or len(node.input) != 2:
+        return None
+    return g.float_table(node.input[1])
+
+
+def _target_table(g: _Graph, node) -> np.ndarray | None:
+    """The table of an encoder embedding lookup (Gather on a 2-D float initializer read once)."""
+    if node.op_type != "Gather" or not node.name.startswith(ENCODER_SCOPE) or not node.input:
+        return None
+    if g.readers.get(node.input[0], 0) != 1:
+        return None
+    return g.float_table(node.input[0])
+
+
+def _to_fp16(g: _Graph, x: str, base: str, emulate: bool, nodes: list) -> str:
+    """`x` as fp16 (a Cast), or with `emulate` still fp32 but rounded to fp16's 11-bit significand.
+
+    The emulation exists for the CPU gate: onnxruntime's CPU EP has no fp16 GEMM and folds a
+    Cast(fp16) -> MatMul -> Cast(fp32) chain back to fp32 (measured: |y - x.W| 2e-6 in fp32, i.e.
+    no fp16 rounding at all, at every optimisation level), so the written graph alone cannot show
+    what fp16 costs. Veltkamp's split `c = x * (2**13 + 1); hi = c - (c - x)` rounds to nearest at
+    11 bits with plain float ops no optimiser folds. Not emulated: fp16's range (|x| > 65504
+    overflows on a GPU) and its subnormals below 6.1e-5; the CUDA check script measures those.
+    """
+    from onnx import TensorProto
+
+    if not emulate:
+        node, out = g.op("Cast", [x], base, to=TensorProto.FLOAT16)
+        nodes.append(node)
+        return out
+    scaled, s_out = g.op("Mul", [x, g.add_init(f"{base}_veltkamp", np.array(2.0**13 + 1, np.float32))], base)
+    gap, gap_out = g.op("Sub", [s_out, x], base)
+    hi, hi_out = g.op("Sub", [s_out, gap_out], base)
+    nodes.extend([scaled, gap, hi])
+    return hi_out
+
+
+def _from_fp16(g: _Graph, y: str, dst: str, base: str, emulate: bool, nodes: list) -> None:
+    from onnx import TensorProto
+
+    if emulate:
+        nodes.append(g.node("Identity", [_to_fp16(g, y, base, True, nodes)], [dst], base))
+    else:
+        nodes.append(g.node("Cast", [y], [dst], base, to=TensorProto.FLOAT))
+
+
+def _fp16_matmul(g: _Graph, node, weight: np.ndarray, emulate: bool) -> list:
+    base, nodes = node.name, list[Any]()
+    w16 = weight.astype(np.float16)
+    w = g.add_init(f"{node.input[1]}_fp16", w16.astype(np.float32) if emulate else w16)
+    x16 = _to_fp16(g, node.input[0], f"{base}_in", emulate, nodes)
+    matmul, y16 = g.op("MatMul", [x16, w], f"{base}_fp16")
+    nodes.append(matmul)
+    _from_fp16(g, y16, node.output[0], f"{base}_out", emulate, nodes)
+    return nodes
+
+
+def _fp16_gather(g: _Graph, node, table: np.ndarray, emulate: bool) -> list:
+    base, nodes = node.name, list[Any]()
+    t16 = table.astype(np.float16)
+    t = g.add_init(f"{node.input[0]}_fp16", t16.astype(np.float32) if emulate else t16)
+    gather, y16 = g.op("Gather", [t, *node.input[1:]], f"{base}_fp16")
+    gather.attribute.extend(node.attribute)
+    nodes.append(gather)
+    if emulate:  # the table's values are already fp16's
+        nodes.append(g.node("Identity", [y16], [node.output[0]], f"{base}_out"))
+    else:
+        _from_fp16(g, y16, node.output[0], f"{base}_out", False, nodes)
+    return nodes
+
+
+def quantize_weight(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(s8 codes, f32 scales) of a [K, N] weight: symmetric, one scale per output column."""
+    absmax = np.max(np.abs(weight), axis=0)
+    scale = (np.maximum(absmax, MIN_ROW_ABSMAX) / WEIGHT_LEVELS).astype(np.float32)
+    codes = np.clip(np.rint(weight / scale), -WEIGHT_LEVELS, WEIGHT_LEVELS).astype(np.int8)
+    return codes, scale
+
+
+def _int8_matmul(g: _Graph, node, weight: np.ndarray) -> list:
+    from onnx import TensorProto
+
+    base, x = node.name, node.input[0]
+    codes, col_scale = quantize_weight(weight)
+    w8 = g.add_init(f"{node.input[1]}_s8", codes)
+    s_col = g.add_init(f"{node.input[1]}_scale", col_scale)
+
+    def const(name: str, value, dtype=np.float32) -> str:
+        return g.add_init(f"{base}_{name}", np.array(value, dtype))
+
+    nodes = []
+
+    def op(kind: str, inputs: list[str], **attrs) -> str:
+        node_, out = g.op(kind, inputs, base, **attrs)
+        nodes.append(node_)
+        return out
+
+    # s_row = max(max|x[row, :]|, floor) / 127, one scale per row (token): [..., 1]
+    absx = op("Abs", [x])
+    if g.opset >= 18:  # ReduceMax's axes became an input in opset 18
+        rowmax = op("ReduceMax", [absx, const("axes", [-1], np.int64)], keepdims=1)
+    else:
+        rowmax = op("ReduceMax", [absx], axes=[-1], keepdims=1)
+    s_row = op("Mul", [op("Max", [rowmax, const("floor", MIN_ROW_ABSMAX)]), const("inv127", 1.0 / 127.0)])
+    # x8 = round(x / s_row) + 128 as u8 (codes 1..255; the clip only guards NaN and rounding)
+    shifted = op("Add", [op("Round", [op("Div", [x, s_row])]), const("zp_f", float(U8_ZERO_POINT))])
+    x8 = op("Cast", [op("Clip", [shifted, const("lo", 0.0), const("hi", 255.0)])], to=TensorProto.UINT8)
+    acc = op("MatMulInteger", [x8, w8, const("zp", U8_ZERO_POINT, np.uint8)])
+    rowed = op("Mul", [op("Cast", [acc], to=TensorProto.FLOAT), s_row])
+    nodes.append(g.node("Mul", [rowed, s_col], [node.output[0]], base))
+    return nodes
+
+
+def lower_precision(model, precision: str, *, emulate: bool = False) -> dict[str, Any]:
+    """Rewrite the fp32 `model` (an onnx ModelProto, in place) to `precision`; returns what changed.
+
+    `emulate` (fp16 only): the same rewrite computed in fp32 with every fp16 rounding made
+    explicit (`_to_fp16`), for the CPU gate; never written into a bundle.
+
+    The record (written into the manifest) names the rewrite and counts the nodes it touched, so a
+    bundle says what runs in reduced precision; fp32 returns an empty rewrite.
+    """
+    precision = check_precision(precision)
+    if precision == "fp32":
+        return {"rewrite": None, "matmuls": 0}
+    g = _Graph(model)
+    nodes, replaced = [], set()
+    matmuls = gathers = 0
+    weight_elems = 0
+    for node in g.graph.node:
+        weight = _target_weight(g, node)
+        if weight is not None:
+            if precision == "fp16":
+                nodes.extend(_fp16_matmul(g, node, weight, emulate))
+            else:
+                nodes.extend(_int8_matmul(g, node, weight))
+            replaced.add(node.input[1])
+            matmuls += 1
+            weight_elems += weight.size
+            continue
+        table = _target_table(g, node) if precision == "fp16" else None
+        if table is not None:
+            nodes.extend(_fp16_gather(g, node, table, emulate))
+            replaced.add(node.input[0])
+            gathers += 1
+            continue
+        nodes.append(node)
+    if not matmuls:
+        raise ValueError(f"no encoder MatMul by a constant weight found to run in {precision}")
+    del g.graph.node[:]
+    g.graph.node.extend(nodes)
+    used = {i for n in g.graph.node for i in n.input}
+    keep = [t for t in g.graph.initializer if t.name not in replaced or t.name in used]
+    del g.graph.initializer[:]
+    g.graph.initializer.extend(keep)
+    record: dict[str, Any] = {
+        "rewrite": (
+            "encoder weight MatMuls (and the token-embedding table) in fp16 between Casts; the rest fp32"
+            if precision == "fp16"
+            else "encoder weight MatMuls as MatMulInteger: u8 activations per row (zero point 128) x "
+            "s8 weights per output column; the rest fp32"
+        ),
+        "matmuls": matmuls,
+        "matmul_weights": int(weight_elems),
+    }
+    if precision == "fp16":
+        record["embedding_tables"] = gathers
+    return record

@@ -1,0 +1,245 @@
+"""The precision ladder: `export_bundle(precision="fp16"|"int8")`, its gate, and what the runtime says.
+
+Every tiny preset is exported at fp16 and int8 (each gated against fp32 torch on the export cases
+and the parity suite); a gate that cannot be met refuses to write the bundle; int8 answers do not
+depend on the rest of the batch (bit-identical logits alone, among 8 other states, and with more
+padding), and the same check catches onnxruntime's per-tensor dynamic quantization, which does.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import warnings
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from laya_onnx.bundle import ReducedPrecisionWarning
+
+pytestmark = pytest.mark.torch  # the export extra: torch for exports, onnx for the rewrites
+
+TINY_PRESETS = ("tiny-english", "tiny-multilingual", "tiny-typed-decisions")
+QUESTIONS = {
+    "team": {"type": "choice", "instructions": "Which team?", "criteria": ["billing", "tech", "sales"]},
+    "urgency": {"type": "score", "instructions": "How urgent?", "criteria": ["low", "mid", "high", "top"]},
+    "refund": {"type": "noul", "instructions": "The customer wants money back."},
+}
+STATE = "I was charged twice for the same order, please refund the second payment."
+NEIGHBOURS = [
+    "Hi",
+    "The app crashes whenever I upload a photo. " * 12,
+    "Can I get a quote for 300 units?",
+    "The delivery is late again. " * 40,
+    "ok",
+    "Where is my parcel? It is late and nobody answers my emails.",
+    "Please close my account and delete my data. " * 6,
+]
+
+
+@pytest.fixture(scope="module")
+def lowered(checkpoint_factory, tmp_path_factory):
+    """Callable (preset, precision) -> bundle exported at that precision (once per module)."""
+    from laya_onnx.export import export_bundle
+
+    made = {}
+
+    def make(preset: str, precision: str):
+        if (preset, precision) not in made:
+            out = tmp_path_factory.mktemp("precision") / f"{preset}-{precision}"
+            export_bundle(
+                checkpoint_factory(preset),
+                out,
+                verbose=False,
+                name=preset,
+                precision=precision,
+                measure_memory=False,
+            )
+            made[preset, precision] = out
+        return made[preset, precision]
+
+    return make
+
+
+def _agent(bundle):
+    from laya_onnx.agent import ONNXAgent
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ReducedPrecisionWarning)
+        warnings.simplefilter("ignore", RuntimeWarning)  # clamped temperatures of tiny-typed-decisions
+        return ONNXAgent(bundle)
+
+
+@pytest.mark.parametrize("precision", ["fp16", "int8"])
+@pytest.mark.parametrize("preset", TINY_PRESETS)
+def test_tiny_presets_export_at_every_precision_with_their_gate(lowered, preset, precision):
+    import onnx
+
+    from laya_onnx.agent import ONNXAgent
+    from laya_onnx.export.precision import GATES
+
+    bundle = lowered(preset, precision)
+    record = json.loads((bundle / "manifest.json").read_text())["precision"]
+    gate = GATES[precision]
+    assert record["precision"] == precision and record["passed"] is True
+    assert record["gate"] == gate.as_dict() and "fp32 torch" in record["reference"]
+    assert set(record["suites"]) == {"export-cases", "parity-core"}
+    for name, m in record["suites"].items():
+        assert m["requests"] > 5 and m["decisions"] >= m["requests"], name
+        assert m["agreement"] >= gate.min_agreement and m["max_abs_dp"] <= gate.max_abs_dp, name
+        # the graph really was lowered: an fp32 graph is within 1e-5 of torch
+        assert m["max_abs_dp"] > 1e-5, name
+
+    graph = onnx.load(str(bundle / "laya.onnx"))
+    ops = Counter(n.op_type for n in graph.graph.node)
+    assert record["matmuls"] > 0 and "DynamicQuantizeLinear" not in ops
+    if precision == "int8":
+        assert ops["MatMulInteger"] == record["matmuls"]
+    else:
+        halves = [t for t in graph.graph.initializer if t.data_type == onnx.TensorProto.FLOAT16]
+        assert len(halves) == record["matmuls"] + record["embedding_tables"]
+        assert record["cpu_ep"]["export-cases"]["decisions"] > 0
+
+    with pytest.warns(ReducedPrecisionWarning, match=rf"runs in {precision} \(not fp32; export-cases: "):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            agent = ONNXAgent(bundle)
+    assert agent.precision == precision and agent.precision_record == record
+    assert f"precision='{precision}'" in repr(agent)
+    answer = agent.predict(STATE, QUESTIONS)["answers"]
+    assert set(answer) == set(QUESTIONS)
+
+
+def test_an_fp32_bundle_says_nothing_and_reports_fp32(bundle_factory):
+    from laya_onnx.agent import ONNXAgent
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ReducedPrecisionWarning)
+        agent = ONNXAgent(bundle_factory("tiny-english"))
+    assert agent.precision == "fp32" and agent.precision_record == {"precision": "fp32"}
+
+
+def test_a_gate_that_fails_refuses_to_write_the_bundle(checkpoint_factory, tmp_path):
+    from laya_onnx.export import ValidationError, export_bundle
+    from laya_onnx.export.precision import Gate
+
+    out = tmp_path / "never"
+    impossible = Gate(max_abs_dp=0.0, min_agreement=1.0)  # a lowered graph always moves some p
+    with pytest.raises(
+        ValidationError, match=r"int8 misses its gate .*export-cases: .*no bundle was written"
+    ):
+        export_bundle(
+            checkpoint_factory("tiny-english"),
+            out,
+            verbose=False,
+            precision="int8",
+            precision_gate=impossible,
+            measure_memory=False,
+        )
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def _row_outputs(agent, call):
+    """The raw (logits, act probabilities) of STATE's rows in whatever run `call` makes."""
+    from laya_onnx.parity.observe import instrument_agent
+    from laya_onnx.questions import normalize_questions
+    from laya_onnx.sequences import encode_state
+
+    if not hasattr(agent, "_capture"):
+        agent._capture = instrument_agent(agent)
+    rows = encode_state(agent.tok, STATE, normalize_questions(QUESTIONS), agent.max_len, agent.head_max_len)
+    agent._capture.clear()
+    answer = call()
+    return answer, [agent._capture.take(list(r.ids)) for r in rows]
+
+
+def _batch_dependence(agent) -> list[str]:
+    """Where STATE's numbers differ between alone, in a batch of 8, and with more padding."""
+    alone, ref = _row_outputs(agent, lambda: agent.predict(STATE, QUESTIONS))
+    runs = {
+        "in a batch of 8": lambda: agent.predict_batch(NEIGHBOURS[:3] + [STATE] + NEIGHBOURS[3:], QUESTIONS)[
+            3
+        ],
+        "with more padding": lambda: agent.predict_batch([STATE, "word " * 400], QUESTIONS)[0],
+    }
+    found = []
+    for name, call in runs.items():
+        answer, outs = _row_outputs(agent, call)
+        assert len(outs) == len(ref) and all(o is not None for o in outs)
+        for (a_logits, a_act), (b_logits, b_act) in zip(ref, outs, strict=True):
+            if not (np.array_equal(a_logits, b_logits) and np.array_equal(a_act, b_act)):
+                found.append(f"{name}: logits differ by {np.nanmax(np.abs(a_logits - b_logits)):.3g}")
+        if answer != alone:
+            found.append(f"{name}: answer differs")
+    return found
+
+
+def test_int8_answers_do_not_depend_on_the_rest_of_the_batch(lowered):
+    agent = _agent(lowered("tiny-english", "int8"))
+    assert _batch_dependence(agent) == []
+
+
+def test_the_batch_check_catches_per_tensor_dynamic_quantization(bundle_factory, tmp_path):
+    """onnxruntime's quantize_dynamic scales activations per tensor (one scale for every row of
+    the batch): the same check must find it batch-dependent, or the test above proves nothing."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from laya_onnx.agent import ONNXAgent
+
+    per_tensor = tmp_path / "per-tensor"
+    shutil.copytree(bundle_factory("tiny-english"), per_tensor)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quantize_dynamic(per_tensor / "laya.onnx", per_tensor / "laya.onnx", weight_type=QuantType.QInt8)
+    assert _batch_dependence(ONNXAgent(per_tensor, verify=False))
+
+
+def test_fp16_emulation_rounds_like_fp16_and_the_written_graph_runs():
+    """The CPU gate's emulation (explicit rounding) matches numpy's fp16 arithmetic; the written
+    graph (real fp16 MatMul between Casts) loads and runs on the CPU EP."""
+    onnx = pytest.importorskip("onnx")
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from laya_onnx.export.precision import lower_precision
+
+    rng = np.random.default_rng(0)
+    weight = (rng.standard_normal((96, 80)) * 0.1).astype(np.float32)
+    x = rng.standard_normal((3, 7, 96)).astype(np.float32)
+    fp16 = (x.astype(np.float16).astype(np.float32) @ weight.astype(np.float16).astype(np.float32)).astype(
+        np.float16
+    )
+    outputs = {}
+    for emulate in (False, True):
+        graph = helper.make_graph(
+            [helper.make_node("MatMul", ["x", "w"], ["y"], name="/encoder/layers.0/mlp/Wi/MatMul")],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, None, 96])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, None, 80])],
+            [numpy_helper.from_array(weight, "w")],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        assert lower_precision(model, "fp16", emulate=emulate)["matmuls"] == 1
+        onnx.checker.check_model(model)
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        outputs[emulate] = session.run(None, {"x": x})[0]
+    ulp = np.abs(np.spacing(fp16)).astype(np.float32)
+    assert np.all(np.abs(outputs[True] - fp16) <= ulp)  # at most one fp16 unit (summation order)
+    assert np.abs(outputs[True] - x @ weight).max() > 1e-4  # it does round
+    assert np.abs(outputs[False] - x @ weight).max() < 1e-2
+
+
+def test_int8_weights_per_column_and_the_row_scales_are_exact_to_a_code():
+    pytest.importorskip("onnx")
+    from laya_onnx.export.precision import WEIGHT_LEVELS, quantize_weight
+
+    rng = np.random.default_rng(1)
+    weight = rng.standard_normal((64, 5)).astype(np.float32) * np.array(
+        [1e-3, 0.1, 1.0, 10.0, 0.0], np.float32
+    )
+    codes, scale = quantize_weight(weight)
+    assert codes.dtype == np.int8 and scale.shape == (5,)
+    assert np.abs(codes).max() == WEIGHT_LEVELS  # 7 bits: no u8 x s8 pair overflows 16 bits
+    assert np.all(np.abs(codes * scale - weight) <= scale / 2 + 1e-12)
+    assert np.all(codes[:, 4] == 0)  # an all-zero column stays zero with a finite scale
