@@ -558,13 +558,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--gate-max-dp",
         type=float,
         default=None,
-        help="the gate's max |dp| vs fp32 torch (default: fp16 0.01, int8 see export/README.md)",
+        help="the gate's max |dp| vs fp32 torch (default: fp16 0.01, int8 0.3)",
     )
     ex.add_argument(
         "--gate-min-agreement",
         type=float,
         default=None,
-        help="the gate's least share of decisions agreeing with fp32 torch (default: fp16 0.995)",
+        help="the gate's least share of decisions agreeing with fp32 torch (default: fp16 0.995, int8 0.8)",
     )
     ex.add_argument("--force", action="store_true", help="replace a non-empty output directory")
     ex.add_argument(
