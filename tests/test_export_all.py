@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 
 from laya_onnx.cli import main
-from laya_onnx.export.models_dir import checkpoint_sources
 from tests.test_hub import SHA_A, _checkpoint_files, _snapshot
 
 pytestmark = [pytest.mark.torch]
@@ -23,6 +22,9 @@ def _offline(monkeypatch):
 
 
 def test_checkpoint_sources_follow_the_bundle_repo_layout(tmp_path):
+    # imported here: laya_onnx.export imports torch, and this module must collect without it
+    from laya_onnx.export.models_dir import checkpoint_sources
+
     assert checkpoint_sources("hub") == {
         "english": "convaiinnovations/laya",
         "multilingual": "convaiinnovations/laya/multilingual",
@@ -32,6 +34,8 @@ def test_checkpoint_sources_follow_the_bundle_repo_layout(tmp_path):
 
 
 def test_export_all_from_the_hub_makes_a_models_directory(tmp_path, monkeypatch, checkpoint_factory, capsys):
+    from laya_onnx.export.models_dir import checkpoint_sources
+
     files = {}
     for prefix, preset in (("", "tiny-english"), ("multilingual/", "tiny-multilingual")):
         files.update(_checkpoint_files(checkpoint_factory(preset), prefix))
