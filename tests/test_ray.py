@@ -91,6 +91,15 @@ def base(ray_instance, tiny_english, bundle_factory, tmp_path_factory):
         deployment["num_replicas"] = 1
         deployment["ray_actor_options"]["num_cpus"] = 0
     config["applications"].append(routed)
+    # a third: one model replica that takes one request and queues one more, under /tight
+    tight = copy.deepcopy(app)
+    tight.update(name="tight", route_prefix="/tight")
+    for deployment in tight["deployments"]:
+        deployment["num_replicas"] = 1
+        deployment["ray_actor_options"]["num_cpus"] = 0
+    tight_model = next(d for d in tight["deployments"] if d["name"] == "LayaModel")
+    tight_model.update(max_ongoing_requests=1, max_queued_requests=1)
+    config["applications"].append(tight)
     path = tmp_path_factory.mktemp("ray") / "serve-config.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     run_config(str(path), blocking=False)
@@ -275,6 +284,33 @@ def test_killing_a_replica_under_load_loses_no_request(ray_instance, base, tiny_
     while serve.status().applications["laya"].status != "RUNNING":  # the replica is replaced
         assert time.monotonic() < deadline
         time.sleep(0.5)
+
+
+def test_a_full_queue_is_the_contracts_503(base, tiny_english_agent):
+    """Past a replica's max_ongoing_requests + max_queued_requests, Ray refuses the call; the
+    caller gets the server's own busy answer (503, Retry-After, {"detail"}), and every request
+    that was taken is answered as the agent answers it."""
+    from laya_onnx.serve.errors import BUSY
+
+    jobs = [["tight %d: %s" % (i, "refund please " * 40)] * 8 for i in range(8)]
+
+    def one(states):
+        status, headers, body = http_json(
+            base + "/tight/v1/systemone/batch", {"states": states, "questions": Q1}, AUTH, timeout=120
+        )
+        return states, status, headers, body
+
+    with ThreadPoolExecutor(8) as pool:
+        outcomes = list(pool.map(one, jobs))
+    statuses = sorted(status for _, status, _, _ in outcomes)
+    assert set(statuses) <= {200, 503} and 503 in statuses and 200 in statuses, statuses
+    for states, status, headers, body in outcomes:
+        if status == 503:
+            assert body == {"detail": BUSY}
+            assert {k.lower(): v for k, v in headers.items()}["retry-after"] == "1"
+        else:
+            want = json.loads(json.dumps(tiny_english_agent.predict_batch(states, Q1)))
+            assert_close([_without_wire_fields(r) for r in body["results"]], want, states[0][:12])
 
 
 def test_ray_data_scores_1000_states_like_predict_batch(

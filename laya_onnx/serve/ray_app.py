@@ -33,6 +33,7 @@ from typing import Any, cast
 
 from ray import serve
 from ray.exceptions import RayActorError
+from ray.serve.exceptions import BackPressureError
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -280,6 +281,10 @@ class LayaIngress:
         for attempt in range(1, RETRIES + 1):
             try:
                 return await getattr(self.model, method).remote(*args)
+            except BackPressureError:
+                # every model replica is at max_ongoing_requests with max_queued_requests waiting:
+                # the contract's busy answer (503 + Retry-After, our error body), not Ray's own
+                raise ApiError(503, BUSY, {"Retry-After": "1"}) from None
             except RayActorError as exc:
                 log.warning(
                     "a LayaModel replica died under a %s call (try %d of %d): %s",
