@@ -35,7 +35,7 @@ from laya_onnx.memory import process_memory
 from laya_onnx.names import BUNDLE_REPO, PUBLISHED_CHECKPOINTS, aliases_of
 from laya_onnx.router import Router, bundles_in
 from laya_onnx.serve.errors import ApiError
-from laya_onnx.serve.settings import ConfigError, env_bool
+from laya_onnx.serve.settings import ConfigError, env_bool, env_text
 from laya_onnx.serve.wire import (
     cpu_fallbacks,
     fallback_baseline,
@@ -56,14 +56,9 @@ ITEM_CONTROLS = ("model", "task", "lang", "lang_guess", "max_len", "head_max_len
 # -- configuration ---------------------------------------------------------------------------
 
 
-def _env(name: str) -> str | None:
-    raw = os.environ.get(name)
-    return raw.strip() if raw is not None and raw.strip() else None
-
-
 def max_loaded_from_env() -> int | None:
     """LAYA_MAX_LOADED: a positive int; anything else leaves the Router's default (laya-serve)."""
-    raw = _env("LAYA_MAX_LOADED")
+    raw = env_text("LAYA_MAX_LOADED")
     try:
         n = int(raw) if raw is not None else 0
     except ValueError:
@@ -73,7 +68,7 @@ def max_loaded_from_env() -> int | None:
 
 def idle_unload_seconds_from_env() -> float:
     """LAYA_IDLE_UNLOAD_SECONDS: seconds; unset, <= 0 or unreadable is off (0, with a warning)."""
-    raw = _env("LAYA_IDLE_UNLOAD_SECONDS")
+    raw = env_text("LAYA_IDLE_UNLOAD_SECONDS")
     if raw is None:
         return 0.0
     try:
@@ -91,7 +86,7 @@ def extra_models_from_env() -> dict[str, Any]:
 
     A malformed value is refused (ConfigError): a checkpoint silently missing would be answered
     by another one."""
-    raw = _env("LAYA_EXTRA_MODELS")
+    raw = env_text("LAYA_EXTRA_MODELS")
     if raw is None:
         return {}
     try:
@@ -152,13 +147,13 @@ def build_router(
         options["agent_kwargs"] = agent_kwargs
     try:
         router = Router(models, providers=providers, **options)
-        default = _env("LAYA_DEFAULT_MODEL")
+        default = env_text("LAYA_DEFAULT_MODEL")
         if default is not None:
             try:
                 router.default = router.resolve(default)
             except ValueError as exc:
                 raise ConfigError("invalid LAYA_DEFAULT_MODEL %r: %s" % (default, exc)) from None
-        preload = _env("LAYA_MODELS")
+        preload = env_text("LAYA_MODELS")
         names = [n.strip() for n in preload.split(",") if n.strip()] if preload else None
         for name in names or ():
             router.resolve(name)  # an unknown name refuses the start, not the first request

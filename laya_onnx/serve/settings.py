@@ -64,7 +64,8 @@ class ConfigError(ValueError):
     """
 
 
-def _raw(name: str) -> str | None:
+def env_text(name: str) -> str | None:
+    """The variable as set, or None when it is unset or blank: one reading of LAYA_* for all."""
     value = os.environ.get(name)
     if value is None or not value.strip():
         return None
@@ -73,14 +74,14 @@ def _raw(name: str) -> str | None:
 
 def env_bool(name: str, default: bool = False) -> bool:
     """Unset or blank gives `default`; only 1/true/yes/on (any case) are true."""
-    value = _raw(name)
+    value = env_text(name)
     if value is None:
         return default
     return value.strip().lower() in ("1", "true", "yes", "on")
 
 
 def _positive_int(name: str, default: int, warn: bool) -> int:
-    value = _raw(name)
+    value = env_text(name)
     if value is None:
         return default
     try:
@@ -109,7 +110,7 @@ def max_batch_tokens_from_env() -> int:
 
 
 def body_read_timeout_from_env() -> float:
-    value = _raw("LAYA_BODY_READ_TIMEOUT")
+    value = env_text("LAYA_BODY_READ_TIMEOUT")
     if value is None:
         return DEFAULT_BODY_READ_TIMEOUT
     try:
@@ -122,7 +123,7 @@ def body_read_timeout_from_env() -> float:
 def seconds_from_env(name: str, default: float, *, allow_zero: bool = False, unit: str = "seconds") -> float:
     """A finite, positive number of seconds (0 too when `allow_zero`); blank gives `default`.
     `unit` only names what the number counts in the refusal."""
-    value = _raw(name)
+    value = env_text(name)
     if value is None:
         return default
     try:
@@ -150,7 +151,7 @@ def batch_max_requests_from_env() -> int:
 
 def access_log_from_env() -> str:
     """LAYA_ACCESS_LOG: `text` (one line per request), `json` (one JSON object per line) or `off`."""
-    value = _raw("LAYA_ACCESS_LOG")
+    value = env_text("LAYA_ACCESS_LOG")
     if value is None:
         return DEFAULT_ACCESS_LOG
     mode = value.strip().lower()
@@ -181,7 +182,7 @@ def normalize_root_path(value: str | None, what: str = "LAYA_ROOT_PATH") -> str:
 
 
 def root_path_from_env() -> str:
-    return normalize_root_path(_raw("LAYA_ROOT_PATH"))
+    return normalize_root_path(env_text("LAYA_ROOT_PATH"))
 
 
 #: LAYA_TOURNAMENT_GROUP's accepted range (laya-serve 0.4.15): above the one-pass choice cap a
@@ -193,7 +194,7 @@ JEV_PROFILES = ("typesafe",)
 
 def tournament_group_from_env() -> int:
     """LAYA_TOURNAMENT_GROUP as laya-serve reads it: an int in 2..100, anything else 0 (unset)."""
-    value = _raw("LAYA_TOURNAMENT_GROUP")
+    value = env_text("LAYA_TOURNAMENT_GROUP")
     if value is None:
         return 0
     try:
@@ -225,7 +226,7 @@ def api_key_from_env() -> str | None:
 def resolve_host(cli_value: str | None = None) -> str:
     if cli_value is not None and cli_value.strip():
         return cli_value.strip()
-    value = _raw("LAYA_HOST")
+    value = env_text("LAYA_HOST")
     return value.strip() if value is not None else DEFAULT_HOST
 
 
@@ -235,7 +236,7 @@ def resolve_port(cli_value: int | None = None) -> int:
         if isinstance(cli_value, bool) or not isinstance(cli_value, int) or not 1 <= cli_value <= 65535:
             raise ConfigError("invalid --port %r: must be an integer 1-65535" % (cli_value,))
         return cli_value
-    value = _raw("LAYA_PORT")
+    value = env_text("LAYA_PORT")
     if value is None:
         return DEFAULT_PORT
     try:
