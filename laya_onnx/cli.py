@@ -308,7 +308,11 @@ def _cmd_bench_serve(args: argparse.Namespace) -> int:
     clients = [int(c) for c in args.clients.split(",") if c.strip()]
     if not clients or min(clients) < 1:
         raise UsageError("--clients must be a comma list of positive integers, got %r" % (args.clients,))
-    report = drive_server(args.serve, clients=clients, seconds=args.seconds, progress=print)
+    if not args.deadline > 0:
+        raise UsageError("--deadline must be a positive number of seconds, got %r" % (args.deadline,))
+    report = drive_server(
+        args.serve, clients=clients, seconds=args.seconds, deadline_s=args.deadline, progress=print
+    )
     return _emit_report(report, args.json)
 
 
@@ -709,6 +713,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--clients", default="1,8,32", help="with --serve: comma list of concurrent client counts"
     )
     be.add_argument("--seconds", type=float, default=10.0, help="with --serve: seconds per client count")
+    be.add_argument(
+        "--deadline",
+        type=float,
+        default=10.0,
+        help="with --serve: seconds a request may take before it counts as hung (a large bundle "
+        "with many clients and no batch window queues for longer)",
+    )
     be.set_defaults(func=_cmd_bench)
 
     sb = sub.add_parser(

@@ -228,3 +228,12 @@ def test_exit_status_classes(exc, status):
 
 def test_a_bug_keeps_its_traceback():
     assert _exit_status(AttributeError("'NoneType' object has no attribute 'x'")) is None
+
+
+def test_bench_serve_refuses_bad_clients_and_deadline(capsys):
+    # Refused before any request is sent: nothing listens on this URL.
+    url = "http://127.0.0.1:9"
+    status, out = _run(capsys, ["bench", "--serve", url, "--clients", "0,8"])
+    assert status == EXIT_USAGE and "--clients must be a comma list" in out.err
+    status, out = _run(capsys, ["bench", "--serve", url, "--deadline", "0"])
+    assert status == EXIT_USAGE and "--deadline must be a positive number of seconds" in out.err
