@@ -193,21 +193,57 @@ def _fp16_gather(g: _Graph, node, table: np.ndarray, emulate: bool) -> list:
     return nodes
 
 
-def quantize_weight(weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(s8 codes, f32 scales) of a [K, N] weight: symmetric, one scale per output column."""
+def quantize_weight(weight: np.ndarray, bits: int = 7) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, f32 scales) of a [K, N] weight: symmetric, one scale per output column.
+
+    7 bits: s8 codes -63..63 (u8 x s8, `WEIGHT_LEVELS`); 8 bits: u8 codes 1..255 around the zero
+    point 128 (u8 x u8, which MLAS computes exactly on any x86 CPU, at a lower speed than u8 x s8).
+    """
+    levels = WEIGHT_LEVELS if bits == 7 else 127
     absmax = np.max(np.abs(weight), axis=0)
-    scale = (np.maximum(absmax, MIN_ROW_ABSMAX) / WEIGHT_LEVELS).astype(np.float32)
-    codes = np.clip(np.rint(weight / scale), -WEIGHT_LEVELS, WEIGHT_LEVELS).astype(np.int8)
-    return codes, scale
+    scale = (np.maximum(absmax, MIN_ROW_ABSMAX) / levels).astype(np.float32)
+    codes = np.clip(np.rint(weight / scale), -levels, levels)
+    if bits == 7:
+        return codes.astype(np.int8), scale
+    return (codes + U8_ZERO_POINT).astype(np.uint8), scale
 
 
-def _int8_matmul(g: _Graph, node, weight: np.ndarray) -> list:
+def module_path(node_name: str) -> str:
+    """The encoder module a target MatMul computes: "/encoder/layers.3/mlp/Wo/MatMul" -> "layers.3.mlp.Wo"."""
+    inner = node_name.removeprefix(ENCODER_SCOPE).rsplit("/", 1)[0]
+    return inner.replace("/", ".")
+
+
+def _selects(pattern: str, path: str) -> bool:
+    """A module pattern names a kind ("mlp.Wo"), a layer ("layers.3") or one module ("layers.3.mlp.Wo")."""
+    return path == pattern or path.endswith("." + pattern) or path.startswith(pattern + ".")
+
+
+@dataclass(frozen=True)
+class Int8Plan:
+    """How int8 lowers the target MatMuls (the default: all of them, 7-bit weights).
+
+    `keep_fp32`: module patterns (`_selects`: "attn.Wqkv", "layers.0", "layers.3.mlp.Wo") whose
+    MatMuls stay fp32, a mixed int8 graph; `weight_bits`: 7 (u8 x s8) or 8 (u8 x u8).
+    """
+
+    keep_fp32: tuple[str, ...] = ()
+    weight_bits: int = 7
+
+    def __post_init__(self):
+        if self.weight_bits not in (7, 8):
+            raise ValueError(f"int8 weight bits must be 7 or 8, got {self.weight_bits!r}")
+        if isinstance(self.keep_fp32, str) or not all(isinstance(p, str) and p for p in self.keep_fp32):
+            raise ValueError(f"int8 keep_fp32 must be a list of module patterns, got {self.keep_fp32!r}")
+
+    def keeps(self, node_name: str) -> bool:
+        return any(_selects(p, module_path(node_name)) for p in self.keep_fp32)
+
+
+def _int8_matmul(g: _Graph, node, weight: np.ndarray, plan: Int8Plan) -> list:
     from onnx import TensorProto
 
     base, x = node.name, node.input[0]
-    codes, col_scale = quantize_weight(weight)
-    w8 = g.add_init(f"{node.input[1]}_s8", codes)
-    s_col = g.add_init(f"{node.input[1]}_scale", col_scale)
 
     def const(name: str, value, dtype=np.float32) -> str:
         return g.add_init(f"{base}_{name}", np.array(value, dtype))
@@ -219,6 +255,10 @@ def _int8_matmul(g: _Graph, node, weight: np.ndarray) -> list:
         nodes.append(node_)
         return out
 
+    codes, col_scale = quantize_weight(weight, plan.weight_bits)
+    w8 = g.add_init(f"{node.input[1]}_{'s8' if plan.weight_bits == 7 else 'u8'}", codes)
+    s_col = g.add_init(f"{node.input[1]}_scale", col_scale)
+
     # s_row = max(max|x[row, :]|, floor) / 127, one scale per row (token): [..., 1]
     absx = op("Abs", [x])
     if g.opset >= 18:  # ReduceMax's axes became an input in opset 18
@@ -228,18 +268,28 @@ def _int8_matmul(g: _Graph, node, weight: np.ndarray) -> list:
     s_row = op("Mul", [op("Max", [rowmax, const("floor", MIN_ROW_ABSMAX)]), const("inv127", 1.0 / 127.0)])
     # x8 = round(x / s_row) + 128 as u8 (codes 1..255; the clip only guards NaN and rounding)
     shifted = op("Add", [op("Round", [op("Div", [x, s_row])]), const("zp_f", float(U8_ZERO_POINT))])
-    x8 = op("Cast", [op("Clip", [shifted, const("lo", 0.0), const("hi", 255.0)])], to=TensorProto.UINT8)
-    acc = op("MatMulInteger", [x8, w8, const("zp", U8_ZERO_POINT, np.uint8)])
+    x8 = op("Cast", [op("Clip", [shifted, const("lo", 1.0), const("hi", 255.0)])], to=TensorProto.UINT8)
+    zp = const("zp", U8_ZERO_POINT, np.uint8)
+    acc = op("MatMulInteger", [x8, w8, zp] + ([zp] if plan.weight_bits == 8 else []))
     rowed = op("Mul", [op("Cast", [acc], to=TensorProto.FLOAT), s_row])
     nodes.append(g.node("Mul", [rowed, s_col], [node.output[0]], base))
     return nodes
 
 
-def lower_precision(model, precision: str, *, emulate: bool = False) -> dict[str, Any]:
+def target_matmuls(model) -> list[tuple[str, str]]:
+    """(node name, input name) of every MatMul the ladder lowers, in graph order."""
+    g = _Graph(model)
+    return [(n.name, n.input[0]) for n in g.graph.node if _target_weight(g, n) is not None]
+
+
+def lower_precision(
+    model, precision: str, *, emulate: bool = False, plan: Int8Plan | None = None
+) -> dict[str, Any]:
     """Rewrite the fp32 `model` (an onnx ModelProto, in place) to `precision`; returns what changed.
 
     `emulate` (fp16 only): the same rewrite computed in fp32 with every fp16 rounding made
-    explicit (`_to_fp16`), for the CPU gate; never written into a bundle.
+    explicit (`_to_fp16`), for the CPU gate; never written into a bundle. `plan` (int8 only): which
+    MatMuls are lowered and how (`Int8Plan`; default: all, 7-bit weights, no smoothing).
 
     The record (written into the manifest) names the rewrite and counts the nodes it touched, so a
     bundle says what runs in reduced precision; fp32 returns an empty rewrite.
@@ -247,17 +297,21 @@ def lower_precision(model, precision: str, *, emulate: bool = False) -> dict[str
     precision = check_precision(precision)
     if precision == "fp32":
         return {"rewrite": None, "matmuls": 0}
+    plan = plan or Int8Plan()
     g = _Graph(model)
-    nodes, replaced = [], set()
+    nodes, replaced, kept = [], set(), []
     matmuls = gathers = 0
     weight_elems = 0
     for node in g.graph.node:
         weight = _target_weight(g, node)
-        if weight is not None:
+        if weight is not None and precision == "int8" and plan.keeps(node.name):
+            kept.append(node.name)
+            weight = None
+        elif weight is not None:
             if precision == "fp16":
                 nodes.extend(_fp16_matmul(g, node, weight, emulate))
             else:
-                nodes.extend(_int8_matmul(g, node, weight))
+                nodes.extend(_int8_matmul(g, node, weight, plan))
             replaced.add(node.input[1])
             matmuls += 1
             weight_elems += weight.size
@@ -282,11 +336,17 @@ def lower_precision(model, precision: str, *, emulate: bool = False) -> dict[str
             "encoder weight MatMuls (and the token-embedding table) in fp16 between Casts; the rest fp32"
             if precision == "fp16"
             else "encoder weight MatMuls as MatMulInteger: u8 activations per row (zero point 128) x "
-            "s8 weights per output column; the rest fp32"
+            f"{'s8' if plan.weight_bits == 7 else 'u8'} weights per output column"
+            + (f"; {len(kept)} kept fp32" if kept else "")
+            + "; the rest fp32"
         ),
         "matmuls": matmuls,
         "matmul_weights": int(weight_elems),
     }
     if precision == "fp16":
         record["embedding_tables"] = gathers
+    else:
+        record["weight_bits"] = plan.weight_bits
+        record["keep_fp32"] = list(plan.keep_fp32)
+        record["kept_fp32"] = [module_path(name) for name in kept]
     return record
