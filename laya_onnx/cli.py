@@ -78,6 +78,21 @@ def _precision_gate(args: argparse.Namespace):
     return Gate(max_abs_dp=max_dp, min_agreement=agreement)
 
 
+def _int8_plan(args: argparse.Namespace):
+    """The int8 plan from --int8-keep-fp32 / --int8-weight-bits (None: the default plan)."""
+    if args.int8_keep_fp32 is None and args.int8_weight_bits is None:
+        return None
+    from laya_onnx.export.precision import DEFAULT_INT8_PLAN, Int8Plan
+
+    if args.precision != "int8":
+        raise UsageError("--int8-keep-fp32 and --int8-weight-bits apply to --precision int8")
+    keep = DEFAULT_INT8_PLAN.keep_fp32
+    if args.int8_keep_fp32 is not None:
+        keep = tuple(p.strip() for p in args.int8_keep_fp32.split(",") if p.strip())
+    bits = DEFAULT_INT8_PLAN.weight_bits if args.int8_weight_bits is None else args.int8_weight_bits
+    return Int8Plan(keep_fp32=keep, weight_bits=bits)
+
+
 def _cmd_export(args: argparse.Namespace) -> int:
     from laya_onnx.export import ValidationError, export_bundle
 
@@ -92,6 +107,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         optimize=args.optimize,
         precision=args.precision,
         precision_gate=_precision_gate(args),
+        int8_plan=_int8_plan(args),
     )
 
     if args.external_data_threshold is not None:
@@ -569,6 +585,22 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         help="the gate's least share of decisions agreeing with fp32 torch (default: fp16 0.995, int8 0.8)",
+    )
+    ex.add_argument(
+        "--int8-keep-fp32",
+        default=None,
+        metavar="MODULES",
+        help="int8: comma-separated encoder modules whose MatMuls stay fp32, by kind (attn.Wqkv, "
+        "attn.Wo, mlp.Wi, mlp.Wo), layer (layers.0) or both (layers.0.mlp.Wo); '' lowers all "
+        "(default: attn.Wqkv)",
+    )
+    ex.add_argument(
+        "--int8-weight-bits",
+        type=int,
+        choices=[7, 8],
+        default=None,
+        help="int8: 7-bit weights (u8 x s8, the fastest on CPUs without VNNI) or 8-bit (u8 x u8, "
+        "exact everywhere, half the weight rounding) (default: 8)",
     )
     ex.add_argument("--force", action="store_true", help="replace a non-empty output directory")
     ex.add_argument(

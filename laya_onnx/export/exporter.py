@@ -404,6 +404,7 @@ def export_bundle(
     calibration: os.PathLike | str | None = None,
     precision: str = DEFAULT_PRECISION,
     precision_gate=None,
+    int8_plan=None,
 ) -> dict[str, Any]:
     """Export `checkpoint` (directory or Hub id) to the bundle directory `out_dir`; returns the manifest.
 
@@ -420,15 +421,20 @@ def export_bundle(
     (`laya.onnx.data`); 0 always writes it. `optimize` applies the fusions of
     `laya_onnx.export.optimize` and keeps them only if the fused graph passes validation too.
     `precision`: "fp32" (default), "fp16" or "int8": the validated fp32 graph is lowered and gated
-    against fp32 torch (`laya_onnx.export.ladder`; `precision_gate` overrides its `Gate`).
+    against fp32 torch (`laya_onnx.export.ladder`; `precision_gate` overrides its `Gate`);
+    `int8_plan` (`precision.Int8Plan`) overrides which MatMuls int8 lowers and how.
     """
     from laya_onnx.export.cases import CALLS, encode_calls, trace_feeds
     from laya_onnx.export.ladder import PrecisionStep
     from laya_onnx.export.model import ATTENTION_KINDS, load_decision_model
     from laya_onnx.hub import fetch_checkpoint
 
+    if int8_plan is not None and check_precision(precision) != "int8":
+        raise ValueError(f"int8_plan applies to precision 'int8', not {precision!r}")
     ladder = (
-        None if check_precision(precision) == DEFAULT_PRECISION else PrecisionStep(precision, precision_gate)
+        None
+        if check_precision(precision) == DEFAULT_PRECISION
+        else PrecisionStep(precision, precision_gate, plan=int8_plan)
     )
 
     if attention is None:

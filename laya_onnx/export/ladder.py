@@ -22,7 +22,7 @@ from typing import Any
 
 from laya_onnx.bundle import DEFAULT_EXTERNAL_DATA_THRESHOLD
 from laya_onnx.export.cases import Call, encode_calls
-from laya_onnx.export.precision import GATES, Gate, check_precision, lower_precision
+from laya_onnx.export.precision import GATES, Gate, Int8Plan, check_precision, lower_precision
 
 DEFAULT_SUITE = "core"
 #: The parity rule's value tolerances are meant for fp32; the gate reads its measurements only.
@@ -91,10 +91,19 @@ def passes(measured: dict[str, Any], gate: Gate) -> bool:
 class PrecisionStep:
     """Prepared while torch is loaded (`reference`), applied once the fp32 graph has validated."""
 
-    def __init__(self, precision: str, gate: Gate | None = None, suite: str = DEFAULT_SUITE):
+    def __init__(
+        self,
+        precision: str,
+        gate: Gate | None = None,
+        suite: str = DEFAULT_SUITE,
+        plan: Int8Plan | None = None,
+    ):
         self.precision = check_precision(precision)
         if self.precision == "fp32":
             raise ValueError("fp32 is the exported graph itself; there is nothing to lower")
+        if plan is not None and self.precision != "int8":
+            raise ValueError(f"an int8 plan applies to precision 'int8', not {self.precision!r}")
+        self.plan = plan
         self.gate = gate or GATES[self.precision]
         self.parity_suite = suite
         self.suites: list[Suite] = []
@@ -131,7 +140,7 @@ class PrecisionStep:
         from laya_onnx.export.graph_file import save_graph
 
         model = onnx.load(str(fp32_graph))  # external data too
-        rewrite = lower_precision(model, self.precision, emulate=emulate)
+        rewrite = lower_precision(model, self.precision, emulate=emulate, plan=self.plan)
         out.parent.mkdir(exist_ok=True)
         save_graph(ir.from_proto(model), out, external_data_threshold=threshold)
         del model

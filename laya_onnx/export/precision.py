@@ -240,6 +240,11 @@ class Int8Plan:
         return any(_selects(p, module_path(node_name)) for p in self.keep_fp32)
 
 
+#: The int8 default (measured in export/README.md "Precision"): 8-bit weights everywhere, the
+#: attention's Wqkv kept fp32 (its Q and K errors are amplified by the softmax).
+DEFAULT_INT8_PLAN = Int8Plan(keep_fp32=("attn.Wqkv",), weight_bits=8)
+
+
 def _int8_matmul(g: _Graph, node, weight: np.ndarray, plan: Int8Plan) -> list:
     from onnx import TensorProto
 
@@ -297,7 +302,7 @@ def lower_precision(
     precision = check_precision(precision)
     if precision == "fp32":
         return {"rewrite": None, "matmuls": 0}
-    plan = plan or Int8Plan()
+    plan = plan or DEFAULT_INT8_PLAN
     g = _Graph(model)
     nodes, replaced, kept = [], set(), []
     matmuls = gathers = 0
@@ -323,6 +328,11 @@ def lower_precision(
             gathers += 1
             continue
         nodes.append(node)
+    unmatched = [p for p in plan.keep_fp32 if not any(_selects(p, module_path(n)) for n in kept)]
+    if precision == "int8" and unmatched:
+        raise ValueError(
+            f"int8 keep_fp32: no encoder MatMul matches {unmatched} (e.g. 'attn.Wqkv', 'layers.0')"
+        )
     if not matmuls:
         raise ValueError(f"no encoder MatMul by a constant weight found to run in {precision}")
     del g.graph.node[:]
