@@ -90,12 +90,16 @@ def test_tiny_presets_export_at_every_precision_with_their_gate(lowered, preset,
         assert m["agreement"] >= gate.min_agreement and m["max_abs_dp"] <= gate.max_abs_dp, name
         # the graph really was lowered: an fp32 graph is within 1e-5 of torch
         assert m["max_abs_dp"] > 1e-5, name
+        # a flip needs fp32's own margin below the measured |dp|: every flip is a near tie
+        assert m["decisions"] - m["agreeing"] <= m["near_ties"] < m["decisions"], name
 
     graph = onnx.load(str(bundle / "laya.onnx"))
     ops = Counter(n.op_type for n in graph.graph.node)
     assert record["matmuls"] > 0 and "DynamicQuantizeLinear" not in ops
     if precision == "int8":
         assert ops["MatMulInteger"] == record["matmuls"]
+        assert record["weight_bits"] == 8 and record["keep_fp32"] == ["attn.Wqkv"]  # the default plan
+        assert record["kept_fp32"] and all(p.endswith(".attn.Wqkv") for p in record["kept_fp32"])
     else:
         halves = [t for t in graph.graph.initializer if t.data_type == onnx.TensorProto.FLOAT16]
         assert len(halves) == record["matmuls"] + record["embedding_tables"]
@@ -324,3 +328,16 @@ def test_int8_plan_keeps_the_named_modules_fp32_and_records_them():
         lower_precision(_one_matmul_model(weight, names), "int8", plan=Int8Plan(keep_fp32=("mlp.W0",)))
     with pytest.raises(ValueError, match="weight bits must be 7 or 8"):
         Int8Plan(weight_bits=4)
+
+
+def test_decision_margin_is_the_least_move_that_flips_a_decision():
+    from laya_onnx.parity.rule import decision_margin
+
+    assert decision_margin(
+        {"type": "choice", "probabilities": {"a": 0.5, "b": 0.3, "c": 0.2}}
+    ) == pytest.approx(0.1)
+    assert decision_margin(
+        {"type": "score", "probabilities": {"0": 0.2, "1": 0.2, "2": 0.6}}
+    ) == pytest.approx(0.2)
+    assert decision_margin({"type": "noul", "noul": 0.7}) == pytest.approx(0.2)
+    assert decision_margin({"type": "choice", "probabilities": {"escalate": 0.9}}) == float("inf")

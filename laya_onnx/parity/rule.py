@@ -243,6 +243,16 @@ def decision(answer: dict[str, Any]) -> Any:
     return answer.get("noul", 0.0) >= 0.5
 
 
+def decision_margin(answer: dict[str, Any]) -> float:
+    """How far an unrounded answer is from flipping its `decision`: half the gap between its two
+    most likely options (choice) or levels (score), |noul - 0.5| (noul). Moving every probability
+    by less than this cannot flip it."""
+    if answer.get("type") == "noul":
+        return abs(answer.get("noul", 0.0) - 0.5)
+    probs = sorted(answer.get("probabilities", {}).values())
+    return (probs[-1] - probs[-2]) / 2 if len(probs) > 1 else math.inf
+
+
 def _judge_rows(verdict: Verdict, ref: Observation, ours: Observation) -> None:
     if len(ref.rows) != len(ours.rows):
         verdict.fail("tokens", f"{len(ref.rows)} states encoded vs {len(ours.rows)}")
@@ -340,5 +350,6 @@ __all__ = [
     "Observation",
     "Verdict",
     "decision",
+    "decision_margin",
     "judge",
 ]
