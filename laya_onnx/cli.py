@@ -578,13 +578,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--gate-max-dp",
         type=float,
         default=None,
-        help="the gate's max |dp| vs fp32 torch (default: fp16 0.01, int8 0.3)",
+        help="the gate's max |dp| vs fp32 torch (default: fp16 0.01, int8 0.15)",
     )
     ex.add_argument(
         "--gate-min-agreement",
         type=float,
         default=None,
-        help="the gate's least share of decisions agreeing with fp32 torch (default: fp16 0.995, int8 0.8)",
+        help="the gate's least share of decisions agreeing with fp32 torch (default: fp16 0.995, int8 0.9)",
     )
     ex.add_argument(
         "--int8-keep-fp32",
