@@ -341,3 +341,12 @@ def test_decision_margin_is_the_least_move_that_flips_a_decision():
     ) == pytest.approx(0.2)
     assert decision_margin({"type": "noul", "noul": 0.7}) == pytest.approx(0.2)
     assert decision_margin({"type": "choice", "probabilities": {"escalate": 0.9}}) == float("inf")
+
+
+def test_export_cli_refuses_int8_options_for_another_precision(tmp_path, capsys):
+    from laya_onnx.cli import EXIT_USAGE, main
+
+    argv = ["export", str(tmp_path / "none"), "-o", str(tmp_path / "out"), "--precision", "fp16"]
+    assert main([*argv, "--int8-weight-bits", "8"]) == EXIT_USAGE
+    assert "--int8-keep-fp32 and --int8-weight-bits apply to --precision int8" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
