@@ -1,6 +1,7 @@
 """Session-wide fixtures and the test tiers.
 
     checkpoint_factory(preset="tiny-english", seed=0) -> Path   (make_checkpoint, cached; torch)
+    lowered(preset, precision) -> Path                           (a gated fp16/int8 export, cached; torch)
     bundle_factory(preset="tiny-english") -> Path                (export_bundle, cached)
 
 Tiers: a test that needs more than the runtime core (`laya-onnx[cpu]` + pytest) carries a marker
@@ -144,6 +145,33 @@ def bundle_factory(request, tmp_path_factory):
                 export_bundle(checkpoint_factory(preset), out, verbose=False, name=preset)
                 exported[preset] = out
             return exported[preset]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def lowered(checkpoint_factory, tmp_path_factory):
+    """Callable (preset, precision) -> bundle exported (and gated) at that precision, once per
+    session: the precision tests and the server's micro-batching test share the exports."""
+    from laya_onnx.export import export_bundle
+
+    made = {}
+    lock = threading.Lock()
+
+    def make(preset: str, precision: str):
+        with lock:
+            if (preset, precision) not in made:
+                out = tmp_path_factory.mktemp("precision") / f"{preset}-{precision}"
+                export_bundle(
+                    checkpoint_factory(preset),
+                    out,
+                    verbose=False,
+                    name=preset,
+                    precision=precision,
+                    measure_memory=False,
+                )
+                made[preset, precision] = out
+            return made[preset, precision]
 
     return make
 

@@ -38,30 +38,6 @@ NEIGHBOURS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def lowered(checkpoint_factory, tmp_path_factory):
-    """Callable (preset, precision) -> bundle exported at that precision (once per module)."""
-    from laya_onnx.export import export_bundle
-
-    made = {}
-
-    def make(preset: str, precision: str):
-        if (preset, precision) not in made:
-            out = tmp_path_factory.mktemp("precision") / f"{preset}-{precision}"
-            export_bundle(
-                checkpoint_factory(preset),
-                out,
-                verbose=False,
-                name=preset,
-                precision=precision,
-                measure_memory=False,
-            )
-            made[preset, precision] = out
-        return made[preset, precision]
-
-    return make
-
-
 def _agent(bundle):
     from laya_onnx.agent import ONNXAgent
 

@@ -113,6 +113,50 @@ async def test_each_caller_gets_its_alone_answer_from_a_real_agent(bundle_factor
                     assert abs(a[key] - b[key]) <= 1e-4 + 1e-12
 
 
+STATES_OF_MIXED_LENGTH = ["I was charged twice", "my login fails on the app " * 6, "refund me please", "hi"]
+
+
+async def _alone_and_grouped(agent):
+    """Each state's answers posted alone, then all posted at once inside one batch window."""
+    bodies = [{"state": s, "questions": Q} for s in STATES_OF_MIXED_LENGTH]
+    async with served(agent) as c:
+        alone = [await post(c, URL, b) for b in bodies]
+    async with served(agent, batch_window_ms=300) as c:
+        grouped = await _concurrently(c, bodies)
+        batcher = c.server.app[RUNTIME].batcher
+        assert batcher.groups_run == 1 and batcher.requests_run == 4
+    assert [r.status for r, _ in grouped] == [r.status for r, _ in alone] == [200] * 4
+    return [body["answers"] for _, body in alone], [body["answers"] for _, body in grouped]
+
+
+@pytest.mark.torch
+@aio
+async def test_int8_callers_get_exactly_their_alone_answer(lowered, bundle_factory, tmp_path):
+    # int8 activations are scaled per row, so grouping (other rows, more padding) moves nothing:
+    # grouped answers equal the alone ones exactly. The control, onnxruntime's per-tensor dynamic
+    # quantization (one scale for the whole pass), shows the same comparison does catch a graph
+    # whose answers depend on their neighbours.
+    import shutil
+    import warnings
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    from laya_onnx.bundle import ReducedPrecisionWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ReducedPrecisionWarning)
+        alone, grouped = await _alone_and_grouped(ONNXAgent(lowered("tiny-english", "int8")))
+    assert grouped == alone
+
+    per_tensor = tmp_path / "per-tensor"
+    shutil.copytree(bundle_factory("tiny-english"), per_tensor)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        quantize_dynamic(per_tensor / "laya.onnx", per_tensor / "laya.onnx", weight_type=QuantType.QInt8)
+    alone, grouped = await _alone_and_grouped(ONNXAgent(per_tensor, verify=False))
+    assert grouped != alone
+
+
 @aio
 async def test_bench_serve_mode_drives_a_running_server_at_each_client_count():
     agent = FakeAgent()
