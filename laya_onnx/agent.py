@@ -463,6 +463,11 @@ class ONNXAgent(HookRegistry):
         exceeds the budget is then cut (rows in order) into passes that fit.
         """
         n_rows = sum(len(rows) for rows in encoded)
+        if not batch_size and n_rows <= self.bucket_rows:
+            longest = max(len(r.ids) for rows in encoded for r in rows)
+            if self.memory_model.estimate(n_rows, longest) <= self.max_pass_memory:
+                # One pass in call order, what the general path below gives such a call, cheaply.
+                return [[(i, j) for i, rows in enumerate(encoded) for j in range(len(rows))]]
         if not batch_size and self.bucket_rows and n_rows > self.bucket_rows:
             refs = sorted(
                 ((i, j) for i, rows in enumerate(encoded) for j in range(len(rows))),

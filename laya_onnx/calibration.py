@@ -12,13 +12,14 @@ import math
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 import numpy as np
 
 from laya_onnx.errors import InvalidRequest
 from laya_onnx.questions import QTYPE_NAMES, Question
-from laya_onnx.sequences import Row, render_criterion
+from laya_onnx.sequences import Row
 
 TEMP_MIN = 0.5
 TEMP_MAX = 5.0
@@ -192,12 +193,13 @@ class Calibration:
         return self.temperature_by_options.get(bucket, self.temperature[qtype])
 
 
-def softmax_f32(logits: np.ndarray, t: float) -> np.ndarray:
+def softmax_f32(logits: np.ndarray, t: float | np.ndarray) -> np.ndarray:
     """Temperature softmax in float32, in the reference's operation order, over the last axis
     (one row [k] or many [n, k]; each row comes out bit-identical to that row alone)."""
     z = logits / t
-    p = np.exp(z - z.max(axis=-1, keepdims=True))
-    p /= p.sum(axis=-1, keepdims=True)
+    z -= np.maximum.reduce(z, axis=-1, keepdims=True)
+    p = np.exp(z, out=z)
+    p /= np.add.reduce(p, axis=-1, keepdims=True)
     return p
 
 
@@ -210,16 +212,30 @@ def unpermute(p: np.ndarray, order: Sequence[int] | None) -> np.ndarray:
     return out
 
 
+def entropy_sums(p: np.ndarray) -> np.ndarray:
+    """sum(p log p) per row of p [n, k] (as the reference computes it)."""
+    # The reference clips to [1e-12, 1]; a softmax output never exceeds 1 (each term is at most
+    # the float sum it is divided by), so the lower bound alone gives the same bits, ~5x faster.
+    logs = np.maximum(p, 1e-12)
+    return np.add.reduce(np.log(logs, out=logs) * p, axis=-1)
+
+
+def confidences_from_entropy(sums: Sequence[float], k: int) -> list[float]:
+    """1 - H/log k per row from its `entropy_sums`, clamped to [0, 1]; 1.0 below two options."""
+    if k < 2:
+        return [1.0] * len(sums)
+    log_k = math.log(k)
+    return clamped([1.0 - -s / log_k for s in sums])
+
+
+def clamped(values: Sequence[float]) -> list[float]:
+    return [min(1.0, max(0.0, v)) for v in values]
+
+
 def entropy_confidences(p: np.ndarray) -> list[float]:
     """1 - H(p)/log k per row of p [n, k], clamped to [0, 1]; 1.0 below two options."""
     n, k = p.shape
-    if k < 2:
-        return [1.0] * n
-    # The reference clips to [1e-12, 1]; a softmax output never exceeds 1 (each term is at most
-    # the float sum it is divided by), so the lower bound alone gives the same bits, ~5x faster.
-    sums = (p * np.log(np.maximum(p, 1e-12))).sum(axis=-1).tolist()
-    log_k = math.log(k)
-    return [min(1.0, max(0.0, 1.0 - -s / log_k)) for s in sums]
+    return [1.0] * n if k < 2 else confidences_from_entropy(entropy_sums(p).tolist(), k)
 
 
 def entropy_confidence(p: np.ndarray, k: int) -> float:
@@ -231,7 +247,7 @@ def max_confidences(p: np.ndarray) -> list[float]:
     """The top probability per row of p [n, k], clamped to [0, 1]; 1.0 without options."""
     if p.shape[-1] < 1:
         return [1.0] * p.shape[0]
-    return [min(1.0, max(0.0, m)) for m in p.max(axis=-1).tolist()]
+    return clamped(p.max(axis=-1).tolist())
 
 
 def max_confidence(p: np.ndarray, k: int) -> float:
@@ -260,6 +276,201 @@ def decode_answer(
     return decode_answers(q, logits_row[None, :k], act_row[None, :1], calibration, lang, digits)[0]
 
 
+#: Questions of at most this many options are decoded in one array, padded to the widest of
+#: them with probability 0 (logit -inf): numpy sums fewer than 8 numbers left to right, so the
+#: zeros leave every row's sums bit for bit as they are alone. From 8 numbers on numpy sums in
+#: 8 lanes and padding would regroup them, so a wider question is decoded on its own.
+SHARED_WIDTH_MAX = 7
+
+
+def width_groups(widths: Sequence[int]) -> list[list[int]]:
+    """Indices of `widths` decoded in one array: every width up to SHARED_WIDTH_MAX together,
+    each wider one alone."""
+    shared = [j for j, k in enumerate(widths) if k <= SHARED_WIDTH_MAX]
+    return ([shared] if shared else []) + [[j] for j, k in enumerate(widths) if k > SHARED_WIDTH_MAX]
+
+
+@functools.lru_cache(maxsize=256)
+def _columns_in_use(widths: tuple[int, ...]) -> np.ndarray | None:
+    """[m, max width] True where question j has an option; None when no question is padded."""
+    width = max(widths)
+    if min(widths) == width:
+        return None
+    mask = np.arange(width) < np.asarray(widths)[:, None]
+    mask.flags.writeable = False
+    return mask
+
+
+@dataclass
+class RowNumbers:
+    """The calibrated numbers of one question's n rows, as Python values: `probs` the rows'
+    probabilities in option order, row after row (n * k values), `top` each row's largest,
+    `entropy_sums` its sum(p log p), `best` its argmax (choice questions), `expected` its
+    sum(i p_i) (score questions)."""
+
+    probs: list[float]
+    top: list[float]
+    entropy_sums: list[float]
+    best: list[int] | None
+    expected: list[float] | None
+
+
+def calibrated_numbers(
+    questions: Sequence[Question],
+    logits: np.ndarray,
+    calibration: Calibration,
+    lang: str | None = None,
+) -> list[RowNumbers]:
+    """Temperature softmax, option order and the reductions of every row of several questions at
+    once: `logits` [n, m, >=k] holds state i's row for question j at [i, j] (columns past the
+    question's k are ignored), the questions sharing one `width_groups` group. Every row's
+    numbers are bit-identical to that row decoded alone."""
+    widths = tuple(q.n_options for q in questions)
+    x = logits[:, :, : max(widths)]
+    in_use = _columns_in_use(widths)
+    if in_use is not None:
+        x = np.where(in_use, x, np.float32(-np.inf))
+    # float32 / float32 is how an array divides by a Python float (NEP 50): one per question.
+    temps = [calibration.temperature_for(q.qtype, k, lang) for q, k in zip(questions, widths, strict=True)]
+    p = softmax_f32(x, np.array(temps, dtype=np.float32)[:, None])
+    for m, (q, k) in enumerate(zip(questions, widths, strict=True)):
+        if q.option_order is not None:
+            p[:, m, :k] = unpermute(p[:, m, :k], q.option_order)
+    top = np.maximum.reduce(p, axis=-1).T.tolist()
+    entropy = entropy_sums(p).T.tolist()
+    kinds = {q.type for q in questions}
+    best = p.argmax(axis=-1).T.tolist() if "choice" in kinds else None
+    wide = "score" in kinds and p.shape[-1] > SHARED_WIDTH_MAX
+    # int64 x float32 -> float64 products and sums, as the reference computes the expected level.
+    expected = np.add.reduce(np.arange(p.shape[-1]) * p, axis=-1).T.tolist() if wide else None
+    out = []
+    for m, (q, k) in enumerate(zip(questions, widths, strict=True)):
+        probs = p[:, m, :k].reshape(-1).tolist()
+        levels = None
+        if q.type == "score":
+            levels = expected[m] if expected is not None else _expected_levels(probs, k)
+        out.append(
+            RowNumbers(
+                probs=probs,
+                top=top[m],
+                entropy_sums=entropy[m],
+                best=None if best is None else best[m],
+                expected=levels,
+            )
+        )
+    return out
+
+
+def _expected_levels(probs: list[float], k: int) -> list[float]:
+    """sum(i * p_i) of each row of k probabilities (fewer than 8) in float64, left to right: the
+    products and the order numpy uses for the int64 x float32 sum of so few numbers."""
+    out = []
+    for start in range(0, len(probs), k):
+        total = 0.0
+        for i, v in enumerate(probs[start : start + k]):
+            total += i * v
+        out.append(total)
+    return out
+
+
+def _rounded(values: list[float], digits: int | None) -> list[float]:
+    if digits is None:
+        return [float(v) for v in values]
+    return list(map(round, values, repeat(digits)))
+
+
+def answer_dicts(
+    q: Question,
+    numbers: RowNumbers,
+    act: list[float],
+    calibration: Calibration,
+    lang: str | None = None,
+    digits: int | None = ANSWER_DIGITS,
+) -> list[dict[str, Any]]:
+    """The answers of `q` from its rows' `numbers` and act probabilities, keys in the reference's
+    order; `digits=None` leaves every number unrounded (each is rounded with Python's round,
+    all of a question's numbers in one pass)."""
+    k, n = q.n_options, len(act)
+    answer_conf = clamped(numbers.top)
+    # A language override stands in for the whole calibration, so the map (fitted without it) is off.
+    if calibration.binning_map and calibration.lang_override(lang) is None:
+        bucket = temp_bucket(q.qtype, k)
+        answer_conf = [apply_binning_map(c, bucket, calibration.binning_map) for c in answer_conf]
+    if q.type == "noul":
+        true = numbers.probs[1::2]
+        values = _rounded(act + answer_conf + true + [max(t, 1.0 - t) for t in true], digits)
+        return [
+            {
+                "type": "noul",
+                "noul": values[2 * n + i],
+                "confidence": values[3 * n + i],
+                "answer_confidence": values[n + i],
+                "action": {"act_probability": values[i]},
+            }
+            for i in range(n)
+        ]
+    confidence = confidences_from_entropy(numbers.entropy_sums, k)
+    if q.type == "choice":
+        keys = list(q.criteria.keys())
+        values = _rounded(act + answer_conf + confidence + numbers.probs, digits)
+        at = 3 * n
+        return [
+            {
+                "type": "choice",
+                "choice": keys[best],
+                "probabilities": dict(zip(keys, values[at + i * k : at + i * k + k], strict=True)),
+                "confidence": values[2 * n + i],
+                "answer_confidence": values[n + i],
+                "action": {"act_probability": values[i]},
+            }
+            for i, best in enumerate(numbers.best or ())
+        ]
+    legend = q.legend
+    levels = [str(i) for i in range(k)]
+    values = _rounded(act + answer_conf + confidence + (numbers.expected or []) + numbers.probs, digits)
+    at = 4 * n
+    return [
+        {
+            "type": "score",
+            "score": values[3 * n + i],
+            "legend": dict(legend),
+            "probabilities": dict(zip(levels, values[at + i * k : at + i * k + k], strict=True)),
+            "confidence": values[2 * n + i],
+            "answer_confidence": values[n + i],
+            "action": {"act_probability": values[i]},
+        }
+        for i in range(n)
+    ]
+
+
+def decode_questions(
+    questions: Sequence[Question],
+    logits: np.ndarray,
+    act: np.ndarray,
+    calibration: Calibration,
+    lang: str | None = None,
+    digits: int | None = ANSWER_DIGITS,
+) -> list[list[dict[str, Any]]]:
+    """Per question, its answer for every state: `logits` [n * m, >=max k] holds state i's row
+    for question j at i * m + j (m questions; a question's columns past its own k are ignored),
+    `act` [n * m, >=1] the softmaxed act probabilities in the same order.
+
+    Vectorised over rows and over questions (`width_groups`), bit-identical to decoding each row
+    alone: every reduction runs along a contiguous last axis, which numpy computes row by row in
+    the order it uses for one row (tests/test_calibration_gate.py, tests/test_call_path.py).
+    """
+    m = len(questions)
+    by_state = logits.reshape(-1, m, logits.shape[-1])
+    acts = act[:, 0].reshape(-1, m).T.tolist()
+    out: list[list[dict[str, Any]]] = [[] for _ in questions]
+    for members in width_groups([q.n_options for q in questions]):
+        block = by_state if len(members) == m else by_state[:, members]
+        numbers = calibrated_numbers([questions[j] for j in members], block, calibration, lang)
+        for j, nums in zip(members, numbers, strict=True):
+            out[j] = answer_dicts(questions[j], nums, acts[j], calibration, lang, digits)
+    return out
+
+
 def decode_answers(
     q: Question,
     logits: np.ndarray,
@@ -268,64 +479,9 @@ def decode_answers(
     lang: str | None = None,
     digits: int | None = ANSWER_DIGITS,
 ) -> list[dict[str, Any]]:
-    """The answers of `q` for many rows at once: `logits` [n, k] (k = the question's options),
-    `act` [n, >=1] softmaxed act probabilities.
-
-    Vectorised over rows, bit-identical to decoding each row alone: every reduction runs along a
-    contiguous last axis, which numpy computes row by row in the order it uses for one row
-    (tests/test_calibration_gate.py checks this for 1-255 options).
-    """
-    k = logits.shape[-1]
-    p = unpermute(softmax_f32(logits, calibration.temperature_for(q.qtype, k, lang)), q.option_order)
-    rnd: Any = float if digits is None else functools.partial(round, ndigits=digits)
-    act_p = [{"act_probability": rnd(a)} for a in act[:, 0].tolist()]
-    probs = p.tolist()
-    answer_conf = max_confidences(p)
-    # A language override stands in for the whole calibration, so the map (fitted without it) is off.
-    if calibration.binning_map and calibration.lang_override(lang) is None:
-        bucket = temp_bucket(q.qtype, k)
-        answer_conf = [apply_binning_map(c, bucket, calibration.binning_map) for c in answer_conf]
-    answer_conf = [rnd(c) for c in answer_conf]
-    if q.type == "noul":
-        return [
-            {
-                "type": "noul",
-                "noul": rnd(row[1]),
-                "confidence": rnd(max(row[1], 1.0 - row[1])),
-                "answer_confidence": answer_conf[i],
-                "action": act_p[i],
-            }
-            for i, row in enumerate(probs)
-        ]
-    confidence = [rnd(c) for c in entropy_confidences(p)]
-    if q.type == "choice":
-        keys = list(q.criteria.keys())
-        return [
-            {
-                "type": "choice",
-                "choice": keys[best],
-                "probabilities": {key: rnd(v) for key, v in zip(keys, row, strict=False)},
-                "confidence": confidence[i],
-                "answer_confidence": answer_conf[i],
-                "action": act_p[i],
-            }
-            for i, (best, row) in enumerate(zip(p.argmax(axis=-1).tolist(), probs, strict=True))
-        ]
-    expected = (np.arange(k) * p).sum(axis=-1).tolist()  # int64 x float32 -> float64 sums
-    legend = {str(i): render_criterion(c) for i, c in enumerate(q.criteria)}
-    levels = [str(i) for i in range(k)]
-    return [
-        {
-            "type": "score",
-            "score": rnd(expected[i]),
-            "legend": dict(legend),
-            "probabilities": {level: rnd(v) for level, v in zip(levels, row, strict=True)},
-            "confidence": confidence[i],
-            "answer_confidence": answer_conf[i],
-            "action": act_p[i],
-        }
-        for i, row in enumerate(probs)
-    ]
+    """The answers of `q` for many rows at once (`logits` [n, k], `act` [n, >=1]; `decode_questions`
+    for one question)."""
+    return decode_questions([q], logits, act, calibration, lang, digits)[0]
 
 
 def state_usage(rows: Sequence[Row], input_tokens: int) -> dict[str, Any]:
@@ -354,49 +510,43 @@ def state_usage(rows: Sequence[Row], input_tokens: int) -> dict[str, Any]:
 
 
 class CallLogits:
-    """The logits of every row of one call, gathered per question across its passes, so each
-    question is decoded for all states at once (`decode`)."""
+    """The logits of every row of one call, gathered across its passes into call order (state i's
+    row for question j at i * m + j), so the whole call is decoded at once (`decode`)."""
 
     def __init__(self, questions: Mapping[Any, Question], n_states: int):
         self.questions = list(questions.values())
         self.n_states = n_states
-        self.logits: list[np.ndarray] = []
-        self.act: list[np.ndarray] = []
+        self.logits: np.ndarray | None = None
+        self.act: np.ndarray | None = None
 
     def add(self, refs: Sequence[tuple[int, int]], logits: np.ndarray, act: np.ndarray) -> None:
         """One pass's outputs: row r of the pass is (state, question index) `refs[r]`; `act`
         already softmaxed. Rows of a pass may come from any states and questions."""
-        widths = [q.n_options for q in self.questions]
-        n_q = len(widths)
+        m = len(self.questions)
+        n_rows = self.n_states * m
         if (
-            not self.logits
-            and len(refs) == self.n_states * n_q
-            and all(ref == divmod(r, n_q) for r, ref in enumerate(refs))
+            self.logits is None
+            and len(refs) == n_rows
+            and all(ref == divmod(r, m) for r, ref in enumerate(refs))
         ):
-            # The whole call in one pass, in call order: every question's rows are a strided view.
-            self.logits = [logits[j::n_q, :k] for j, k in enumerate(widths)]
-            self.act = [act[j::n_q, :1] for j in range(n_q)]
+            self.logits, self.act = logits, act[:, :1]  # the whole call in one pass, in call order
             return
-        if not self.logits:
-            self.logits = [np.empty((self.n_states, k), dtype=np.float32) for k in widths]
-            self.act = [np.empty((self.n_states, 1), dtype=np.float32) for _ in widths]
-        groups: dict[int, tuple[list[int], list[int]]] = {}
-        for r, (i, j) in enumerate(refs):
-            rows, states = groups.setdefault(j, ([], []))
-            rows.append(r)
-            states.append(i)
-        for j, (rows, states) in groups.items():
-            self.logits[j][states] = logits[rows, : widths[j]]
-            self.act[j][states] = act[rows, :1]
+        if self.logits is None:
+            width = max(q.n_options for q in self.questions)
+            self.logits = np.zeros((n_rows, width), dtype=np.float32)
+            self.act = np.zeros((n_rows, 1), dtype=np.float32)
+        assert self.act is not None
+        order = [i * m + j for i, j in refs]
+        width = min(self.logits.shape[-1], logits.shape[-1])
+        self.logits[order, :width] = logits[:, :width]
+        self.act[order] = act[:, :1]
 
     def decode(
         self, encoded: Sequence[Sequence[Row]], calibration: Calibration, lang: str | None = None
     ) -> list[dict[str, Any]]:
         """Each state's result (`encoded[i]`: state i's rows, one per question in order)."""
-        per_question = [
-            decode_answers(q, lg, ac, calibration, lang)
-            for q, lg, ac in zip(self.questions, self.logits, self.act, strict=True)
-        ]
+        assert self.logits is not None and self.act is not None, "no pass was added"
+        per_question = decode_questions(self.questions, self.logits, self.act, calibration, lang)
         qids = [q.qid for q in self.questions]
         return [
             {

@@ -12,9 +12,9 @@ import asyncio
 import contextvars
 import inspect
 import math
+import os
 import threading
 import time
-import uuid
 import warnings
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
@@ -26,6 +26,16 @@ from laya_onnx.errors import InvalidRequest, InvalidRequestType
 HOOK_EVENTS = ("on_predict_start", "on_predict_end", "on_route", "on_load", "on_evict", "on_error")
 
 
+_UUID4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
+_UUID4_SET = (0x4000 << 64) | (0x8000 << 48)
+
+
+def new_run_id() -> str:
+    """`uuid.uuid4().hex` (version 4, RFC 4122 variant, from os.urandom) without building a UUID
+    object: a third of the cost, and every call makes one."""
+    return "%032x" % (int.from_bytes(os.urandom(16), "big") & _UUID4_CLEAR | _UUID4_SET)
+
+
 @dataclass(eq=False)
 class PredictContext:
     """Mutable state shared by every hook of one call (identity equality, so it is hashable)."""
@@ -34,7 +44,7 @@ class PredictContext:
     # any value; the agent checks what survives the start hooks before inference.
     states: Any
     questions: dict[Any, Any]
-    run_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    run_id: str = field(default_factory=new_run_id)
     results: list[dict[str, Any]] | None = None
     decision: dict[str, Any] | None = None
     model: str | None = None

@@ -24,7 +24,9 @@ from laya_onnx.tokenizer import LayaTokenizer
 #: Distinct (question set, head_max_len) pairs one agent keeps prepared (least recently used out).
 QUESTION_CACHE_SIZE = 256
 
-_SCALARS = (str, int, bool, type(None))
+# Tags of the frozen forms other than str, int and None, which stand for themselves: unique
+# objects, so no caller's value can equal a tagged tuple (and 1, True and 1.0 stay apart).
+_FLOAT, _BOOL, _LIST, _TUPLE, _DICT = (object() for _ in range(5))
 
 
 class _Uncacheable(Exception):
@@ -33,27 +35,42 @@ class _Uncacheable(Exception):
 
 def _freeze(value: Any) -> Hashable:
     kind = type(value)
-    if kind in _SCALARS:
-        return (kind.__name__, value)
-    if kind is float:
-        return ("float", repr(value))  # repr: keeps -0.0 apart from 0.0, nan comparable
+    if kind is str or kind is int or value is None:
+        return value
     if kind is dict:
-        return ("dict", tuple((_freeze(k), _freeze(v)) for k, v in value.items()))
+        return (
+            _DICT,
+            tuple(
+                [
+                    (k if type(k) is str else _freeze(k), v if type(v) is str else _freeze(v))
+                    for k, v in value.items()
+                ]
+            ),
+        )
     if kind is list or kind is tuple:
-        return (kind.__name__, tuple(_freeze(v) for v in value))
+        return (
+            _LIST if kind is list else _TUPLE,
+            tuple([v if type(v) is str else _freeze(v) for v in value]),
+        )
+    if kind is float:
+        return (_FLOAT, repr(value))  # repr: keeps -0.0 apart from 0.0, nan comparable
+    if kind is bool:
+        return (_BOOL, value)
     raise _Uncacheable
 
 
 def _thaw(frozen: Any) -> Any:
-    kind, payload = frozen
-    if kind == "float":
-        return float(payload)
-    if kind == "dict":
+    if type(frozen) is not tuple:
+        return frozen
+    tag, payload = frozen
+    if tag is _DICT:
         return {_thaw(k): _thaw(v) for k, v in payload}
-    if kind == "list":
+    if tag is _LIST:
         return [_thaw(v) for v in payload]
-    if kind == "tuple":
+    if tag is _TUPLE:
         return tuple(_thaw(v) for v in payload)
+    if tag is _FLOAT:
+        return float(payload)
     return payload
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from laya_onnx.errors import InvalidRequest, InvalidRequestType, caller_value
@@ -45,6 +46,18 @@ class Question:
     @property
     def n_options(self) -> int:
         return 2 if self.type == "noul" else len(self.criteria)
+
+    @cached_property
+    def legend(self) -> dict[str, str]:
+        """A score question's levels as answers print them ({"0": text, ...}); read-only, copy it."""
+        return {str(i): render_criterion(c) for i, c in enumerate(self.criteria)}
+
+
+def render_criterion(value: Any) -> str:
+    """A criterion description as text: strings verbatim, structure as one-line JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
 
 
 def noul_labels(labels: Any) -> tuple[str, str]:

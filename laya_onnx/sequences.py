@@ -21,7 +21,7 @@ import numpy as np
 
 from laya_onnx.bundle import GRAPH_INPUTS, MIN_MARKER_COLUMNS
 from laya_onnx.errors import InvalidRequest, caller_value
-from laya_onnx.questions import Question, noul_labels
+from laya_onnx.questions import Question, noul_labels, render_criterion
 from laya_onnx.tokenizer import OPTION_MAX_TOKENS, LayaTokenizer
 
 #: An option budget below this many tokens shrinks every option to an equal share.
@@ -96,13 +96,6 @@ def serialize_state(state: Any) -> str:
         return json.dumps(state, ensure_ascii=False)
 
 
-def render_criterion(value: Any) -> str:
-    """A criterion description as text: strings verbatim, structure as one-line JSON."""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
-
-
 def render_options(q: Question) -> list[str]:
     """Option texts in option-index order; a noul is always [false, true]."""
     if q.type == "choice":
@@ -125,7 +118,7 @@ class Head:
     """The question half of a row: ids, each option slot's [MASK] position, option stats."""
 
     ids: list[int]
-    markers: list[int]
+    markers: tuple[int, ...]  # a tuple: rows share it, and the head is cached across calls
     options: dict[str, Any]
 
 
@@ -170,7 +163,7 @@ def build_head(tok: LayaTokenizer, q: Question, head_max_len: int) -> Head:
         "options_distinct": len({tuple(s) for s in spans}),
         "tokens_per_option": per_option,
     }
-    return Head(ids=ids, markers=markers, options=stats)
+    return Head(ids=ids, markers=tuple(markers), options=stats)
 
 
 def build_heads(tok: LayaTokenizer, questions: Mapping[Any, Question], head_max_len: int) -> dict[Any, Head]:
@@ -202,7 +195,7 @@ class Row:
 
     qid: Any
     ids: list[int]
-    markers: list[int]
+    markers: Sequence[int]
     qtype: int
     options: dict[str, Any]
     state_stats: dict[str, Any] = field(default_factory=dict)
@@ -220,8 +213,12 @@ def build_row(
     room = room_after(head, max_len)
     # A conversation (a list state) keeps its newest end; anything else keeps its start.
     kept = tokens[max(0, len(tokens) - room) :] if truncate_left else tokens[:room]
-    ids = (head.ids + kept + [tok.sep_token_id])[:max_len]
-    markers = [m for m in head.markers if m < max_len]
+    ids = head.ids + kept
+    ids.append(tok.sep_token_id)
+    if len(ids) > max_len:
+        ids = ids[:max_len]
+    # Every marker lies inside the head, so all fit when the head does.
+    markers = head.markers if len(head.ids) <= max_len else tuple(m for m in head.markers if m < max_len)
     if len(markers) != head.options["options"]:
         raise InvalidRequest(
             "question %r: only %d of its %d option markers fit in max_len=%d with "

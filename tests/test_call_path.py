@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from laya_onnx import ONNXAgent
-from laya_onnx.calibration import Calibration, CallLogits, decode_answers
+from laya_onnx.calibration import SHARED_WIDTH_MAX, Calibration, CallLogits, decode_answers, decode_questions
 from laya_onnx.errors import InvalidRequest
 from laya_onnx.question_cache import QuestionCache, question_key
 from laya_onnx.questions import normalize_questions
@@ -70,6 +70,46 @@ def test_decoding_many_rows_at_once_is_bit_identical_to_each_row_alone(k):
     logits = (rng.standard_normal((9, 2)) * 6).astype(np.float32)
     for i, answer in enumerate(decode_answers(noul, logits, np.ones((9, 1), np.float32), cal, digits=None)):
         assert answer["noul"] == float(_row_alone(logits[i], cal.temperature_for(2, 2), None)[0][1])
+
+
+def test_questions_decoded_together_answer_bit_for_bit_as_each_alone():
+    """Questions of different widths share one padded array (`width_groups`): every number must
+    keep the bits it has when the question is decoded alone and when its row is decoded alone."""
+    rng = np.random.default_rng(7)
+    cal = Calibration.from_config(
+        {"temperature": [1.3, 0.7, 2.9], "temperature_by_options": {"choice:2": 0.6}}
+    )
+    defs: dict = {"n": {"type": "noul", "instructions": "x"}}
+    for k in list(range(1, SHARED_WIDTH_MAX + 3)) + [16]:
+        crit = {"o%d" % i: None for i in range(k)}
+        defs["c%d" % k] = {"type": "choice", "instructions": "x", "criteria": crit}
+        defs["p%d" % k] = {
+            "type": "choice",
+            "instructions": "x",
+            "criteria": crit,
+            "option_order": rng.permutation(k).tolist(),
+        }
+        defs["s%d" % k] = {"type": "score", "instructions": "x", "criteria": ["l%d" % i for i in range(k)]}
+    qs = list(normalize_questions(defs).values())
+    n, m = 6, len(qs)
+    scale = rng.choice([0.3, 4.0, 40.0], size=(n * m, 1))
+    logits = (rng.standard_normal((n * m, 16)) * scale).astype(
+        np.float32
+    )  # row i * m + j: state i, question j
+    act = rng.uniform(size=(n * m, 2)).astype(np.float32)
+    for digits in (None, 4):
+        together = decode_questions(qs, logits, act, cal, digits=digits)
+        for j, (q, answers) in enumerate(zip(qs, together, strict=True)):
+            k = q.n_options
+            assert answers == decode_answers(q, logits[j::m, :k], act[j::m], cal, digits=digits), q.qid
+            if digits is None and q.type != "noul":
+                for i, answer in enumerate(answers):
+                    p, conf, expected = _row_alone(
+                        logits[i * m + j, :k], cal.temperature_for(q.qtype, k), q.option_order
+                    )
+                    assert list(answer["probabilities"].values()) == p.tolist(), (q.qid, i)
+                    assert answer["confidence"] == conf, (q.qid, i)
+                    assert q.type != "score" or answer["score"] == expected
 
 
 def test_rows_gathered_from_shuffled_passes_decode_as_one_pass_in_order():
