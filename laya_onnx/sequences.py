@@ -195,7 +195,7 @@ class Row:
 
     qid: Any
     ids: list[int]
-    markers: Sequence[int]
+    markers: list[int]
     qtype: int
     options: dict[str, Any]
     state_stats: dict[str, Any] = field(default_factory=dict)
@@ -218,7 +218,7 @@ def build_row(
     if len(ids) > max_len:
         ids = ids[:max_len]
     # Every marker lies inside the head, so all fit when the head does.
-    markers = head.markers if len(head.ids) <= max_len else tuple(m for m in head.markers if m < max_len)
+    markers = list(head.markers) if len(head.ids) <= max_len else [m for m in head.markers if m < max_len]
     if len(markers) != head.options["options"]:
         raise InvalidRequest(
             "question %r: only %d of its %d option markers fit in max_len=%d with "
