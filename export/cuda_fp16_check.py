@@ -3,10 +3,14 @@
 The export gates fp16 on CPU with an emulation of fp16 rounding (onnxruntime's CPU EP computes
 an fp16 graph in fp32); this script measures the written graph where it is meant to run:
 
-    pip install 'laya-onnx[export]' onnxruntime-gpu   # a scratch venv: -gpu shadows onnxruntime
-    laya-onnx export CKPT -o b32                        # (or reuse existing bundles)
+    python -m venv .venv-gpu && .venv-gpu/bin/pip install -e '.[gpu,export]'  # onnxruntime-gpu only:
+                                                # never beside onnxruntime, which it shadows
+    laya-onnx export CKPT -o b32                  # or copy bundles exported on any box
     laya-onnx export CKPT -o b16 --precision fp16
-    python export/cuda_fp16_check.py b32 b16 [--repeats 20] [--json report.json]
+    .venv-gpu/bin/python export/cuda_fp16_check.py b32 b16 [--repeats 20] [--json report.json]
+
+`--provider CPUExecutionProvider` is a dry run of the script itself (no GPU; the CPU EP runs the
+fp16 graph in fp32, so its figures say nothing about fp16).
 
 The reference is the fp32 bundle on the CPU EP (validated within 1e-4 of fp32 torch at export).
 Both suites of the export gate (the export cases and the parity suite) run on the fp16 bundle
