@@ -79,6 +79,12 @@ def test_tiny_presets_export_at_every_precision_with_their_gate(lowered, preset,
     else:
         halves = [t for t in graph.graph.initializer if t.data_type == onnx.TensorProto.FLOAT16]
         assert len(halves) == record["matmuls"] + record["embedding_tables"]
+        # the first encoder layer's four weight MatMuls stay fp32 (precision.FP16_KEEP_FP32)
+        assert record["keep_fp32"] == ["layers.0"] and len(record["kept_fp32"]) == 4
+        first = [
+            n for n in graph.graph.node if n.name.startswith("/encoder/layers.0/") and n.op_type == "MatMul"
+        ]
+        assert len(first) == 4 and not [n for n in first if any("fp16" in i for i in n.input)]
         assert record["cpu_ep"]["export-cases"]["decisions"] > 0
 
     with pytest.warns(ReducedPrecisionWarning, match=rf"runs in {precision} \(not fp32; export-cases: "):
@@ -193,7 +199,7 @@ def test_fp16_emulation_rounds_like_fp16_and_the_written_graph_runs():
     outputs = {}
     for emulate in (False, True):
         graph = helper.make_graph(
-            [helper.make_node("MatMul", ["x", "w"], ["y"], name="/encoder/layers.0/mlp/Wi/MatMul")],
+            [helper.make_node("MatMul", ["x", "w"], ["y"], name="/encoder/layers.1/mlp/Wi/MatMul")],
             "g",
             [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, None, 96])],
             [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, None, 80])],
