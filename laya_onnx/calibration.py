@@ -36,6 +36,7 @@ def size_class(k: int) -> str:
     return "2" if k <= 2 else "3-5" if k <= 5 else "6-10" if k <= 10 else "11+"
 
 
+@functools.lru_cache(maxsize=1024)
 def temp_bucket(qtype: int, k: int) -> str:
     """Bucket name such as 'choice:3-5' for a question type and option count."""
     return "%s:%s" % (QTYPE_NAMES[int(qtype)], size_class(k))
@@ -411,7 +412,7 @@ def answer_dicts(
         ]
     confidence = confidences_from_entropy(numbers.entropy_sums, k)
     if q.type == "choice":
-        keys = list(q.criteria.keys())
+        keys = q.answer_keys
         values = _rounded(act + answer_conf + confidence + numbers.probs, digits)
         at = 3 * n
         return [
@@ -425,8 +426,7 @@ def answer_dicts(
             }
             for i, best in enumerate(numbers.best or ())
         ]
-    legend = q.legend
-    levels = [str(i) for i in range(k)]
+    legend, levels = q.legend, q.answer_keys
     values = _rounded(act + answer_conf + confidence + (numbers.expected or []) + numbers.probs, digits)
     at = 4 * n
     return [

@@ -213,6 +213,8 @@ def compose_hooks(
     """The hooks of one call: defaults (read now; none inside `skipping_default_hooks`),
     installed, then per-call."""
     defaults = [] if _SKIP_DEFAULTS.get() else default_hooks()
+    if hooks is None and on_predict_start is None and on_predict_end is None:
+        return defaults + list(installed)
     return defaults + list(installed) + normalise_hooks(hooks, on_predict_start, on_predict_end)
 
 

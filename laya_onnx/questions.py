@@ -39,13 +39,21 @@ class Question:
     labels: dict[str, str] | None = None
     option_order: tuple[int, ...] | None = None
 
-    @property
+    # Cached: a question is prepared once and read on every call that asks it.
+    @cached_property
     def qtype(self) -> int:
         return QTYPES[self.type]
 
-    @property
+    @cached_property
     def n_options(self) -> int:
         return 2 if self.type == "noul" else len(self.criteria)
+
+    @cached_property
+    def answer_keys(self) -> list[Any]:
+        """The keys of a choice's or score's `probabilities`: its labels, or its levels "0".."k-1"."""
+        if self.type == "choice":
+            return list(self.criteria)
+        return [str(i) for i in range(self.n_options)]
 
     @cached_property
     def legend(self) -> dict[str, str]:
