@@ -193,6 +193,42 @@ def test_a_caller_mutating_its_questions_after_a_call_changes_nothing_cached(age
     assert original["answers"]["urgency"]["legend"]["1"] == '{"level": "soon"}'
 
 
+def test_cached_questions_answer_as_questions_prepared_afresh(agent):
+    """One question set over other states and budgets, then mutated in place between calls:
+    every answer through the cache equals the answer from questions prepared from scratch."""
+    cached, fresh = QuestionCache(agent.tok), QuestionCache(agent.tok, maxsize=0)
+    questions = copy.deepcopy(QUESTIONS)
+
+    def both(state, **options):
+        agent.question_cache = cached
+        through_cache = agent.predict(state, questions, **options)
+        agent.question_cache = fresh
+        assert agent.predict(state, questions, **options) == through_cache, (state, options, questions)
+        return through_cache
+
+    first = both("I was charged twice")
+    assert both("the app crashes on login")["usage"] != first["usage"]
+    both(["hi", "I want a refund"])
+    both("I was charged twice", head_max_len=20)
+    both("I was charged twice", max_len=40)
+    mutations = [
+        lambda: questions["refund"].update(instructions="Does the user want money back?"),
+        lambda: questions["queue"]["criteria"].update(tech="login problems"),
+        lambda: questions["urgency"]["criteria"].append("on fire"),
+        lambda: questions["urgency"]["criteria"][1].update(level="today"),
+        lambda: questions["queue"].update(criteria=["billing", "tech", "other"]),
+        lambda: questions["refund"].update(labels={"false": "no", "true": "yes"}),
+        lambda: questions.pop("urgency"),
+    ]
+    for mutate in mutations:
+        before = both("I was charged twice")
+        mutate()
+        after = both("I was charged twice")
+        assert after != before
+    assert cached.info().hits > 0
+    assert after["answers"]["refund"]["type"] == "noul" and "urgency" not in after["answers"]
+
+
 def test_uncacheable_questions_are_answered_and_refusals_are_never_cached(agent):
     cache = agent.question_cache = QuestionCache(agent.tok, maxsize=2)
 
