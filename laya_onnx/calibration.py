@@ -338,8 +338,8 @@ def calibrated_numbers(
         if q.option_order is not None:
             p[:, m, :k] = unpermute(p[:, m, :k], q.option_order)
     top = np.maximum.reduce(p, axis=-1).T.tolist()
-    entropy = entropy_sums(p).T.tolist()
     kinds = {q.type for q in questions}
+    entropy = entropy_sums(p).T.tolist() if kinds != {"noul"} else None  # a noul's confidence is max(p, 1-p)
     best = p.argmax(axis=-1).T.tolist() if "choice" in kinds else None
     wide = "score" in kinds and p.shape[-1] > SHARED_WIDTH_MAX
     # int64 x float32 -> float64 products and sums, as the reference computes the expected level.
@@ -354,7 +354,7 @@ def calibrated_numbers(
             RowNumbers(
                 probs=probs,
                 top=top[m],
-                entropy_sums=entropy[m],
+                entropy_sums=[] if entropy is None else entropy[m],
                 best=None if best is None else best[m],
                 expected=levels,
             )

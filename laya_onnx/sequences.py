@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -253,22 +254,38 @@ def encode_state(
     ]
 
 
+#: From this many rows on, `collate` fills its arrays with one vectorised copy each; below it,
+#: row by row (numpy's per-call overhead outweighs the per-row copies of a few rows).
+COLLATE_VECTOR_ROWS = 8
+
+
 def collate(rows: Sequence[Row], pad_id: int) -> dict[str, np.ndarray]:
     """Pad rows into the graph's inputs (names and dtypes from the bundle's I/O declaration)."""
     if not rows:
         raise ValueError("collate needs at least one row")
     n = len(rows)
-    width = max(len(r.ids) for r in rows)
-    k_cols = max(MIN_MARKER_COLUMNS, max(len(r.markers) for r in rows))
+    lengths = [len(r.ids) for r in rows]
+    counts = [len(r.markers) for r in rows]
+    width = max(lengths)
+    k_cols = max(MIN_MARKER_COLUMNS, max(counts))
     ids = np.full((n, width), pad_id, dtype=np.int64)
-    att = np.zeros((n, width), dtype=np.int64)
     mpos = np.zeros((n, k_cols), dtype=np.int64)
-    mmask = np.zeros((n, k_cols), dtype=bool)
-    for i, r in enumerate(rows):
-        ids[i, : len(r.ids)] = r.ids
-        att[i, : len(r.ids)] = 1
-        mpos[i, : len(r.markers)] = r.markers
-        mmask[i, : len(r.markers)] = True
+    if n < COLLATE_VECTOR_ROWS:
+        att = np.zeros((n, width), dtype=np.int64)
+        mmask = np.zeros((n, k_cols), dtype=bool)
+        for i, r in enumerate(rows):
+            ids[i, : lengths[i]] = r.ids
+            att[i, : lengths[i]] = 1
+            mpos[i, : counts[i]] = r.markers
+            mmask[i, : counts[i]] = True
+    else:
+        used = np.arange(width) < np.array(lengths)[:, None]
+        ids[used] = np.fromiter(chain.from_iterable(r.ids for r in rows), dtype=np.int64, count=sum(lengths))
+        att = used.astype(np.int64)
+        mmask = np.arange(k_cols) < np.array(counts)[:, None]
+        mpos[mmask] = np.fromiter(
+            chain.from_iterable(r.markers for r in rows), dtype=np.int64, count=sum(counts)
+        )
     feeds = {
         "input_ids": ids,
         "attention_mask": att,

@@ -299,3 +299,33 @@ def test_threads_come_from_the_argument_then_laya_threads(bundle_factory, monkey
             ONNXAgent(bundle, threads=bad)
     with pytest.raises(ValueError, match="bucket_rows must be"):
         ONNXAgent(bundle, bucket_rows=-1)
+
+
+@pytest.mark.parametrize("n_rows", [1, 3, 7, 8, 9, 40])
+def test_collate_fills_the_same_feeds_row_by_row_and_vectorised(n_rows, monkeypatch):
+    from laya_onnx import sequences
+
+    rng = np.random.default_rng(n_rows)
+    rows = [
+        Row(
+            qid="q%d" % i,
+            ids=rng.integers(3, 900, size=int(rng.integers(1, 30))).tolist(),
+            markers=sorted(rng.choice(40, size=int(rng.integers(1, 6)), replace=False).tolist()),
+            qtype=int(rng.integers(0, 3)),
+            options={},
+        )
+        for i in range(n_rows)
+    ]
+    vectorised = sequences.collate(rows, pad_id=1)
+    monkeypatch.setattr(sequences, "COLLATE_VECTOR_ROWS", 10**9)
+    by_row = sequences.collate(rows, pad_id=1)
+    assert list(vectorised) == list(by_row)
+    for name, array in by_row.items():
+        assert vectorised[name].dtype == array.dtype and np.array_equal(vectorised[name], array), name
+    lengths = [len(r.ids) for r in rows]
+    assert by_row["input_ids"].shape == (n_rows, max(lengths))
+    assert by_row["attention_mask"].sum(axis=1).tolist() == lengths
+    assert [by_row["input_ids"][i, : len(r.ids)].tolist() for i, r in enumerate(rows)] == [
+        r.ids for r in rows
+    ]
+    assert (by_row["input_ids"][by_row["attention_mask"] == 0] == 1).all()
