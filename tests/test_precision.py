@@ -332,3 +332,18 @@ def test_export_cli_refuses_int8_options_for_another_precision(tmp_path, capsys)
     assert main([*argv, "--int8-weight-bits", "8"]) == EXIT_USAGE
     assert "--int8-keep-fp32 and --int8-weight-bits apply to --precision int8" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_export_cli_int8_options_make_the_plan():
+    import argparse
+
+    from laya_onnx.cli import _int8_plan
+    from laya_onnx.export.precision import DEFAULT_INT8_PLAN, Int8Plan
+
+    def plan(keep=None, bits=None):
+        return _int8_plan(argparse.Namespace(precision="int8", int8_keep_fp32=keep, int8_weight_bits=bits))
+
+    assert plan() is None  # the exporter's default plan
+    assert plan(bits=7) == Int8Plan(keep_fp32=DEFAULT_INT8_PLAN.keep_fp32, weight_bits=7)
+    assert plan(keep="") == Int8Plan(keep_fp32=(), weight_bits=DEFAULT_INT8_PLAN.weight_bits)
+    assert plan(keep=" mlp.Wo, layers.0 ").keep_fp32 == ("mlp.Wo", "layers.0")
