@@ -87,17 +87,23 @@ def test_the_window_setting(monkeypatch):
         Settings.from_env()
 
 
-@aio
-async def test_each_caller_gets_its_alone_answer_from_a_real_agent(bundle_factory):
-    agent = ONNXAgent(bundle_factory("tiny-english"), max_pass_memory="40M")
-    states = ["I was charged twice", "my login fails on the app", "word " * 2000, "refund me please"]
-    bodies = [{"state": s, "questions": Q, "max_len": 4096} for s in states]
+async def _alone_and_grouped(agent, bodies):
+    """Each body posted alone, then all posted at once inside one batch window (one group)."""
     async with served(agent) as c:
         alone = [await post(c, URL, b) for b in bodies]
     async with served(agent, batch_window_ms=300) as c:
         grouped = await _concurrently(c, bodies)
         batcher = c.server.app[RUNTIME].batcher
-        assert batcher.groups_run == 1 and batcher.requests_run == 4
+        assert batcher.groups_run == 1 and batcher.requests_run == len(bodies)
+    return alone, grouped
+
+
+@aio
+async def test_each_caller_gets_its_alone_answer_from_a_real_agent(bundle_factory):
+    agent = ONNXAgent(bundle_factory("tiny-english"), max_pass_memory="40M")
+    states = ["I was charged twice", "my login fails on the app", "word " * 2000, "refund me please"]
+    bodies = [{"state": s, "questions": Q, "max_len": 4096} for s in states]
+    alone, grouped = await _alone_and_grouped(agent, bodies)
     assert [r.status for r, _ in alone] == [200, 200, 413, 200]
     assert [r.status for r, _ in grouped] == [200, 200, 413, 200]
     assert grouped[2][1] == alone[2][1]  # the refusal, verbatim
@@ -116,15 +122,9 @@ async def test_each_caller_gets_its_alone_answer_from_a_real_agent(bundle_factor
 STATES_OF_MIXED_LENGTH = ["I was charged twice", "my login fails on the app " * 6, "refund me please", "hi"]
 
 
-async def _alone_and_grouped(agent):
-    """Each state's answers posted alone, then all posted at once inside one batch window."""
+async def _answers_alone_and_grouped(agent):
     bodies = [{"state": s, "questions": Q} for s in STATES_OF_MIXED_LENGTH]
-    async with served(agent) as c:
-        alone = [await post(c, URL, b) for b in bodies]
-    async with served(agent, batch_window_ms=300) as c:
-        grouped = await _concurrently(c, bodies)
-        batcher = c.server.app[RUNTIME].batcher
-        assert batcher.groups_run == 1 and batcher.requests_run == 4
+    alone, grouped = await _alone_and_grouped(agent, bodies)
     assert [r.status for r, _ in grouped] == [r.status for r, _ in alone] == [200] * 4
     return [body["answers"] for _, body in alone], [body["answers"] for _, body in grouped]
 
@@ -145,7 +145,7 @@ async def test_int8_callers_get_exactly_their_alone_answer(lowered, bundle_facto
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ReducedPrecisionWarning)
-        alone, grouped = await _alone_and_grouped(ONNXAgent(lowered("tiny-english", "int8")))
+        alone, grouped = await _answers_alone_and_grouped(ONNXAgent(lowered("tiny-english", "int8")))
     assert grouped == alone
 
     per_tensor = tmp_path / "per-tensor"
@@ -153,7 +153,7 @@ async def test_int8_callers_get_exactly_their_alone_answer(lowered, bundle_facto
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         quantize_dynamic(per_tensor / "laya.onnx", per_tensor / "laya.onnx", weight_type=QuantType.QInt8)
-    alone, grouped = await _alone_and_grouped(ONNXAgent(per_tensor, verify=False))
+    alone, grouped = await _answers_alone_and_grouped(ONNXAgent(per_tensor, verify=False))
     assert grouped != alone
 
 
