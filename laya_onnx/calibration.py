@@ -230,7 +230,8 @@ def confidences_from_entropy(sums: Sequence[float], k: int) -> list[float]:
 
 
 def clamped(values: Sequence[float]) -> list[float]:
-    return [min(1.0, max(0.0, v)) for v in values]
+    """min(1.0, max(0.0, v)) of each value, NaN and -0.0 to 0.0 as that gives, without the calls."""
+    return [(v if v < 1.0 else 1.0) if v > 0.0 else 0.0 for v in values]
 
 
 def entropy_confidences(p: np.ndarray) -> list[float]:
@@ -256,8 +257,12 @@ def max_confidence(p: np.ndarray, k: int) -> float:
 
 
 def act_probabilities(act_logits: np.ndarray) -> np.ndarray:
-    e = np.exp(act_logits - act_logits.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
+    # The ufuncs' reduce and in-place forms of max/sum and the division: the same numbers
+    # without the array methods' Python wrappers and temporaries (a few microseconds a call).
+    e = act_logits - np.maximum.reduce(act_logits, axis=-1, keepdims=True)
+    np.exp(e, out=e)
+    e /= np.add.reduce(e, axis=-1, keepdims=True)
+    return e
 
 
 def decode_answer(

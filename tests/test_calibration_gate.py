@@ -165,3 +165,28 @@ def test_gate_writes_what_reference_writes(mc):
     assert repr(ours) == repr(ref)  # values and key order
     if mc is not None:
         assert all("abstention" in a for a in ours[0]["answers"].values())
+
+
+def test_clamped_matches_min_max_bit_for_bit():
+    """`clamped` skips the min/max calls; NaN, -0.0, infinities and ints come out as they give."""
+    values = [0.0, -0.0, 1.0, 1, 0, 2, -3, 5e-324, -1e-300, 0.5, 1.0000001, np.nan, np.inf, -np.inf]
+    values += np.random.default_rng(3).uniform(-2.0, 3.0, 200).tolist()
+    want = [min(1.0, max(0.0, v)) for v in values]
+    got = cal.clamped(values)
+    assert [(type(v), np.float64(v).tobytes()) for v in got] == [
+        (type(v), np.float64(v).tobytes()) for v in want
+    ]
+
+
+def test_act_probabilities_match_the_plain_softmax_bit_for_bit():
+    rng = np.random.default_rng(4)
+    logits = (rng.standard_normal((64, 2)) * 8).astype(np.float32)
+    logits[0] = [np.inf, 0.0]
+    logits[1] = [np.nan, 1.0]
+    before = logits.copy()
+    with np.errstate(invalid="ignore"):
+        e = np.exp(logits - logits.max(axis=-1, keepdims=True))
+        want = e / e.sum(axis=-1, keepdims=True)
+        got = cal.act_probabilities(logits)
+    assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+    assert logits.tobytes() == before.tobytes()  # the graph's output is left as it was
