@@ -347,3 +347,44 @@ def test_export_cli_int8_options_make_the_plan():
     assert plan(bits=7) == Int8Plan(keep_fp32=DEFAULT_INT8_PLAN.keep_fp32, weight_bits=7)
     assert plan(keep="") == Int8Plan(keep_fp32=(), weight_bits=DEFAULT_INT8_PLAN.weight_bits)
     assert plan(keep=" mlp.Wo, layers.0 ").keep_fp32 == ("mlp.Wo", "layers.0")
+
+
+@pytest.mark.parametrize("precision", ["fp16", "int8"])
+def test_a_lowered_graph_with_external_data_is_the_inline_one(
+    lowered, checkpoint_factory, tmp_path, precision
+):
+    """The rewrite reads the fp32 weights from the external data file one at a time and streams the
+    kept ones into the new file: the same graph, bit for bit in its answers, as the inline export."""
+    import onnx
+
+    from laya_onnx.bundle import GRAPH_DATA_FILE, GRAPH_FILE
+    from laya_onnx.export import export_bundle
+
+    inline = lowered("tiny-english", precision)
+    out = tmp_path / "external"
+    manifest = export_bundle(
+        checkpoint_factory("tiny-english"),
+        out,
+        verbose=False,
+        name="tiny-english",
+        precision=precision,
+        measure_memory=False,
+        external_data_threshold=0,
+    )
+    assert manifest["graph"]["external_data"] == [GRAPH_DATA_FILE] and (out / GRAPH_DATA_FILE).is_file()
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in inline.iterdir()) + [
+        GRAPH_DATA_FILE
+    ]
+    graph = onnx.load(str(out / GRAPH_FILE), load_external_data=False)
+    assert {e.value for t in graph.graph.initializer for e in t.external_data if e.key == "location"} == {
+        GRAPH_DATA_FILE
+    }
+    assert manifest["precision"] == json.loads((inline / "manifest.json").read_text())["precision"]
+    a, b = _agent(inline), _agent(out)
+    ref, got = (
+        _row_outputs(a, lambda: a.predict(STATE, QUESTIONS)),
+        _row_outputs(b, lambda: b.predict(STATE, QUESTIONS)),
+    )
+    assert ref[0] == got[0]
+    for (a_logits, a_act), (b_logits, b_act) in zip(ref[1], got[1], strict=True):
+        assert np.array_equal(a_logits, b_logits) and np.array_equal(a_act, b_act)

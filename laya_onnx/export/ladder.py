@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from laya_onnx.bundle import DEFAULT_EXTERNAL_DATA_THRESHOLD
+from laya_onnx.bundle import DEFAULT_EXTERNAL_DATA_THRESHOLD, GRAPH_DATA_FILE
 from laya_onnx.export.cases import Call, encode_calls
 from laya_onnx.export.precision import GATES, Gate, Int8Plan, check_precision, lower_precision
 
@@ -137,20 +137,41 @@ class PrecisionStep:
         return sum(c["rows"] for c in cases)
 
     def _lower(self, fp32_graph: Path, out: Path, threshold: int, emulate: bool = False) -> dict[str, Any]:
-        """Write `fp32_graph` lowered to `out` (inline, or with external data above `threshold`)."""
+        """Write `fp32_graph` lowered to `out` (inline, or with external data above `threshold`).
+
+        The fp32 graph is read without its external data: each weight the rewrite lowers is read
+        from disk on its own, the ones it keeps are streamed from the fp32 data file to the new
+        one, so the fp32 weights are never all in memory (they were 1.6 GB of the 5.7 GiB peak of
+        a full-size int8 export). The result is written to a staging folder and moved into place,
+        because `out` may be the graph being read.
+        """
         import gc
+        import os
 
         import onnx
         import onnx_ir as ir
 
         from laya_onnx.export.graph_file import save_graph
 
-        model = onnx.load(str(fp32_graph))  # external data too
-        rewrite = lower_precision(model, self.precision, emulate=emulate, plan=self.plan)
-        out.parent.mkdir(exist_ok=True)
-        save_graph(ir.from_proto(model), out, external_data_threshold=threshold)
+        model = onnx.load(str(fp32_graph), load_external_data=False)
+        rewrite = lower_precision(
+            model, self.precision, emulate=emulate, plan=self.plan, base_dir=str(fp32_graph.parent)
+        )
+        lowered = ir.from_proto(model)
         del model
+        ir.external_data.set_base_dir(lowered.graph, fp32_graph.parent)
+        out.parent.mkdir(exist_ok=True)
+        staging = out.parent / "lowering"
+        staging.mkdir()
+        save_graph(lowered, staging / out.name, external_data_threshold=threshold)
+        del lowered
         gc.collect()
+        os.replace(staging / out.name, out)
+        if (staging / GRAPH_DATA_FILE).exists():
+            os.replace(staging / GRAPH_DATA_FILE, out.with_name(GRAPH_DATA_FILE))
+        else:
+            out.with_name(GRAPH_DATA_FILE).unlink(missing_ok=True)
+        staging.rmdir()
         onnx.checker.check_model(str(out))
         return rewrite
 

@@ -79,10 +79,15 @@ def check_precision(precision: Any) -> str:
 
 
 class _Graph:
-    """Index of one onnx graph for the rewrite: initializers by name, how many nodes read each."""
+    """Index of one onnx graph for the rewrite: initializers by name, how many nodes read each.
 
-    def __init__(self, model):
+    `base_dir`: where the external data of a model loaded without it lives; each weight is then
+    read from disk when it is rewritten, so the fp32 weights are never all in memory at once.
+    """
+
+    def __init__(self, model, base_dir: str = ""):
         self.graph = model.graph
+        self.base_dir = base_dir
         self.inits = {t.name: t for t in self.graph.initializer}
         self.readers: dict[str, int] = {}
         for node in self.graph.node:
@@ -107,7 +112,7 @@ class _Graph:
         init = self.inits.get(name)
         if init is None or init.data_type != TensorProto.FLOAT or len(init.dims) != 2:
             return None
-        return numpy_helper.to_array(init)
+        return numpy_helper.to_array(init, self.base_dir)
 
     def add_init(self, base: str, array: np.ndarray) -> str:
         from onnx import numpy_helper
@@ -299,13 +304,15 @@ def target_matmuls(model) -> list[tuple[str, str]]:
 
 
 def lower_precision(
-    model, precision: str, *, emulate: bool = False, plan: Int8Plan | None = None
+    model, precision: str, *, emulate: bool = False, plan: Int8Plan | None = None, base_dir: str = ""
 ) -> dict[str, Any]:
     """Rewrite the fp32 `model` (an onnx ModelProto, in place) to `precision`; returns what changed.
 
     `emulate` (fp16 only): the same rewrite computed in fp32 with every fp16 rounding made
     explicit (`_to_fp16`), for the CPU gate; never written into a bundle. `plan` (int8 only): which
     MatMuls are lowered and how (`Int8Plan`; default: all, 7-bit weights, no smoothing).
+    `base_dir`: the directory of a model loaded with `load_external_data=False`; its target
+    weights are read from there one at a time, the others stay external references.
 
     The record (written into the manifest) names the rewrite and counts the nodes it touched, so a
     bundle says what runs in reduced precision; fp32 returns an empty rewrite.
@@ -314,7 +321,7 @@ def lower_precision(
     if precision == "fp32":
         return {"rewrite": None, "matmuls": 0}
     plan = plan or DEFAULT_INT8_PLAN
-    g = _Graph(model)
+    g = _Graph(model, base_dir)
     nodes, replaced, kept = [], set(), []
     matmuls = gathers = 0
     weight_elems = 0
