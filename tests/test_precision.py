@@ -372,9 +372,9 @@ def test_a_lowered_graph_with_external_data_is_the_inline_one(
         external_data_threshold=0,
     )
     assert manifest["graph"]["external_data"] == [GRAPH_DATA_FILE] and (out / GRAPH_DATA_FILE).is_file()
-    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in inline.iterdir()) + [
-        GRAPH_DATA_FILE
-    ]
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [*(p.name for p in inline.iterdir()), GRAPH_DATA_FILE]
+    )
     graph = onnx.load(str(out / GRAPH_FILE), load_external_data=False)
     assert {e.value for t in graph.graph.initializer for e in t.external_data if e.key == "location"} == {
         GRAPH_DATA_FILE
