@@ -350,17 +350,26 @@ def test_export_cli_int8_options_make_the_plan():
 
 
 @pytest.mark.parametrize("precision", ["fp16", "int8"])
-def test_a_lowered_graph_with_external_data_is_the_inline_one(
-    lowered, checkpoint_factory, tmp_path, precision
+@pytest.mark.parametrize("lowered_inline", [False, True])
+def test_a_lowered_graph_from_external_data_is_the_inline_one(
+    lowered, checkpoint_factory, bundle_factory, tmp_path, precision, lowered_inline
 ):
     """The rewrite reads the fp32 weights from the external data file one at a time and streams the
-    kept ones into the new file: the same graph, bit for bit in its answers, as the inline export."""
+    kept ones into the new file (or, under the threshold, inlines them): the same graph, bit for
+    bit in its answers, as the all-inline export."""
     import onnx
 
     from laya_onnx.bundle import GRAPH_DATA_FILE, GRAPH_FILE
     from laya_onnx.export import export_bundle
 
     inline = lowered("tiny-english", precision)
+
+    def weights(bundle) -> int:
+        return sum(len(t.raw_data) for t in onnx.load(str(bundle / GRAPH_FILE)).graph.initializer)
+
+    lowered_bytes, fp32_bytes = weights(inline), weights(bundle_factory("tiny-english"))
+    assert fp32_bytes > lowered_bytes
+    between = (lowered_bytes + fp32_bytes) // 2  # fp32 is written external, the lowered graph inline
     out = tmp_path / "external"
     manifest = export_bundle(
         checkpoint_factory("tiny-english"),
@@ -369,22 +378,18 @@ def test_a_lowered_graph_with_external_data_is_the_inline_one(
         name="tiny-english",
         precision=precision,
         measure_memory=False,
-        external_data_threshold=0,
+        external_data_threshold=between if lowered_inline else 0,
     )
-    assert manifest["graph"]["external_data"] == [GRAPH_DATA_FILE] and (out / GRAPH_DATA_FILE).is_file()
-    assert sorted(p.name for p in out.iterdir()) == sorted(
-        [*(p.name for p in inline.iterdir()), GRAPH_DATA_FILE]
-    )
+    data = [] if lowered_inline else [GRAPH_DATA_FILE]
+    assert manifest["graph"]["external_data"] == data
+    assert sorted(p.name for p in out.iterdir()) == sorted([*(p.name for p in inline.iterdir()), *data])
     graph = onnx.load(str(out / GRAPH_FILE), load_external_data=False)
-    assert {e.value for t in graph.graph.initializer for e in t.external_data if e.key == "location"} == {
-        GRAPH_DATA_FILE
-    }
+    locations = {e.value for t in graph.graph.initializer for e in t.external_data if e.key == "location"}
+    assert locations == set(data)
     assert manifest["precision"] == json.loads((inline / "manifest.json").read_text())["precision"]
     a, b = _agent(inline), _agent(out)
-    ref, got = (
-        _row_outputs(a, lambda: a.predict(STATE, QUESTIONS)),
-        _row_outputs(b, lambda: b.predict(STATE, QUESTIONS)),
-    )
+    ref = _row_outputs(a, lambda: a.predict(STATE, QUESTIONS))
+    got = _row_outputs(b, lambda: b.predict(STATE, QUESTIONS))
     assert ref[0] == got[0]
     for (a_logits, a_act), (b_logits, b_act) in zip(ref[1], got[1], strict=True):
         assert np.array_equal(a_logits, b_logits) and np.array_equal(a_act, b_act)

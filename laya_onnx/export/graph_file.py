@@ -142,6 +142,9 @@ def save_graph(model, path: Path, *, external_data_threshold: int) -> list[str]:
             alignment=DATA_ALIGNMENT,
         )
         return [data.name]
+    # Inline means every tensor in the file: a model read lazily (the precision step's) still
+    # refers to its source's data file, which may be the one unlinked here.
+    ir.external_data.load_to_model(model)
     data.unlink(missing_ok=True)
     ir.save(model, str(path))
     return []
