@@ -334,6 +334,23 @@ def test_export_cli_refuses_int8_options_for_another_precision(tmp_path, capsys)
     assert not (tmp_path / "out").exists()
 
 
+def test_an_int8_plan_is_refused_for_another_precision(tmp_path):
+    # The exporter and its precision step share one check; the export refuses before any work.
+    from laya_onnx.export import export_bundle
+    from laya_onnx.export.ladder import PrecisionStep
+    from laya_onnx.export.precision import DEFAULT_INT8_PLAN
+
+    for precision in ("fp32", "fp16"):
+        with pytest.raises(ValueError, match=f"int8_plan applies to precision 'int8', not '{precision}'"):
+            export_bundle(
+                tmp_path / "none", tmp_path / "out", precision=precision, int8_plan=DEFAULT_INT8_PLAN
+            )
+    with pytest.raises(ValueError, match="int8_plan applies to precision 'int8', not 'fp16'"):
+        PrecisionStep("fp16", plan=DEFAULT_INT8_PLAN)
+    assert PrecisionStep("int8", plan=DEFAULT_INT8_PLAN).plan is DEFAULT_INT8_PLAN
+    assert not (tmp_path / "out").exists()
+
+
 def test_export_cli_int8_options_make_the_plan():
     import argparse
 

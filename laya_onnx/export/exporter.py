@@ -43,7 +43,7 @@ from laya_onnx.bundle import (
     write_manifest,
 )
 from laya_onnx.calibration_file import BUNDLE_CALIBRATION_FILE, load_calibration
-from laya_onnx.export.precision import DEFAULT_PRECISION, check_precision
+from laya_onnx.export.precision import DEFAULT_PRECISION, check_int8_plan, check_precision
 from laya_onnx.session import CPU, session_options
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
@@ -478,8 +478,7 @@ def export_bundle(
     from laya_onnx.export.model import ATTENTION_KINDS, load_decision_model
     from laya_onnx.hub import fetch_checkpoint
 
-    if int8_plan is not None and check_precision(precision) != "int8":
-        raise ValueError(f"int8_plan applies to precision 'int8', not {precision!r}")
+    check_int8_plan(precision, int8_plan)
     ladder = (
         None
         if check_precision(precision) == DEFAULT_PRECISION

@@ -22,7 +22,14 @@ from typing import Any
 
 from laya_onnx.bundle import DEFAULT_EXTERNAL_DATA_THRESHOLD, GRAPH_DATA_FILE
 from laya_onnx.export.cases import Call, encode_calls
-from laya_onnx.export.precision import GATES, Gate, Int8Plan, check_precision, lower_precision
+from laya_onnx.export.precision import (
+    GATES,
+    Gate,
+    Int8Plan,
+    check_int8_plan,
+    check_precision,
+    lower_precision,
+)
 
 DEFAULT_SUITE = "core"
 #: The parity rule's value tolerances are meant for fp32; the gate reads its measurements only.
@@ -107,8 +114,7 @@ class PrecisionStep:
         self.precision = check_precision(precision)
         if self.precision == "fp32":
             raise ValueError("fp32 is the exported graph itself; there is nothing to lower")
-        if plan is not None and self.precision != "int8":
-            raise ValueError(f"an int8 plan applies to precision 'int8', not {self.precision!r}")
+        check_int8_plan(self.precision, plan)
         self.plan = plan
         self.gate = gate or GATES[self.precision]
         self.parity_suite = suite

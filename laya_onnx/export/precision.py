@@ -23,6 +23,7 @@ or op by op), the decision head, its scorer, the act head and the logits.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -231,9 +232,16 @@ def _selects(pattern: str, path: str) -> bool:
     return path == pattern or path.endswith("." + pattern) or path.startswith(pattern + ".")
 
 
+def _kept_fp32(patterns: Sequence[str], node_name: str) -> bool:
+    """Whether a target MatMul's module is named by one of the kept-fp32 `patterns`."""
+    path = module_path(node_name)
+    return any(_selects(p, path) for p in patterns)
+
+
 @dataclass(frozen=True)
 class Int8Plan:
-    """How int8 lowers the target MatMuls (the default: all of them, 7-bit weights).
+    """How int8 lowers the target MatMuls (the fields' defaults: all of them, 7-bit weights; the
+    export's default is DEFAULT_INT8_PLAN).
 
     `keep_fp32`: module patterns (`_selects`: "attn.Wqkv", "layers.0", "layers.3.mlp.Wo") whose
     MatMuls stay fp32, a mixed int8 graph; `weight_bits`: 7 (u8 x s8) or 8 (u8 x u8).
@@ -249,11 +257,13 @@ class Int8Plan:
             raise ValueError(f"int8 keep_fp32 must be a list of module patterns, got {self.keep_fp32!r}")
 
     def keeps(self, node_name: str) -> bool:
-        return any(_selects(p, module_path(node_name)) for p in self.keep_fp32)
+        return _kept_fp32(self.keep_fp32, node_name)
 
 
-def _fp16_keeps(node_name: str) -> bool:
-    return any(_selects(p, module_path(node_name)) for p in FP16_KEEP_FP32)
+def check_int8_plan(precision: str, plan: Int8Plan | None) -> None:
+    """An int8 plan goes with precision int8 only (ValueError naming the precision otherwise)."""
+    if plan is not None and check_precision(precision) != "int8":
+        raise ValueError(f"int8_plan applies to precision 'int8', not {precision!r}")
 
 
 #: The int8 default (measured in export/README.md "Precision"): 8-bit weights everywhere, the
@@ -327,7 +337,7 @@ def lower_precision(
     weight_elems = 0
     for node in g.graph.node:
         weight = _target_weight(g, node)
-        keeps = plan.keeps(node.name) if precision == "int8" else _fp16_keeps(node.name)
+        keeps = plan.keeps(node.name) if precision == "int8" else _kept_fp32(FP16_KEEP_FP32, node.name)
         if weight is not None and keeps:
             kept.append(node.name)
             weight = None
