@@ -83,3 +83,29 @@ def test_cli_serve_bad_port_exits_before_loading(tmp_path, capsys):
     assert main(["serve", str(tmp_path / "missing"), "--port", "70000"]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert "invalid --port 70000" in err and "missing" not in err  # the bundle was never looked at
+
+
+@pytest.mark.parametrize(
+    ("raw", "max_loaded", "tournament_group"),
+    [
+        (None, None, 0),
+        ("", None, 0),
+        ("many", None, 0),
+        ("0", None, 0),
+        ("-3", None, 0),
+        (" 7 ", 7, 7),
+        ("2", 2, 2),
+        ("100", 100, 100),
+        ("101", 101, 0),
+        ("1", 1, 0),
+        ("2.5", None, 0),
+    ],
+)
+def test_int_variables_read_as_laya_serve_reads_them(monkeypatch, raw, max_loaded, tournament_group):
+    from laya_onnx.serve.routed import max_loaded_from_env
+
+    for name in ("LAYA_MAX_LOADED", "LAYA_TOURNAMENT_GROUP"):
+        if raw is not None:
+            monkeypatch.setenv(name, raw)
+    assert max_loaded_from_env() == max_loaded
+    assert serve_settings.tournament_group_from_env() == tournament_group

@@ -35,7 +35,7 @@ from laya_onnx.memory import process_memory
 from laya_onnx.names import BUNDLE_REPO, PUBLISHED_CHECKPOINTS, aliases_of
 from laya_onnx.router import Router, bundles_in
 from laya_onnx.serve.errors import ApiError
-from laya_onnx.serve.settings import ConfigError, env_bool, env_text
+from laya_onnx.serve.settings import ConfigError, env_bool, env_int, env_text
 from laya_onnx.serve.wire import (
     cpu_fallbacks,
     fallback_baseline,
@@ -58,12 +58,8 @@ ITEM_CONTROLS = ("model", "task", "lang", "lang_guess", "max_len", "head_max_len
 
 def max_loaded_from_env() -> int | None:
     """LAYA_MAX_LOADED: a positive int; anything else leaves the Router's default (laya-serve)."""
-    raw = env_text("LAYA_MAX_LOADED")
-    try:
-        n = int(raw) if raw is not None else 0
-    except ValueError:
-        return None
-    return n if n > 0 else None
+    n = env_int("LAYA_MAX_LOADED")
+    return n if n is not None and n > 0 else None
 
 
 def idle_unload_seconds_from_env() -> float:

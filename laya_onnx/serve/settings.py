@@ -72,6 +72,18 @@ def env_text(name: str) -> str | None:
     return value
 
 
+def env_int(name: str) -> int | None:
+    """The variable as an int, or None when it is unset, blank or not an int (each caller then
+    applies laya-serve's own fallback for that variable)."""
+    value = env_text(name)
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
 def env_bool(name: str, default: bool = False) -> bool:
     """Unset or blank gives `default`; only 1/true/yes/on (any case) are true."""
     value = env_text(name)
@@ -194,15 +206,9 @@ JEV_PROFILES = ("typesafe",)
 
 def tournament_group_from_env() -> int:
     """LAYA_TOURNAMENT_GROUP as laya-serve reads it: an int in 2..100, anything else 0 (unset)."""
-    value = env_text("LAYA_TOURNAMENT_GROUP")
-    if value is None:
-        return 0
-    try:
-        n = int(value)
-    except ValueError:
-        return 0
+    n = env_int("LAYA_TOURNAMENT_GROUP")
     low, high = TOURNAMENT_GROUP_RANGE
-    return n if low <= n <= high else 0
+    return n if n is not None and low <= n <= high else 0
 
 
 def check_jev_profile(value: str | None) -> str | None:
