@@ -44,12 +44,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import onnxruntime as ort
 
-    from laya_onnx.bundle import GRAPH_INPUTS, GRAPH_OUTPUTS, Bundle
-    from laya_onnx.calibration import Calibration
+    from laya_onnx.core.bundle import GRAPH_INPUTS, GRAPH_OUTPUTS, Bundle
+    from laya_onnx.core.calibration import Calibration
+    from laya_onnx.core.tokenizer import LayaTokenizer
     from laya_onnx.export.cases import CALLS, encode_calls
     from laya_onnx.export.ladder import Suite, measure_agreement, passes, suite_calls
     from laya_onnx.export.precision import GATES
-    from laya_onnx.tokenizer import LayaTokenizer
 
     if provider not in ort.get_available_providers():
         print(f"{provider} is not available here ({ort.get_available_providers()}); install onnxruntime-gpu")

@@ -13,12 +13,14 @@ __version__ = "0.1.0"
 # Lazy so `import laya_onnx` stays cheap and never pulls onnxruntime, numpy or asyncio for
 # the CLI's help: name -> the module that defines it.
 _LAZY = {
-    "ONNXAgent": "laya_onnx.agent",
-    **dict.fromkeys(("AsyncHook", "BaseHook", "Hook", "PredictContext", "PredictHook"), "laya_onnx.hooks"),
-    "load": "laya_onnx.loader",
-    **dict.fromkeys(("Router", "RouteDecision"), "laya_onnx.router"),
-    "load_calibration": "laya_onnx.calibration_file",
-    **dict.fromkeys(("DecisionResult", "SchemaError", "decide", "decide_batch"), "laya_onnx.structured"),
+    "ONNXAgent": "laya_onnx.core.agent",
+    **dict.fromkeys(
+        ("AsyncHook", "BaseHook", "Hook", "PredictContext", "PredictHook"), "laya_onnx.core.hooks"
+    ),
+    "load": "laya_onnx.core.loader",
+    **dict.fromkeys(("Router", "RouteDecision"), "laya_onnx.core.router"),
+    "load_calibration": "laya_onnx.core.calibration_file",
+    **dict.fromkeys(("DecisionResult", "SchemaError", "decide", "decide_batch"), "laya_onnx.core.structured"),
 }
 
 
@@ -26,7 +28,7 @@ def __getattr__(name):
     import importlib
 
     if name == "hooks":
-        return importlib.import_module("laya_onnx.hooks")
+        return importlib.import_module("laya_onnx.core.hooks")
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'laya_onnx' has no attribute {name!r}")

@@ -229,7 +229,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_score(args: argparse.Namespace) -> int:
-    from laya_onnx import score
+    from laya_onnx.score import scorer as score
 
     # --questions Q.json names a file as well as @Q.json does
     given = "@" + args.questions if Path(args.questions).is_file() else args.questions
@@ -244,7 +244,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
     if args.ray:
         if args.actors < 1:
             raise UsageError("--actors must be at least 1")
-        from laya_onnx.score_ray import ray_scorer
+        from laya_onnx.score.ray_data import ray_scorer
 
         scorer = ray_scorer(
             args.bundle,
@@ -279,7 +279,7 @@ def _cmd_parity(args: argparse.Namespace) -> int:
             + ("" if case.passed else "  " + "; ".join(case.details)[:300])
         )
 
-    # tolerances left unset take the rule's own defaults (laya_onnx/parity/rule.py)
+    # tolerances left unset take the rule's own defaults (laya_onnx/core/judge.py)
     given = {k: getattr(args, k) for k in ("tolerance", "act_tolerance") if getattr(args, k) is not None}
     report = run_parity(
         args.checkpoint, args.bundle, suite=args.suite, report_path=args.report, progress=show, **given
@@ -293,7 +293,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         return _cmd_bench_serve(args)
     if len(args.models) < 2:
         raise UsageError("bench needs CHECKPOINT BUNDLE [BUNDLE ...] (or --serve URL)")
-    from laya_onnx.parity.bench import run_bench
+    from laya_onnx.bench.agent import run_bench
 
     report = run_bench(
         args.models[0],
@@ -319,7 +319,7 @@ def _emit_report(report: Any, path: str | None) -> int:
 
 
 def _cmd_bench_serve(args: argparse.Namespace) -> int:
-    from laya_onnx.serve.loadbench import drive_server
+    from laya_onnx.bench.http import drive_server
 
     clients = [int(c) for c in args.clients.split(",") if c.strip()]
     if not clients or min(clients) < 1:
@@ -333,7 +333,7 @@ def _cmd_bench_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve_bench(args: argparse.Namespace) -> int:
-    from laya_onnx.serve.loadbench import run_serve_bench
+    from laya_onnx.bench.http import run_serve_bench
 
     figures = run_serve_bench(
         args.bundle,
@@ -348,7 +348,7 @@ def _cmd_serve_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench_memory(args: argparse.Namespace) -> int:
-    from laya_onnx.parity.memory_bench import (
+    from laya_onnx.bench.memory import (
         format_arena_table,
         format_table,
         run_arena_bench,
@@ -819,7 +819,7 @@ _BAD_PATH = (FileNotFoundError, NotADirectoryError, IsADirectoryError, Permissio
 
 def _exit_status(exc: BaseException) -> tuple[int, str] | None:
     """(status, message) for an exception the CLI reports in one line; None: let it propagate."""
-    from laya_onnx.bundle import OutputExistsError
+    from laya_onnx.core.bundle import OutputExistsError
 
     if isinstance(exc, CommandFailed):
         return EXIT_FAILED, f"failed: {exc}"

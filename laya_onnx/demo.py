@@ -35,8 +35,8 @@ README_REQUEST: dict[str, Any] = {
 
 def run_demo(workdir: Path, preset: str = "tiny-english") -> int:
     from laya_onnx import ONNXAgent
-    from laya_onnx.bundle import WEIGHTS_FILE
     from laya_onnx.checkpoints import make_checkpoint
+    from laya_onnx.core.bundle import WEIGHTS_FILE
     from laya_onnx.export import export_bundle
 
     checkpoint, bundle = workdir / preset / "checkpoint", workdir / preset / "bundle"

@@ -32,14 +32,14 @@ import pytest
 pytest.importorskip("aiohttp")
 from aiohttp.test_utils import TestClient, TestServer
 
-from laya_onnx.bundle import Bundle
-from laya_onnx.errors import InvalidRequest
-from laya_onnx.gate import apply_confidence_gate
+from laya_onnx.core.bundle import Bundle
+from laya_onnx.core.errors import InvalidRequest
+from laya_onnx.core.gate import apply_confidence_gate
+from laya_onnx.core.tournament import DEFAULT_GROUP_SIZE
 from laya_onnx.serve import create_app
 from laya_onnx.serve.protocol import ServedAgent
 from laya_onnx.serve.server import RunningServer
 from laya_onnx.serve.settings import ServerLimits
-from laya_onnx.tournament import DEFAULT_GROUP_SIZE
 
 URL = "/v1/systemone"
 BATCH = "/v1/systemone/batch"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from laya_onnx.calibration_file import CalibrationFileError, load_calibration
+from laya_onnx.core.calibration_file import CalibrationFileError, load_calibration
 
 QUESTIONS = {
     "refund": {"type": "noul", "instructions": "Does the user ask for a refund?"},
@@ -144,7 +144,7 @@ def test_binning_and_clamped_temperatures_change_the_answers(bundle_factory, tmp
 
 def test_identity_mismatch_warns_and_still_loads(bundle_factory, tmp_path):
     from laya_onnx import ONNXAgent
-    from laya_onnx.calibration_file import config_identity
+    from laya_onnx.core.calibration_file import config_identity
 
     agent = ONNXAgent(bundle_factory("tiny-english"))
     same = {
@@ -164,7 +164,7 @@ def test_identity_mismatch_warns_and_still_loads(bundle_factory, tmp_path):
 
 def test_a_bundle_carries_its_calibration_file_hashed(bundle_factory, tmp_path):
     from laya_onnx import ONNXAgent
-    from laya_onnx.bundle import MANIFEST_FILE, BundleError, write_manifest
+    from laya_onnx.core.bundle import MANIFEST_FILE, BundleError, write_manifest
 
     bundle = tmp_path / "calibrated"
     shutil.copytree(bundle_factory("tiny-english"), bundle)

@@ -6,8 +6,8 @@ import warnings
 import numpy as np
 import pytest
 
-from laya_onnx import calibration as cal
-from laya_onnx import gate
+from laya_onnx.core import calibration as cal
+from laya_onnx.core import gate
 
 WEIRD = [0.1006, 0.5, 1, 7, 5.0001, -3, True, False, None, "1.5", "x", float("nan"), float("inf"), [1]]
 

@@ -7,11 +7,17 @@ import numpy as np
 import pytest
 
 from laya_onnx import ONNXAgent
-from laya_onnx.calibration import SHARED_WIDTH_MAX, Calibration, CallLogits, decode_answers, decode_questions
-from laya_onnx.errors import InvalidRequest
-from laya_onnx.question_cache import QuestionCache, question_key
-from laya_onnx.questions import normalize_questions
-from laya_onnx.sequences import Row
+from laya_onnx.core.calibration import (
+    SHARED_WIDTH_MAX,
+    Calibration,
+    CallLogits,
+    decode_answers,
+    decode_questions,
+)
+from laya_onnx.core.errors import InvalidRequest
+from laya_onnx.core.question_cache import QuestionCache, question_key
+from laya_onnx.core.questions import normalize_questions
+from laya_onnx.core.sequences import Row
 
 QUESTIONS = {
     "queue": {
@@ -303,7 +309,7 @@ def test_threads_come_from_the_argument_then_laya_threads(bundle_factory, monkey
 
 @pytest.mark.parametrize("n_rows", [1, 3, 7, 8, 9, 40])
 def test_collate_fills_the_same_feeds_row_by_row_and_vectorised(n_rows, monkeypatch):
-    from laya_onnx import sequences
+    from laya_onnx.core import sequences
 
     rng = np.random.default_rng(n_rows)
     rows = [

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from laya_onnx.bundle import OutputExistsError
 from laya_onnx.checkpoints import PRESETS, make_checkpoint, state_dict_shapes
+from laya_onnx.core.bundle import OutputExistsError
 
 pytestmark = pytest.mark.torch
 

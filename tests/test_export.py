@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from laya_onnx.bundle import GRAPH_INPUTS, GRAPH_OUTPUTS, Bundle, OutputExistsError, sha256_file
+from laya_onnx.core.bundle import GRAPH_INPUTS, GRAPH_OUTPUTS, Bundle, OutputExistsError, sha256_file
 
 pytestmark = pytest.mark.torch
 
@@ -323,7 +323,7 @@ def test_dynamo_exporter(checkpoint_factory, tmp_path):
 
 
 def test_default_profile_documents_the_code():
-    from laya_onnx.bundle import MIN_MARKER_COLUMNS
+    from laya_onnx.core.bundle import MIN_MARKER_COLUMNS
     from laya_onnx.export import exporter
 
     profile = json.loads((Path(__file__).parent.parent / "export" / "profiles" / "default.json").read_text())

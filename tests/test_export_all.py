@@ -60,7 +60,7 @@ def test_export_all_from_the_hub_makes_a_models_directory(tmp_path, monkeypatch,
     assert main(["export", "--all", "--hub", "--force", "-o", str(out), "--no-memory-probe"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["english", "multilingual", "typed-decisions"]
 
-    from laya_onnx.router import Router
+    from laya_onnx.core.router import Router
 
     router = Router(out)
     assert {name: router.repo(name) for name in router.models} == checkpoint_sources("hub")

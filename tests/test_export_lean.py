@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from laya_onnx.bundle import GRAPH_DATA_FILE, GRAPH_FILE, GRAPH_INPUTS, Bundle, BundleError, sha256_file
+from laya_onnx.core.bundle import GRAPH_DATA_FILE, GRAPH_FILE, GRAPH_INPUTS, Bundle, BundleError, sha256_file
 
 pytestmark = pytest.mark.torch
 
@@ -95,7 +95,7 @@ def test_reexporting_inline_removes_the_data_file(external_bundle, checkpoint_fa
 
 
 def test_runtime_verifies_the_data_file(external_bundle, bundle_factory, tmp_path):
-    from laya_onnx.agent import ONNXAgent
+    from laya_onnx.core.agent import ONNXAgent
 
     # A changed data file fails its hash.
     tampered = tmp_path / "tampered"
@@ -166,7 +166,7 @@ def test_validation_cases_keep_their_coverage(checkpoint_factory):
 
 def test_optimize_fuses_and_records_it(checkpoint_factory, tmp_path):
     """--optimize on a graph with external data: fused, validated, kept, recorded."""
-    from laya_onnx.agent import ONNXAgent
+    from laya_onnx.core.agent import ONNXAgent
     from laya_onnx.export import export_bundle
     from laya_onnx.export.optimize import op_counts
 

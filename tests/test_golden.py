@@ -3,7 +3,7 @@
 The golden files (`parity/golden/<preset>.json`, made by `python -m laya_onnx.parity.golden`)
 hold the reference `laya.Agent`'s observations of the core suite on the deterministic tiny
 checkpoints. Here a bundle of the same checkpoint answers the same requests on onnxruntime and
-the parity rule (`laya_onnx.parity.rule`) judges each one: no torch, no reference needed.
+the parity rule (`laya_onnx.core.judge`) judges each one: no torch, no reference needed.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import pytest
 
 pytest.importorskip("onnxruntime")
 
+from laya_onnx.core.judge import Observation, judge
 from laya_onnx.parity.golden import TINY_PRESETS, read_golden
 from laya_onnx.parity.observe import instrument_agent, observe_agent
-from laya_onnx.parity.rule import Observation, judge
 from laya_onnx.parity.suite import load_suite, suite_sha256
 
 GOLDEN_DIR = Path(__file__).resolve().parents[1] / "parity" / "golden"
@@ -114,7 +114,7 @@ def test_golden_tier_imports_without_torch_or_the_reference():
                     raise ImportError("blocked in this test: " + name)
 
         sys.meta_path.insert(0, Block())
-        import laya_onnx.parity.golden, laya_onnx.parity.observe, laya_onnx.parity.rule
+        import laya_onnx.parity.golden, laya_onnx.parity.observe, laya_onnx.core.judge
         from laya_onnx.parity.suite import load_suite
         assert load_suite("core", "[MASK]")
         print(sorted(m for m in sys.modules if m.split(".")[0] in BLOCKED))

@@ -7,7 +7,7 @@ import pytest
 
 from laya_onnx import ONNXAgent
 from laya_onnx import hooks as H
-from laya_onnx.errors import reference_kind
+from laya_onnx.core.errors import reference_kind
 
 Q = {"n": {"type": "noul", "instructions": "Refund?"}}
 

@@ -1,4 +1,4 @@
-"""laya_onnx.hub: local vs Hub sources, revision pinning, snapshot commits (all offline).
+"""laya_onnx.core.hub: local vs Hub sources, revision pinning, snapshot commits (all offline).
 
 The Hub is replaced by a fake cache laid out the way huggingface_hub stores snapshots
 (`models--org--name/{refs/<branch>, snapshots/<sha>/...}`) and read with HF_HUB_OFFLINE=1.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from laya_onnx import hub
+from laya_onnx.core import hub
 
 SHA_A = "a" * 40
 SHA_B = "b" * 40
@@ -52,7 +52,7 @@ def _checkpoint_files(ckpt: Path, prefix: str = "") -> dict:
 
 def test_hub_module_is_torch_free():
     code = (
-        "import sys, laya_onnx.hub; "
+        "import sys, laya_onnx.core.hub; "
         "bad = [m for m in ('torch', 'transformers', 'onnx') if m in sys.modules]; "
         "sys.exit(1 if bad else 0)"
     )
@@ -215,7 +215,7 @@ def test_snapshot_download_is_asked_for_checkpoint_files_only(tmp_path, monkeypa
 def test_export_from_a_hub_id_records_repo_and_commit(checkpoint_factory, tmp_path, monkeypatch):
     from huggingface_hub import constants
 
-    from laya_onnx.bundle import Bundle
+    from laya_onnx.core.bundle import Bundle
     from laya_onnx.export import export_bundle
 
     ckpt = checkpoint_factory("tiny-english")
@@ -230,7 +230,7 @@ def test_export_from_a_hub_id_records_repo_and_commit(checkpoint_factory, tmp_pa
 
 
 def test_checkpoint_names_for_servers(tmp_path):
-    from laya_onnx.hub import CheckpointSource
+    from laya_onnx.core.hub import CheckpointSource
 
     assert CheckpointSource(path=tmp_path, repo="convaiinnovations/laya").name == "english"
     assert (

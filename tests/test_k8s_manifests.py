@@ -32,7 +32,7 @@ import pytest
 
 yaml = pytest.importorskip("yaml")
 
-from laya_onnx.memory import parse_bytes  # noqa: E402
+from laya_onnx.core.memory import parse_bytes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 K8S = ROOT / "serve" / "k8s"

@@ -1,4 +1,4 @@
-"""laya_onnx.lang: script and language detection for routing (torch-free, runtime tier)."""
+"""laya_onnx.core.lang: script and language detection for routing (torch-free, runtime tier)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections import UserDict
 
 import pytest
 
-from laya_onnx import lang
-from laya_onnx.lang import (
+from laya_onnx.core import lang
+from laya_onnx.core.lang import (
     analyse,
     detect_script,
     english_from_code,

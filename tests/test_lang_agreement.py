@@ -62,7 +62,7 @@ def _random_states(n: int, seed: int = 6):
 
     from laya import lang as reference
 
-    from laya_onnx import lang
+    from laya_onnx.core import lang
 
     def membership(word, ours):
         lists = lang._FUNCTION_WORDS if ours else reference._STOP
@@ -102,7 +102,7 @@ def test_rules_agree_with_the_reference_where_the_lists_do():
     # states whose words both sides' lists treat alike (20 000 such states agreed when tried)
     from laya import lang as reference
 
-    from laya_onnx import lang
+    from laya_onnx.core import lang
 
     for state in _random_states(1500):
         assert lang.analyse(state, explain=True) == reference.analyse(state, explain=True), state
@@ -112,7 +112,7 @@ def test_rules_agree_with_the_reference_where_the_lists_do():
 def test_letters_and_scripts_agree_with_the_reference_on_every_codepoint():
     from laya import lang as reference
 
-    from laya_onnx import lang
+    from laya_onnx.core import lang
 
     # the same table of letters newer than this interpreter's Unicode (both from the databases)
     assert [tuple(r) for r in lang._NEWER_LETTERS] == [

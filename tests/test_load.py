@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import laya_onnx
-from laya_onnx.errors import InvalidRequest
-from laya_onnx.loader import MODELS_DIR_ENV, resolve_bundle
+from laya_onnx.core.errors import InvalidRequest
+from laya_onnx.core.loader import MODELS_DIR_ENV, resolve_bundle
 
 
 @pytest.fixture

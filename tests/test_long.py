@@ -129,7 +129,7 @@ def test_default_clamp_warning_names_the_cost(agent):
 
 # -- the window rules, torch-free ------------------------------------------------------------------
 def test_windows_cover_every_token_and_answers_name_their_window(agent):
-    from laya_onnx.sequences import state_ids
+    from laya_onnx.core.sequences import state_ids
 
     result = agent.predict_long(DOC, QUESTIONS, window=64, stride=40)
     n = len(state_ids(agent.tok, DOC))
@@ -140,7 +140,7 @@ def test_windows_cover_every_token_and_answers_name_their_window(agent):
         assert w["count"] == count and w["token_start"] == 40 * w["index"]
         assert w["token_end"] == min(w["token_start"] + 64, n)
     # the deciding window is the most confident one: no other window beats it
-    from laya_onnx.windows import split_windows
+    from laya_onnx.core.windows import split_windows
 
     texts, _ = split_windows(agent.tok, state_ids(agent.tok, DOC), 64, 40)
     per = agent.predict_batch(texts, QUESTIONS)
@@ -169,7 +169,7 @@ def test_a_state_that_fits_is_a_plain_predict(agent):
     ],
 )
 def test_refusals(agent, kw, text):
-    from laya_onnx.errors import InvalidRequest
+    from laya_onnx.core.errors import InvalidRequest
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -178,7 +178,7 @@ def test_refusals(agent, kw, text):
 
 
 def test_refusals_of_state_and_room(agent):
-    from laya_onnx.errors import InvalidRequest, InvalidRequestType
+    from laya_onnx.core.errors import InvalidRequest, InvalidRequestType
 
     with pytest.raises(InvalidRequestType, match="state must not be None"):
         agent.predict_long(None, QUESTIONS)
@@ -188,7 +188,7 @@ def test_refusals_of_state_and_room(agent):
 
 
 def test_batch_cap_only_past_the_blowup():
-    from laya_onnx.windows import window_batch_cap
+    from laya_onnx.core.windows import window_batch_cap
 
     assert window_batch_cap(40, 100, 312, 7) == 7  # explicit wins
     assert window_batch_cap(40, 312, 312, None) is None  # window not clamped
@@ -197,7 +197,7 @@ def test_batch_cap_only_past_the_blowup():
 
 
 def test_usage_merge_sums_numbers_merges_dicts_keeps_last_list():
-    from laya_onnx.windows import merge_usage
+    from laya_onnx.core.windows import merge_usage
 
     usage = merge_usage(
         [

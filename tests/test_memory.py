@@ -1,6 +1,6 @@
 """Per-pass memory: the model, the budgeted split, the 413 refusal, and memory coming back.
 
-Unit tests of `laya_onnx.memory` need nothing; the rest use the session's tiny-english bundle
+Unit tests of `laya_onnx.core.memory` need nothing; the rest use the session's tiny-english bundle
 (exported with the default fused attention and its measured memory model).
 """
 
@@ -15,8 +15,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from laya_onnx.errors import InvalidRequest, PassTooLarge
-from laya_onnx.memory import (
+from laya_onnx.core.errors import InvalidRequest, PassTooLarge
+from laya_onnx.core.memory import (
     DEFAULT_MAX_PASS_MEMORY,
     GiB,
     MiB,
@@ -322,9 +322,9 @@ def test_chunk_plan_prices_rows_with_the_memory_model():
 
 BURST = textwrap.dedent("""
     import json, sys
-    import laya_onnx.agent as agent_mod
+    import laya_onnx.core.agent as agent_mod
     from laya_onnx import ONNXAgent
-    from laya_onnx.memory import process_memory
+    from laya_onnx.core.memory import process_memory
     if sys.argv[2] == "keep":
         agent_mod.ARENA_RELEASE_BYTES = 1 << 60  # never release: the control
     agent = ONNXAgent(sys.argv[1])

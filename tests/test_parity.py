@@ -21,7 +21,7 @@ def test_core_suite_parity(preset, checkpoint_factory, bundle_factory, tmp_path)
     summary = report.summary()
     print(preset, json.dumps(summary))
     assert summary["requests"] >= 40 and summary["rows"] >= 70
-    # the parity rule alone decides (laya_onnx/parity/rule.py); rounding flips are information
+    # the parity rule alone decides (laya_onnx/core/judge.py); rounding flips are information
     assert report.passed, "\n".join(report.failures())
     written = json.loads((tmp_path / f"{preset}.json").read_text())
     assert written["summary"]["passed"] is True and written["tools"]["onnxruntime"]
@@ -29,7 +29,7 @@ def test_core_suite_parity(preset, checkpoint_factory, bundle_factory, tmp_path)
 
 def test_parity_detects_a_wrong_answer(checkpoint_factory, bundle_factory, monkeypatch):
     """The comparison can fail: perturb our logits and the report must say so."""
-    from laya_onnx import session as session_mod
+    from laya_onnx.core import session as session_mod
 
     real_run = session_mod.GraphSession.run
 

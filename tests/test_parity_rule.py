@@ -1,4 +1,4 @@
-"""The parity rule (laya_onnx/parity/rule.py) on hand-made observations: what passes, what fails.
+"""The parity rule (laya_onnx/core/judge.py) on hand-made observations: what passes, what fails.
 
 Torch-free. Each failing case is one way an answer can differ from the reference's; the rule
 must catch every one, and must let through only a proven one-unit rounding flip.
@@ -11,11 +11,11 @@ import copy
 import numpy as np
 import pytest
 
-from laya_onnx.calibration import Calibration, decode_answer
-from laya_onnx.errors import InvalidRequest, InvalidRequestType
+from laya_onnx.core.calibration import Calibration, decode_answer
+from laya_onnx.core.errors import InvalidRequest, InvalidRequestType
+from laya_onnx.core.judge import Observation, judge
+from laya_onnx.core.questions import normalize_questions
 from laya_onnx.parity.observe import refusal
-from laya_onnx.parity.rule import Observation, judge
-from laya_onnx.questions import normalize_questions
 
 
 def _observation(confidence=0.2604, u_confidence=0.2604488578729113, p=(0.3361, 0.6639), u_p=None, act=0.021):

@@ -16,7 +16,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from laya_onnx.bundle import ReducedPrecisionWarning
+from laya_onnx.core.bundle import ReducedPrecisionWarning
 
 pytestmark = pytest.mark.torch  # the export extra: torch for exports, onnx for the rewrites
 
@@ -39,7 +39,7 @@ NEIGHBOURS = [
 
 
 def _agent(bundle):
-    from laya_onnx.agent import ONNXAgent
+    from laya_onnx.core.agent import ONNXAgent
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ReducedPrecisionWarning)
@@ -52,7 +52,7 @@ def _agent(bundle):
 def test_tiny_presets_export_at_every_precision_with_their_gate(lowered, preset, precision):
     import onnx
 
-    from laya_onnx.agent import ONNXAgent
+    from laya_onnx.core.agent import ONNXAgent
     from laya_onnx.export.precision import GATES
 
     bundle = lowered(preset, precision)
@@ -98,7 +98,7 @@ def test_tiny_presets_export_at_every_precision_with_their_gate(lowered, preset,
 
 
 def test_an_fp32_bundle_says_nothing_and_reports_fp32(bundle_factory):
-    from laya_onnx.agent import ONNXAgent
+    from laya_onnx.core.agent import ONNXAgent
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", ReducedPrecisionWarning)
@@ -128,9 +128,9 @@ def test_a_gate_that_fails_refuses_to_write_the_bundle(checkpoint_factory, tmp_p
 
 def _row_outputs(agent, call):
     """The raw (logits, act probabilities) of STATE's rows in whatever run `call` makes."""
+    from laya_onnx.core.questions import normalize_questions
+    from laya_onnx.core.sequences import encode_state
     from laya_onnx.parity.observe import instrument_agent
-    from laya_onnx.questions import normalize_questions
-    from laya_onnx.sequences import encode_state
 
     if not hasattr(agent, "_capture"):
         agent._capture = instrument_agent(agent)
@@ -171,7 +171,7 @@ def test_the_batch_check_catches_per_tensor_dynamic_quantization(bundle_factory,
     the batch): the same check must find it batch-dependent, or the test above proves nothing."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from laya_onnx.agent import ONNXAgent
+    from laya_onnx.core.agent import ONNXAgent
 
     per_tensor = tmp_path / "per-tensor"
     shutil.copytree(bundle_factory("tiny-english"), per_tensor)
@@ -313,7 +313,7 @@ def test_int8_plan_keeps_the_named_modules_fp32_and_records_them():
 
 
 def test_decision_margin_is_the_least_move_that_flips_a_decision():
-    from laya_onnx.parity.rule import decision_margin
+    from laya_onnx.core.judge import decision_margin
 
     assert decision_margin(
         {"type": "choice", "probabilities": {"a": 0.5, "b": 0.3, "c": 0.2}}
@@ -376,7 +376,7 @@ def test_a_lowered_graph_from_external_data_is_the_inline_one(
     bit in its answers, as the all-inline export."""
     import onnx
 
-    from laya_onnx.bundle import GRAPH_DATA_FILE, GRAPH_FILE
+    from laya_onnx.core.bundle import GRAPH_DATA_FILE, GRAPH_FILE
     from laya_onnx.export import export_bundle
 
     inline = lowered("tiny-english", precision)

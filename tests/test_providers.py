@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("onnxruntime")
 
-from laya_onnx.session import (
+from laya_onnx.core.session import (
     COREML,
     CPU,
     CUDA,

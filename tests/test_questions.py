@@ -4,7 +4,7 @@ The reference is imported inside the `reference` tests, so the module collects w
 
 import pytest
 
-from laya_onnx.questions import check_question, normalize_questions, null_level, to_question
+from laya_onnx.core.questions import check_question, normalize_questions, null_level, to_question
 
 BAD = [
     (None, {"type": "noul", "instructions": "x"}),

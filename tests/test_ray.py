@@ -316,8 +316,8 @@ def test_a_full_queue_is_the_contracts_503(base, tiny_english_agent):
 def test_ray_data_scores_1000_states_like_predict_batch(
     ray_instance, tiny_english, tiny_english_agent, tmp_path
 ):
-    from laya_onnx import score
-    from laya_onnx.score_ray import ray_scorer
+    from laya_onnx.score import scorer as score
+    from laya_onnx.score.ray_data import ray_scorer
 
     words = ["refund", "login", "charged", "twice", "broken", "thanks", "please", "now"]
     states = [" ".join(words[(i * k) % len(words)] for k in range(1, 2 + i % 7)) for i in range(1000)]

@@ -9,9 +9,9 @@ import threading
 
 import pytest
 
-from laya_onnx.errors import InvalidRequest, InvalidRequestType
-from laya_onnx.hooks import BaseHook, clear_default_hooks, set_default_hooks
-from laya_onnx.router import Router, bundles_in, match_typed_decisions_workflow
+from laya_onnx.core.errors import InvalidRequest, InvalidRequestType
+from laya_onnx.core.hooks import BaseHook, clear_default_hooks, set_default_hooks
+from laya_onnx.core.router import Router, bundles_in, match_typed_decisions_workflow
 
 Q = {"refund": {"type": "noul", "instructions": "Refund?"}}
 Q2 = {"topic": {"type": "choice", "instructions": "Topic?", "criteria": ["a", "b"]}}

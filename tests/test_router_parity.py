@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from laya_onnx.core.router import BUILTIN_NAMES
 from laya_onnx.parity.routing import judge_routing, our_side, reference_side, routing_suite
-from laya_onnx.router import BUILTIN_NAMES
 
 pytestmark = [pytest.mark.torch, pytest.mark.reference]
 

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from laya_onnx import ONNXAgent
-from laya_onnx.bundle import Bundle, BundleError
-from laya_onnx.errors import InvalidRequest, InvalidRequestType, LayaInputError, reference_kind
-from laya_onnx.session import CPU, CUDA, ProviderError, resolve_providers
+from laya_onnx.core.bundle import Bundle, BundleError
+from laya_onnx.core.errors import InvalidRequest, InvalidRequestType, LayaInputError, reference_kind
+from laya_onnx.core.session import CPU, CUDA, ProviderError, resolve_providers
 
 QUESTIONS = {
     "q": {"type": "choice", "instructions": "Which team?", "criteria": ["billing", "tech", "other"]},

@@ -10,9 +10,9 @@ import json
 
 import pytest
 
-from laya_onnx import score
 from laya_onnx.cli import main
-from laya_onnx.errors import LayaInputError
+from laya_onnx.core.errors import LayaInputError
+from laya_onnx.score import scorer as score
 
 QUESTIONS = {
     "queue": {

@@ -44,9 +44,9 @@ def models_dir(bundle_factory, tmp_path, monkeypatch):
 
 @pytest.fixture(autouse=True)
 def no_default_hooks():
-    laya_onnx.hooks.clear_default_hooks()
+    laya_onnx.core.hooks.clear_default_hooks()
     yield
-    laya_onnx.hooks.clear_default_hooks()
+    laya_onnx.core.hooks.clear_default_hooks()
 
 
 def count_passes(agent) -> list[int]:
@@ -87,9 +87,9 @@ def within(seconds: float, fn, *args, **kwargs):
 def test_the_page_imports():
     # "everything on this page imports from laya (the common names) or laya.hooks (all of it)"
     from laya_onnx import AsyncHook, BaseHook, Hook, PredictContext, PredictHook, hooks
-    from laya_onnx.hooks import HOOK_EVENTS, aggregate_usage, dispatch, normalise_hooks
+    from laya_onnx.core.hooks import HOOK_EVENTS, aggregate_usage, dispatch, normalise_hooks
 
-    assert hooks is laya_onnx.hooks
+    assert hooks is laya_onnx.core.hooks
     for name in ("PredictContext", "Hook", "PredictHook", "BaseHook", "AsyncHook"):
         assert getattr(laya_onnx, name) is getattr(hooks, name)
     assert (Hook, PredictContext, PredictHook, AsyncHook, BaseHook) == (
@@ -199,7 +199,7 @@ def test_hook_is_a_protocol_of_the_six_events(models_dir):
 
     assert getattr(Hook, "_is_protocol", False)
     declared = [n for n, v in vars(Hook).items() if n.startswith("on_") and callable(v)]
-    assert declared == list(laya_onnx.hooks.HOOK_EVENTS)
+    assert declared == list(laya_onnx.core.hooks.HOOK_EVENTS)
     for name in declared:
         assert list(inspect.signature(getattr(Hook, name)).parameters) == ["self", "ctx"]
         assert typing.get_type_hints(getattr(Hook, name))["ctx"] is PredictContext
@@ -248,7 +248,7 @@ def test_the_base_hook_audit_example(models_dir):
     results = agent.predict_batch(STATES, QUESTIONS)
     assert shipped == [(seen_ids[0], results)]
     # every other event is an inherited no-op
-    for event in laya_onnx.hooks.HOOK_EVENTS:
+    for event in laya_onnx.core.hooks.HOOK_EVENTS:
         assert getattr(BaseHook(), event)(None) is None
 
 
@@ -464,7 +464,7 @@ def test_the_callers_own_loop_is_a_value_error_not_a_hang(models_dir):
 def test_async_hook_misuse_texts_equal_the_reference():
     from laya import hooks as ref
 
-    from laya_onnx.errors import reference_kind
+    from laya_onnx.core.errors import reference_kind
 
     stopped = asyncio.new_event_loop()
 
@@ -479,7 +479,7 @@ def test_async_hook_misuse_texts_equal_the_reference():
         return None
 
     try:
-        assert refusal(laya_onnx.hooks, nothing, stopped) == refusal(ref, nothing, stopped) is not None
+        assert refusal(laya_onnx.core.hooks, nothing, stopped) == refusal(ref, nothing, stopped) is not None
     finally:
         stopped.close()
 
@@ -493,7 +493,7 @@ def test_async_hook_misuse_texts_equal_the_reference():
 
         return within(HANG_GUARD_S, asyncio.run, inner())
 
-    assert own_loop(laya_onnx.hooks) == own_loop(ref) is not None
+    assert own_loop(laya_onnx.core.hooks) == own_loop(ref) is not None
     for bad in (LoopProbe, object()):
         try:
             ref.AsyncHook(bad)
@@ -588,7 +588,7 @@ def test_payload_timing_on_success_and_failure(models_dir):
     results = agent.predict_batch(STATES, QUESTIONS)
     run_id, end_results, usage, elapsed = seen["end"]
     assert run_id == seen["start"] and end_results is results and elapsed is not None
-    assert usage == laya_onnx.hooks.aggregate_usage(results) and usage["input_tokens"] > 0
+    assert usage == laya_onnx.core.hooks.aggregate_usage(results) and usage["input_tokens"] > 0
     seen.clear()
     with pytest.raises(ValueError):
         agent.predict(STATES[0], {"q": {"type": "nope", "instructions": "?"}})
@@ -612,7 +612,7 @@ def test_the_advanced_helpers_example():
         calls.append(("redact", list(ctx.states)))
 
     # The block as the page writes it (`questions={...}` is the page's literal).
-    from laya_onnx.hooks import PredictContext, dispatch, normalise_hooks
+    from laya_onnx.core.hooks import PredictContext, dispatch, normalise_hooks
 
     hooks = normalise_hooks(on_predict_start=[log, redact])
     ctx = PredictContext(states=["..."], questions={...})
@@ -635,11 +635,11 @@ def test_the_advanced_helpers_example():
         "lock": None,
         "timeout": None,
     }
-    assert _defaults(laya_onnx.hooks.run_coroutine_sync) == {
+    assert _defaults(laya_onnx.core.hooks.run_coroutine_sync) == {
         "awaitable": inspect.Parameter.empty,
         "loop": None,
     }
-    assert laya_onnx.hooks.aggregate_usage(
+    assert laya_onnx.core.hooks.aggregate_usage(
         [
             {"usage": {"input_tokens": 3, "output_tokens": 0}},
             {"usage": {"input_tokens": 4, "output_tokens": 1}},
@@ -648,7 +648,7 @@ def test_the_advanced_helpers_example():
 
 
 def test_run_coroutine_sync_in_and_out_of_a_loop():
-    from laya_onnx.hooks import run_coroutine_sync
+    from laya_onnx.core.hooks import run_coroutine_sync
 
     async def where():
         return asyncio.get_running_loop()

@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from laya_onnx.questions import normalize_questions
-from laya_onnx.sequences import build_heads, encode_state
-from laya_onnx.tokenizer import LayaTokenizer
+from laya_onnx.core.questions import normalize_questions
+from laya_onnx.core.sequences import build_heads, encode_state
+from laya_onnx.core.tokenizer import LayaTokenizer
 
 pytestmark = pytest.mark.torch
 

@@ -10,8 +10,8 @@ import logging
 import numpy as np
 import pytest
 
-from laya_onnx.agent import ONNXAgent
-from laya_onnx.errors import InvalidRequest, InvalidRequestType
+from laya_onnx.core.agent import ONNXAgent
+from laya_onnx.core.errors import InvalidRequest, InvalidRequestType
 from laya_onnx.serve.wire import NonFiniteNumber, render
 from tests.serve_support import BATCH, BODY, URL, FakeAgent, Q, aio, post, served
 

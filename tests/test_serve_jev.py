@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("aiohttp")
 pytest.importorskip("pydantic")
 
-from laya_onnx.errors import InvalidRequest
+from laya_onnx.core.errors import InvalidRequest
 from laya_onnx.serve import create_app, jev
 from laya_onnx.serve import settings as serve_settings
 from laya_onnx.serve.settings import ConfigError

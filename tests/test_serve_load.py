@@ -18,8 +18,8 @@ import pytest
 pytest.importorskip("aiohttp")
 pytest.importorskip("prometheus_client")
 
+from laya_onnx.bench.http import bench_app
 from laya_onnx.serve import create_app
-from laya_onnx.serve.loadbench import bench_app
 from laya_onnx.serve.metrics import METRICS
 from tests.serve_support import FakeAgent, Q
 

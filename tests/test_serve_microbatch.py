@@ -8,8 +8,8 @@ import asyncio
 import pytest
 
 from laya_onnx import ONNXAgent
+from laya_onnx.bench.http import drive_server
 from laya_onnx.serve.app import RUNTIME
-from laya_onnx.serve.loadbench import drive_server
 from laya_onnx.serve.microbatch import group_key
 from laya_onnx.serve.settings import ConfigError, Settings
 from tests.serve_support import URL, FakeAgent, Q, aio, listening, post, served
@@ -65,7 +65,7 @@ async def test_a_group_that_fails_is_answered_member_by_member():
 
         def predict(self, state, questions, **kw):
             if state == "bad":
-                from laya_onnx.errors import InvalidRequest
+                from laya_onnx.core.errors import InvalidRequest
 
                 raise InvalidRequest("state 'bad' refused alone")
             return super().predict(state, questions, **kw)
@@ -141,7 +141,7 @@ async def test_int8_callers_get_exactly_their_alone_answer(lowered, bundle_facto
 
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from laya_onnx.bundle import ReducedPrecisionWarning
+    from laya_onnx.core.bundle import ReducedPrecisionWarning
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ReducedPrecisionWarning)

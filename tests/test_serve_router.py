@@ -14,8 +14,8 @@ import threading
 
 import pytest
 
-from laya_onnx.hooks import BaseHook
-from laya_onnx.router import Router
+from laya_onnx.core.hooks import BaseHook
+from laya_onnx.core.router import Router
 from laya_onnx.serve import create_app
 from laya_onnx.serve.routed import build_router, extra_models_from_env, parse_model_option
 from laya_onnx.serve.settings import ConfigError

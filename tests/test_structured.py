@@ -16,8 +16,8 @@ from typing import Literal
 
 import pytest
 
-from laya_onnx import structured as S
-from laya_onnx.errors import reference_kind
+from laya_onnx.core import structured as S
+from laya_onnx.core.errors import reference_kind
 
 TICKET = {
     "type": "object",
@@ -294,8 +294,8 @@ def test_answer_to_pydantic_builds_the_model(agent):
 def test_decide_equals_the_reference_agent(preset, checkpoint_factory, bundle_factory):
     """End to end against `laya.Agent` on the torch checkpoint: the predictions behind each
     decision pass the parity rule, and the typed values are identical."""
+    from laya_onnx.core.judge import judge
     from laya_onnx.parity.observe import instrument_agent, observe, observe_agent
-    from laya_onnx.parity.rule import judge
     from laya_onnx.parity.runner import instrument_reference, load_runtimes, reference_rows
 
     ref, ours = load_runtimes(checkpoint_factory(preset), bundle_factory(preset))
@@ -348,8 +348,8 @@ def test_the_core_does_not_import_pydantic():
 
     code = (
         "import sys; sys.modules['pydantic'] = None\n"  # any import of pydantic now fails
-        "from laya_onnx import structured as S\n"
-        "from laya_onnx.agent import ONNXAgent\n"
+        "from laya_onnx.core import structured as S\n"
+        "from laya_onnx.core.agent import ONNXAgent\n"
         "print(sorted(S.questions_from_json_schema(%r)))\n" % (TICKET,)
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -53,7 +53,7 @@ def test_runtime_answers_without_torch_or_transformers(bundle_factory):
 def test_core_modules_do_not_import_layers():
     """Nothing in the core imports torch, transformers, aiohttp, or the layers built on top."""
     code = (
-        "import sys, laya_onnx.agent, laya_onnx.cli, laya_onnx.hub, laya_onnx.router, laya_onnx.lang; "
+        "import sys, laya_onnx.core.agent, laya_onnx.cli, laya_onnx.core.hub, laya_onnx.core.router, laya_onnx.core.lang; "
         "print([m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers', 'aiohttp') "
         "or m.startswith(('laya_onnx.export', 'laya_onnx.serve', 'laya_onnx.parity', 'laya_onnx.checkpoints'))])"
     )

@@ -1,4 +1,4 @@
-"""Large choices answered by elimination (`laya_onnx.tournament`, `ONNXAgent.predict(tournament=)`).
+"""Large choices answered by elimination (`laya_onnx.core.tournament`, `ONNXAgent.predict(tournament=)`).
 
 The first half runs on a fake `predict` whose preferences are known, so the elimination can be
 checked against what it must find; the second half runs the tiny bundles; the `reference` tests
@@ -12,8 +12,8 @@ import warnings
 
 import pytest
 
-from laya_onnx.sequences import OPTION_SHRINK_BELOW
-from laya_onnx.tournament import (
+from laya_onnx.core.sequences import OPTION_SHRINK_BELOW
+from laya_onnx.core.tournament import (
     check_group_size,
     fitting_group_size,
     large_choices,
@@ -232,8 +232,8 @@ def test_agent_tournament_true_runs_no_round_when_every_choice_fits(agent):
 
 def test_agent_derived_group_keeps_every_option_whole(agent):
     """At the derived group size no option is shrunk; one more option and some would be."""
-    from laya_onnx.questions import normalize_questions
-    from laya_onnx.sequences import build_head
+    from laya_onnx.core.questions import normalize_questions
+    from laya_onnx.core.sequences import build_head
 
     qs = {"q": {"type": "choice", "instructions": "Which?", "criteria": LABELS[:120]}}
     g = agent.tournament_group_size(qs)

@@ -21,8 +21,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from laya_onnx.bundle import CONFIG_FILE, WEIGHTS_FILE, check_output_dir, staged_directory
 from laya_onnx.checkpoints.presets import PRESETS, Preset, get_preset
+from laya_onnx.core.bundle import CONFIG_FILE, WEIGHTS_FILE, check_output_dir, staged_directory
 
 
 def build_tokenizer(preset: Preset):

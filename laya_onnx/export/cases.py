@@ -1,6 +1,6 @@
 """Built-in requests the exporter traces with and validates on, encoded by the runtime core.
 
-The feeds are built exactly as the runtime builds them (`laya_onnx.sequences`), so validation
+The feeds are built exactly as the runtime builds them (`laya_onnx.core.sequences`), so validation
 compares torch and ONNX Runtime on the inputs the graph will really see. Together they cover:
 padding (rows of different lengths in one batch), states longer than the sliding window and
 long enough to hit `max_len`, conversation (list) and dict states, 1 to 20 options, all three
@@ -136,9 +136,9 @@ def encode_calls(
     tokenizer_dir: Path, max_len: int, head_max_len: int, calls: Sequence[Call] = CALLS
 ) -> list[dict[str, Any]]:
     """[{"name", "rows", "feeds"}] for each call, built by the runtime core."""
-    from laya_onnx.questions import normalize_questions
-    from laya_onnx.sequences import collate, encode_state
-    from laya_onnx.tokenizer import LayaTokenizer
+    from laya_onnx.core.questions import normalize_questions
+    from laya_onnx.core.sequences import collate, encode_state
+    from laya_onnx.core.tokenizer import LayaTokenizer
 
     tok = LayaTokenizer.from_dir(tokenizer_dir)
     out = []

@@ -2,14 +2,14 @@
 
 Steps (each printed with its timing):
 
-1. resolve the checkpoint (local directory, or Hub repo id via `laya_onnx.hub`);
+1. resolve the checkpoint (local directory, or Hub repo id via `laya_onnx.core.hub`);
 2. build the torch DecisionModel and load the weights with strict key and shape checks;
-3. encode the built-in requests with the runtime core (`laya_onnx.sequences`);
+3. encode the built-in requests with the runtime core (`laya_onnx.core.sequences`);
 4. trace ONE graph with dynamic batch / sequence / marker axes (names and axes from
-   `laya_onnx.bundle.GRAPH_INPUTS` / `GRAPH_OUTPUTS`);
+   `laya_onnx.core.bundle.GRAPH_INPUTS` / `GRAPH_OUTPUTS`);
 5. run it on ONNX Runtime (CPU) next to torch on every built-in request and compare: the raw
    outputs within `tolerance`, and the decoded answers by the parity rule
-   (`laya_onnx.parity.rule`); otherwise nothing is written;
+   (`laya_onnx.core.judge`); otherwise nothing is written;
 6. assemble the bundle in a temporary sibling directory and rename it into place.
 """
 
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from laya_onnx import __version__ as LAYA_ONNX_VERSION
-from laya_onnx.bundle import (
+from laya_onnx.core.bundle import (
     CONFIG_FILE,
     DEFAULT_EXTERNAL_DATA_THRESHOLD,
     GRAPH_DATA_FILE,
@@ -42,9 +42,9 @@ from laya_onnx.bundle import (
     staged_directory,
     write_manifest,
 )
-from laya_onnx.calibration_file import BUNDLE_CALIBRATION_FILE, load_calibration
+from laya_onnx.core.calibration_file import BUNDLE_CALIBRATION_FILE, load_calibration
+from laya_onnx.core.session import CPU, session_options
 from laya_onnx.export.precision import DEFAULT_PRECISION, check_int8_plan, check_precision
-from laya_onnx.session import CPU, session_options
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 #: Profiles shipped in the repository's top-level `export/profiles/` (documentation of defaults).
@@ -225,9 +225,9 @@ def reference_outputs(model, cases: list[dict[str, Any]], steps: _Steps | None =
 
 def _decoded_answers(call, feeds: dict[str, np.ndarray], logits, act_logits, calibration):
     """One built-in call's outputs as the parity rule's observation: answers printed and unrounded."""
-    from laya_onnx.calibration import act_probabilities, decode_answer
-    from laya_onnx.parity.rule import Observation
-    from laya_onnx.questions import normalize_questions
+    from laya_onnx.core.calibration import act_probabilities, decode_answer
+    from laya_onnx.core.judge import Observation
+    from laya_onnx.core.questions import normalize_questions
 
     questions = normalize_questions(call.questions())
     act = act_probabilities(act_logits)
@@ -258,7 +258,7 @@ def _calibration(cfg: dict[str, Any]):
     """The calibration a bundle of `cfg` answers with; its clamp warning belongs to the runtime."""
     import warnings
 
-    from laya_onnx.calibration import Calibration
+    from laya_onnx.core.calibration import Calibration
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -277,9 +277,9 @@ def validate_graph(
     """Compare ONNX Runtime with torch's outputs on every encoded case; returns the validation record.
 
     With `calibration` (and `calls`, the built-in calls `cases` were encoded from), the answers
-    decoded from both sides' outputs are also judged by the parity rule (`laya_onnx.parity.rule`).
+    decoded from both sides' outputs are also judged by the parity rule (`laya_onnx.core.judge`).
     """
-    from laya_onnx.parity.rule import DEFAULT_ACT_TOLERANCE, DEFAULT_TOLERANCE, Verdict, judge
+    from laya_onnx.core.judge import DEFAULT_ACT_TOLERANCE, DEFAULT_TOLERANCE, Verdict, judge
 
     loading = time.perf_counter()
     session = _session(graph)
@@ -333,7 +333,7 @@ def validate_graph(
     }
     if calibration is not None:
         record["answers"] = {
-            "rule": "laya_onnx/parity/rule.py",
+            "rule": "laya_onnx/core/judge.py",
             "tolerance": DEFAULT_TOLERANCE,
             "act_tolerance": DEFAULT_ACT_TOLERANCE,
             "max_abs_dp": max(v.max_abs_dp for _, v in answers),
@@ -408,7 +408,7 @@ def model_architecture(model, attention: str) -> dict[str, Any]:
 
 def pass_memory_record(graph: Path, steps: _Steps | None = None) -> dict[str, Any]:
     """Measure the graph's per-pass memory and fit the model the runtime budgets with."""
-    from laya_onnx.memory import fit_pass_memory, format_bytes, measure_pass_memory
+    from laya_onnx.core.memory import fit_pass_memory, format_bytes, measure_pass_memory
 
     samples = measure_pass_memory(graph)
     model = fit_pass_memory([(s["rows"], s["length"], s["bytes"]) for s in samples])
@@ -473,10 +473,10 @@ def export_bundle(
     against fp32 torch (`laya_onnx.export.ladder`; `precision_gate` overrides its `Gate`);
     `int8_plan` (`precision.Int8Plan`) overrides which MatMuls int8 lowers and how.
     """
+    from laya_onnx.core.hub import fetch_checkpoint
     from laya_onnx.export.cases import CALLS, encode_calls, trace_feeds
     from laya_onnx.export.ladder import PrecisionStep
     from laya_onnx.export.model import ATTENTION_KINDS, load_decision_model
-    from laya_onnx.hub import fetch_checkpoint
 
     check_int8_plan(precision, int8_plan)
     ladder = (

@@ -11,7 +11,7 @@ file - `Transpose(weight)` in front of each linear layer's MatMul - is done here
 weight at a time; ONNX Runtime folds the remaining small constants at load as it always did.
 
 Graphs whose weights exceed `external_data_threshold` bytes (default
-`laya_onnx.bundle.DEFAULT_EXTERNAL_DATA_THRESHOLD`) are written as `laya.onnx` +
+`laya_onnx.core.bundle.DEFAULT_EXTERNAL_DATA_THRESHOLD`) are written as `laya.onnx` +
 `laya.onnx.data` (ONNX external data; protobuf cannot hold a message over 2 GiB).
 """
 
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from laya_onnx.bundle import GRAPH_DATA_FILE, GRAPH_INPUTS, GRAPH_OUTPUTS
+from laya_onnx.core.bundle import GRAPH_DATA_FILE, GRAPH_INPUTS, GRAPH_OUTPUTS
 
 #: Large tensors start at 64 KiB offsets in the data file, so a reader can map them directly.
 DATA_ALIGNMENT = 1 << 16

@@ -9,7 +9,7 @@ the runtime core and decoded by the core decoder, exactly as for the fp32 valida
 
 Per suite it measures the max |Δp| of the unrounded option probabilities (and the noul value) and
 the share of decisions (choice label, most likely score level, noul side) that agree with fp32,
-both by the parity rule's own code (`laya_onnx.parity.rule.judge`). If any suite misses the gate
+both by the parity rule's own code (`laya_onnx.core.judge.judge`). If any suite misses the gate
 (`precision.GATES`), the export stops and nothing is written.
 """
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from laya_onnx.bundle import DEFAULT_EXTERNAL_DATA_THRESHOLD, GRAPH_DATA_FILE
+from laya_onnx.core.bundle import DEFAULT_EXTERNAL_DATA_THRESHOLD, GRAPH_DATA_FILE
 from laya_onnx.export.cases import Call, encode_calls
 from laya_onnx.export.precision import (
     GATES,
@@ -61,9 +61,9 @@ class Suite:
 
 def measure_agreement(session, suite: Suite, calibration) -> dict[str, Any]:
     """Run `suite` on `session` and compare its decoded answers with fp32 torch's."""
-    from laya_onnx.bundle import GRAPH_INPUTS, GRAPH_OUTPUTS
+    from laya_onnx.core.bundle import GRAPH_INPUTS, GRAPH_OUTPUTS
+    from laya_onnx.core.judge import decision_margin, judge
     from laya_onnx.export.exporter import _decoded_answers as decoded_answers
-    from laya_onnx.parity.rule import decision_margin, judge
 
     decisions = max_dp = max_dact = 0.0
     flipped: list[str] = []
@@ -130,8 +130,8 @@ class PrecisionStep:
         budgets: tuple[int, int],
     ) -> int:
         """fp32 torch's outputs on both suites (the export cases' are computed by the exporter)."""
+        from laya_onnx.core.tokenizer import LayaTokenizer
         from laya_onnx.export.exporter import reference_outputs
-        from laya_onnx.tokenizer import LayaTokenizer
 
         mask = LayaTokenizer.from_dir(tokenizer_dir).mask_token
         calls = suite_calls(self.parity_suite, mask)

@@ -33,9 +33,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from laya_onnx.bundle import CONFIG_FILE, WEIGHTS_FILE, read_json_object
-from laya_onnx.questions import QTYPES  # row order of `type_emb`
-from laya_onnx.sequences import check_option_layout
+from laya_onnx.core.bundle import CONFIG_FILE, WEIGHTS_FILE, read_json_object
+from laya_onnx.core.questions import QTYPES  # row order of `type_emb`
+from laya_onnx.core.sequences import check_option_layout
 
 if TYPE_CHECKING:
     from transformers import ModernBertModel

@@ -18,8 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from laya_onnx.bundle import check_output_dir
-from laya_onnx.names import BUNDLE_REPO, PUBLISHED_CHECKPOINTS
+from laya_onnx.core.bundle import check_output_dir
+from laya_onnx.core.names import BUNDLE_REPO, PUBLISHED_CHECKPOINTS
 
 #: name -> the tiny preset that stands in for it.
 PRESET_FOR = {

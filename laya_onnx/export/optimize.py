@@ -20,7 +20,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from laya_onnx.bundle import GRAPH_DATA_FILE, GRAPH_FILE
+from laya_onnx.core.bundle import GRAPH_DATA_FILE, GRAPH_FILE
 
 #: The op types the fusions replace patterns with (counted before and after in the manifest).
 FUSED_OPS = ("SkipLayerNormalization", "Gelu", "BiasGelu", "FastGelu", "SkipSimplifiedLayerNormalization")

@@ -25,7 +25,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from laya_onnx.bundle import CONFIG_FILE, TOKENIZER_DIR, WEIGHTS_FILE, read_json_object, sha256_file
+from laya_onnx.core.bundle import CONFIG_FILE, TOKENIZER_DIR, WEIGHTS_FILE, read_json_object, sha256_file
 from laya_onnx.parity.observe import observe
 from laya_onnx.parity.suite import load_suite, suite_sha256
 from laya_onnx.parity.versions import tool_versions
@@ -38,10 +38,10 @@ PINNED_FILES = (CONFIG_FILE, f"{TOKENIZER_DIR}/tokenizer.json")
 
 def record_golden(preset: str, suite: str = "core", seed: int = 0) -> dict[str, Any]:
     """The reference's observation of every request of `suite` on checkpoint `preset`."""
-    from laya_onnx.calibration import Calibration
     from laya_onnx.checkpoints import make_checkpoint
+    from laya_onnx.core.calibration import Calibration
+    from laya_onnx.core.tokenizer import LayaTokenizer
     from laya_onnx.parity.runner import instrument_reference, load_reference, reference_rows
-    from laya_onnx.tokenizer import LayaTokenizer
 
     with tempfile.TemporaryDirectory(prefix="laya-golden-") as tmp:
         ckpt = make_checkpoint(preset, Path(tmp) / preset, seed=seed)

@@ -4,7 +4,7 @@
 
 For every state of the corpus (`lang_corpus.load_corpus`) it asks the reference `laya.Router`
 (built with `default="multilingual"`, the reference default, and with `default="english"`) for
-its route, and reads our `laya_onnx.lang.analyse` through `route_detection` the same two ways.
+its route, and reads our `laya_onnx.core.lang.analyse` through `route_detection` the same two ways.
 A state agrees when both checkpoints agree under both defaults: then the Router picks the same
 checkpoint whatever its default. The report also counts the states whose reason text is
 identical and those whose whole detection dict is.
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from laya_onnx import lang
+from laya_onnx.core import lang
 from laya_onnx.parity.lang_corpus import CORPUS_DIR, load_corpus
 
 DEFAULTS = ("multilingual", "english")

@@ -1,4 +1,4 @@
-"""Observe one request on one runtime: what the rule (`laya_onnx.parity.rule`) judges.
+"""Observe one request on one runtime: what the rule (`laya_onnx.core.judge`) judges.
 
 A runtime is observed through its forward passes: `RowCapture` keeps every row's option logits
 and act probabilities, keyed by the row's token ids, and `observe` decodes them again with the
@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from laya_onnx.calibration import Calibration, act_probabilities, decode_answer
-from laya_onnx.errors import reference_kind
+from laya_onnx.core.calibration import Calibration, act_probabilities, decode_answer
+from laya_onnx.core.errors import reference_kind
+from laya_onnx.core.judge import Observation
+from laya_onnx.core.questions import normalize_questions
+from laya_onnx.core.sequences import encode_state
 from laya_onnx.parity.hook_cases import hook_case
-from laya_onnx.parity.rule import Observation
-from laya_onnx.questions import normalize_questions
-from laya_onnx.sequences import encode_state
 
 #: Request controls passed through to predict / predict_batch.
 CONTROLS = ("max_len", "head_max_len", "min_confidence", "lang")

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from laya_onnx.core.judge import DEFAULT_ACT_TOLERANCE, DEFAULT_TOLERANCE, Observation, judge
 from laya_onnx.parity.observe import (
     CONTROLS,
     LONG_CONTROLS,
@@ -35,7 +36,6 @@ from laya_onnx.parity.observe import (
     observe_state,
     refusal,
 )
-from laya_onnx.parity.rule import DEFAULT_ACT_TOLERANCE, DEFAULT_TOLERANCE, Observation, judge
 from laya_onnx.parity.runner import (
     CaseResult,
     ParityReport,
@@ -151,7 +151,7 @@ class RouterSide:
 
 def our_side(bundles: Mapping[str, Any], routers: dict[str, dict[str, Any]], **router_kwargs) -> RouterSide:
     """Our Routers over `bundles` ({name: bundle}); every checkpoint preloaded and instrumented."""
-    from laya_onnx.router import Router
+    from laya_onnx.core.router import Router
 
     built: dict[str, Any] = {}
     with warnings.catch_warnings():
@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     directories hold one folder per checkpoint name (english/, multilingual/, typed-decisions/)."""
     import argparse
 
-    from laya_onnx.router import bundles_in
+    from laya_onnx.core.router import bundles_in
 
     parser = argparse.ArgumentParser(prog="python -m laya_onnx.parity.routing", description=main.__doc__)
     parser.add_argument("checkpoints", help="folder of checkpoint folders, one per name")

@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from laya_onnx.core.judge import CATEGORIES, DEFAULT_ACT_TOLERANCE, DEFAULT_TOLERANCE, Verdict, judge
 from laya_onnx.parity.observe import RowCapture, instrument_agent, observe, observe_agent
-from laya_onnx.parity.rule import CATEGORIES, DEFAULT_ACT_TOLERANCE, DEFAULT_TOLERANCE, Verdict, judge
 from laya_onnx.parity.suite import load_suite
 from laya_onnx.parity.versions import tool_versions
 
@@ -96,7 +96,7 @@ class ParityReport:
             "checkpoint": self.checkpoint,
             "bundle": self.bundle,
             "seconds": round(self.seconds, 2),
-            "rule": "laya_onnx/parity/rule.py (README 'Proof')",
+            "rule": "laya_onnx/core/judge.py (README 'Proof')",
             "tools": self.tools,
             "summary": self.summary(),
             "cases": [asdict(c) for c in self.cases],
@@ -159,7 +159,7 @@ def load_runtimes(checkpoint: str | Path, bundle: str | Path, **ours_kwargs):
     """
     import warnings
 
-    from laya_onnx.agent import ONNXAgent
+    from laya_onnx.core.agent import ONNXAgent
 
     ref = load_reference(checkpoint)
     with warnings.catch_warnings():

@@ -33,7 +33,7 @@ from typing import Any, cast
 from aiohttp import web
 from yarl import URL
 
-from laya_onnx.router import Router
+from laya_onnx.core.router import Router
 from laya_onnx.serve import contract
 from laya_onnx.serve.catalog import ModelCard
 from laya_onnx.serve.drain import Drain, InferenceGate

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from laya_onnx.bundle import GRAPH_FILE, MANIFEST_FILE, Bundle, precision_record
-from laya_onnx.names import BUNDLE_REPO, PUBLISHED_CHECKPOINTS
+from laya_onnx.core.bundle import GRAPH_FILE, MANIFEST_FILE, Bundle, precision_record
+from laya_onnx.core.names import BUNDLE_REPO, PUBLISHED_CHECKPOINTS
 from laya_onnx.serve.protocol import ServedAgent
 from laya_onnx.serve.wire import Checkpoint
 

@@ -27,10 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from laya_onnx.errors import LayaInputError, PassTooLarge
-from laya_onnx.hooks import aggregate_usage
+from laya_onnx.core.errors import LayaInputError, PassTooLarge
+from laya_onnx.core.hooks import aggregate_usage
 from laya_onnx.serve import jev
-from laya_onnx.serve import tournament as elimination
+from laya_onnx.serve import tournament_policy as elimination
 from laya_onnx.serve import validate as v
 from laya_onnx.serve.errors import BODY_TOO_LARGE, INFERENCE_FAILED, LONE_SURROGATE, NON_FINITE, ApiError
 from laya_onnx.serve.protocol import ServedAgent

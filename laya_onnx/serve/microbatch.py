@@ -25,8 +25,8 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from laya_onnx.question_cache import question_key
-from laya_onnx.serve import tournament as elimination
+from laya_onnx.core.question_cache import question_key
+from laya_onnx.serve import tournament_policy as elimination
 from laya_onnx.serve.protocol import ServedAgent
 
 #: Controls that change the pass or the decoding: requests group only when they agree on all.

@@ -11,15 +11,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from laya_onnx.bundle import Bundle
-from laya_onnx.session import FallbackEntry
+from laya_onnx.core.bundle import Bundle
+from laya_onnx.core.session import FallbackEntry
 
 
 @runtime_checkable
 class ServedAgent(Protocol):
     """One loaded checkpoint, answering on the server's worker thread.
 
-    `predict` / `predict_batch` raise `laya_onnx.errors.LayaInputError` (InvalidRequest,
+    `predict` / `predict_batch` raise `laya_onnx.core.errors.LayaInputError` (InvalidRequest,
     InvalidRequestType) for a caller's mistake, which the server answers with a 422 and the
     exception's text; any other exception is the server's failure (a logged 500).
 
@@ -70,7 +70,7 @@ class ServedAgent(Protocol):
 
     def tournament_group_size(self, questions: Any, head_max_len: int | None = None) -> int | None:
         """The largest group of options that keep all their tokens in one head, or None when
-        every choice in `questions` already does (`laya_onnx.tournament.fitting_group_size`)."""
+        every choice in `questions` already does (`laya_onnx.core.tournament.fitting_group_size`)."""
         ...
 
     def predict_batch(

@@ -30,10 +30,11 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from laya_onnx.hooks import BaseHook, PredictContext
-from laya_onnx.memory import process_memory
-from laya_onnx.names import BUNDLE_REPO, PUBLISHED_CHECKPOINTS, aliases_of
-from laya_onnx.router import Router, bundles_in
+from laya_onnx.core.hooks import BaseHook, PredictContext
+from laya_onnx.core.memory import process_memory
+from laya_onnx.core.names import BUNDLE_REPO, PUBLISHED_CHECKPOINTS, aliases_of
+from laya_onnx.core.router import Router, bundles_in
+from laya_onnx.core.session import FallbackEntry, resolve_threads
 from laya_onnx.serve.errors import ApiError
 from laya_onnx.serve.settings import ConfigError, env_bool, env_int, env_text
 from laya_onnx.serve.wire import (
@@ -43,7 +44,6 @@ from laya_onnx.serve.wire import (
     preferred_device,
     provider_device,
 )
-from laya_onnx.session import FallbackEntry, resolve_threads
 
 log = logging.getLogger("laya_onnx.serve")
 

@@ -120,7 +120,7 @@ def _prepare(host: str | None, port: int | None) -> _Plan:
 
 def is_models_dir(path: os.PathLike | str | None) -> bool:
     """A folder of bundle folders (`laya-onnx export --all`), rather than one bundle."""
-    from laya_onnx.router import is_bundle_dir
+    from laya_onnx.core.router import is_bundle_dir
 
     if path is None or not os.path.isdir(path) or is_bundle_dir(Path(path)):
         return False

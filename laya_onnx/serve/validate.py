@@ -11,9 +11,9 @@ import json
 import re
 from typing import Any
 
-from laya_onnx.errors import InvalidRequest
-from laya_onnx.gate import check_min_confidence
-from laya_onnx.questions import null_level
+from laya_onnx.core.errors import InvalidRequest
+from laya_onnx.core.gate import check_min_confidence
+from laya_onnx.core.questions import null_level
 from laya_onnx.serve.errors import INVALID_JSON, ApiError
 
 MAX_QUESTIONS = 64

@@ -3,7 +3,7 @@
 (`x_jev_confidence`, the strict Jev projection, JSON rendering).
 
 laya-serve fronts a Router over several checkpoints; this server fronts exactly one bundle, so
-"routing" always lands on it. The published names and aliases are the core's (`laya_onnx.names`).
+"routing" always lands on it. The published names and aliases are the core's (`laya_onnx.core.names`).
 """
 
 from __future__ import annotations
@@ -12,11 +12,17 @@ import json
 import math
 from typing import Any
 
-from laya_onnx.bundle import Bundle, bundle_origin
-from laya_onnx.names import BUNDLE_REPO, PUBLISHED_CHECKPOINTS, aliases_of, canonical_name, published_name
+from laya_onnx.core.bundle import Bundle, bundle_origin
+from laya_onnx.core.names import (
+    BUNDLE_REPO,
+    PUBLISHED_CHECKPOINTS,
+    aliases_of,
+    canonical_name,
+    published_name,
+)
+from laya_onnx.core.session import FallbackEntry
 from laya_onnx.serve.errors import ApiError
 from laya_onnx.serve.protocol import ServedAgent
-from laya_onnx.session import FallbackEntry
 
 ROUTING_REASON = "served bundle"
 
@@ -92,7 +98,7 @@ class Checkpoint:
 
 
 def bundle_source(bundle: Bundle) -> str | None:
-    """Where the served bundle came from (`laya_onnx.bundle.bundle_origin`)."""
+    """Where the served bundle came from (`laya_onnx.core.bundle.bundle_origin`)."""
     return bundle_origin(bundle.manifest, bundle.root)
 
 

@@ -1,6 +1,6 @@
 """Ray Serve with N replicas vs one `laya-onnx serve` process, same load, interleaved rounds.
 
-    python -m laya_onnx.serve.ray_bench BUNDLE [--config serve/ray/serve-config.yaml]
+    python -m laya_onnx.bench.ray_serve BUNDLE [--config serve/ray/serve-config.yaml]
         [--replicas 2] [--clients 16] [--seconds 8] [--rounds 3]
 
 Both fronts are up for the whole run; each round loads one, then the other, with loadbench's
@@ -27,7 +27,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from laya_onnx.serve.loadbench import DEFAULT_DEADLINE_S, _child
+from laya_onnx.bench.http import DEFAULT_DEADLINE_S, _child
 
 
 def _free_port() -> int:
@@ -165,7 +165,7 @@ def run(
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m laya_onnx.serve.ray_bench", description=__doc__.split("\n\n")[0]
+        prog="python -m laya_onnx.bench.ray_serve", description=__doc__.split("\n\n")[0]
     )
     p.add_argument("bundle")
     p.add_argument("--config", type=Path, default=Path("serve/ray/serve-config.yaml"))

@@ -33,9 +33,9 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from laya_onnx.errors import InvalidRequest, InvalidRequestType
-from laya_onnx.questions import check_question
-from laya_onnx.sequences import OPTION_SHRINK_BELOW
+from laya_onnx.core.errors import InvalidRequest, InvalidRequestType
+from laya_onnx.core.questions import check_question
+from laya_onnx.core.sequences import OPTION_SHRINK_BELOW
 
 #: laya.shortlist.DEFAULT_TOURNAMENT_GROUP: the group size when nothing better is known.
 DEFAULT_GROUP_SIZE = 16

@@ -3,13 +3,13 @@
 laya 0.4.15's `laya.Router` semantics (core.md §8) over ONNX bundles instead of Hub checkpoints:
 
 * Names. `english`, `multilingual` and `typed-decisions` always exist, with laya's aliases
-  (`laya_onnx.names`); more may be registered (`[a-z0-9][a-z0-9._-]*`, never `auto`). A name is
+  (`laya_onnx.core.names`); more may be registered (`[a-z0-9][a-z0-9._-]*`, never `auto`). A name is
   served by a bundle: a directory `laya-onnx export` wrote, or a bundle on the Hub
   (`org/name[/subfolder]`). `Router("models/")` registers every bundle folder of a models
   directory under its folder's name (`laya-onnx export --all -o models/` writes one).
 * Routing, first match wins: `model=` > `task=` > the typed-decisions workflow of the question
   ids (only with `auto_task_detection=True`) > `lang=` > `lang_guess` (per call, then the
-  Router's) > language detection (`laya_onnx.lang.analyse`) > `default`. The decision is the
+  Router's) > language detection (`laya_onnx.core.lang.analyse`) > `default`. The decision is the
   `routing` block of every answer, keys in laya's order, reasons in laya's words.
 * Lifecycle. Bundles load on first use; at most `max_loaded` stay resident (least recently used
   evicted); `preload` raises the cap to hold what it loads; `on_load` / `on_evict` / `on_route`
@@ -31,10 +31,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from laya_onnx.bundle import GRAPH_FILE, bundle_origin, read_manifest_quietly
-from laya_onnx.errors import InvalidRequest, InvalidRequestType
-from laya_onnx.gate import apply_confidence_gate, check_min_confidence
-from laya_onnx.hooks import (
+from laya_onnx.core.bundle import GRAPH_FILE, bundle_origin, read_manifest_quietly
+from laya_onnx.core.errors import InvalidRequest, InvalidRequestType
+from laya_onnx.core.gate import apply_confidence_gate, check_min_confidence
+from laya_onnx.core.hooks import (
     HookRegistry,
     PredictContext,
     aggregate_usage,
@@ -45,8 +45,8 @@ from laya_onnx.hooks import (
     skipping_default_hooks,
     validate_timeout,
 )
-from laya_onnx.lang import analyse, english_from_code, route_detection
-from laya_onnx.names import ALIASES, BUNDLE_REPO, PUBLISHED_CHECKPOINTS, canonical_name
+from laya_onnx.core.lang import analyse, english_from_code, route_detection
+from laya_onnx.core.names import ALIASES, BUNDLE_REPO, PUBLISHED_CHECKPOINTS, canonical_name
 
 BUILTIN_NAMES = tuple(PUBLISHED_CHECKPOINTS)
 ENGLISH, MULTILINGUAL, TYPED_DECISIONS = BUILTIN_NAMES
@@ -381,7 +381,7 @@ class Router(HookRegistry):
         where = os.fspath(source) if isinstance(source, (str, os.PathLike)) else str(_source_text(source))
         if self._factory is not None:
             return self._factory(where, name=key, **kwargs)
-        from laya_onnx.agent import ONNXAgent
+        from laya_onnx.core.agent import ONNXAgent
 
         return ONNXAgent(where, name=key, **kwargs)
 
@@ -770,9 +770,9 @@ class Router(HookRegistry):
         min_confidence: Any = None,
         **predict_kwargs: Any,
     ) -> Any:
-        """Typed values for `state` against a JSON schema or pydantic model (`laya_onnx.structured`),
+        """Typed values for `state` against a JSON schema or pydantic model (`laya_onnx.core.structured`),
         routed as `predict` routes (`model=`, `task=`, `lang=`... are forwarded to it)."""
-        from laya_onnx.structured import decide
+        from laya_onnx.core.structured import decide
 
         return decide(
             self,
@@ -794,7 +794,7 @@ class Router(HookRegistry):
         min_confidence: Any = None,
         **predict_kwargs: Any,
     ) -> list[Any]:
-        from laya_onnx.structured import decide_batch
+        from laya_onnx.core.structured import decide_batch
 
         return decide_batch(
             self,

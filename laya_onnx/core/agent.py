@@ -14,14 +14,14 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
-from laya_onnx import structured
-from laya_onnx.bundle import Bundle, ReducedPrecisionWarning, describe_precision
-from laya_onnx.calibration import Calibration, CallLogits, act_probabilities, empty_result
-from laya_onnx.calibration_file import apply_calibration, bundle_calibration, warn_if_other_checkpoint
-from laya_onnx.calibration_file import load_calibration as load_calibration_file
-from laya_onnx.errors import InvalidRequest, InvalidRequestType
-from laya_onnx.gate import apply_confidence_gate, check_min_confidence
-from laya_onnx.hooks import (
+from laya_onnx.core import structured
+from laya_onnx.core.bundle import Bundle, ReducedPrecisionWarning, describe_precision
+from laya_onnx.core.calibration import Calibration, CallLogits, act_probabilities, empty_result
+from laya_onnx.core.calibration_file import apply_calibration, bundle_calibration, warn_if_other_checkpoint
+from laya_onnx.core.calibration_file import load_calibration as load_calibration_file
+from laya_onnx.core.errors import InvalidRequest, InvalidRequestType
+from laya_onnx.core.gate import apply_confidence_gate, check_min_confidence
+from laya_onnx.core.hooks import (
     HookRegistry,
     PredictContext,
     call_lifecycle,
@@ -30,15 +30,15 @@ from laya_onnx.hooks import (
     normalise_hooks,
     validate_timeout,
 )
-from laya_onnx.hub import BUNDLE_FILES, fetch_checkpoint
-from laya_onnx.memory import ARENA_RELEASE_BYTES, PassMemoryModel, resolve_max_pass_memory, split_rows
-from laya_onnx.question_cache import QuestionCache
-from laya_onnx.questions import normalize_questions, require_questions_dict
-from laya_onnx.sequences import check_option_layout, collate, encode_state, option_spans
-from laya_onnx.session import FallbackEntry, GraphSession, ProviderSpec, resolve_threads
-from laya_onnx.tokenizer import LayaTokenizer
-from laya_onnx.tournament import check_group_size, fitting_group_size, run_tournament
-from laya_onnx.windows import predict_long as scan_long
+from laya_onnx.core.hub import BUNDLE_FILES, fetch_checkpoint
+from laya_onnx.core.memory import ARENA_RELEASE_BYTES, PassMemoryModel, resolve_max_pass_memory, split_rows
+from laya_onnx.core.question_cache import QuestionCache
+from laya_onnx.core.questions import normalize_questions, require_questions_dict
+from laya_onnx.core.sequences import check_option_layout, collate, encode_state, option_spans
+from laya_onnx.core.session import FallbackEntry, GraphSession, ProviderSpec, resolve_threads
+from laya_onnx.core.tokenizer import LayaTokenizer
+from laya_onnx.core.tournament import check_group_size, fitting_group_size, run_tournament
+from laya_onnx.core.windows import predict_long as scan_long
 
 State = str | dict | list | Any
 DEFAULT_MAX_LEN = 512
@@ -206,7 +206,7 @@ class ONNXAgent(HookRegistry):
         """Answer `questions` about one state (text, JSON value, or a conversation list).
 
         `tournament` (off by default, as in laya) answers large choices by elimination
-        (`laya_onnx.tournament`): an int is the group size; True takes the largest group whose
+        (`laya_onnx.core.tournament`): an int is the group size; True takes the largest group whose
         options keep all their tokens in `head_max_len` and runs no round when every choice
         already does. Each round is one more `predict` call, hooks included.
         """
@@ -322,12 +322,12 @@ class ONNXAgent(HookRegistry):
     predict_many = predict_batch
 
     def decide(self, state: State, schema: Any = None, **kwargs: Any) -> Any:
-        """Typed values for one state from a JSON schema or pydantic model (`laya_onnx.structured`:
+        """Typed values for one state from a JSON schema or pydantic model (`laya_onnx.core.structured`:
         `questions=`, `return_details=`, `min_confidence=`; other keywords go to `predict`)."""
         return structured.decide(self, state, schema, **kwargs)
 
     def decide_batch(self, states: Sequence[State], schema: Any = None, **kwargs: Any) -> list[Any]:
-        """`decide` over many states in one `predict_batch` call (`laya_onnx.structured`)."""
+        """`decide` over many states in one `predict_batch` call (`laya_onnx.core.structured`)."""
         return structured.decide_batch(self, states, schema, **kwargs)
 
     def predict_long(
@@ -355,7 +355,7 @@ class ONNXAgent(HookRegistry):
         `answer["window"]` (`index`, `token_start`, `token_end`, `count`) and `usage["windows"]`
         counts the windows scored. A state that fits is answered by `predict` as is. The
         probabilities are the deciding window's, not a calibrated number for the whole document.
-        Rules, warnings and refusals: `laya_onnx.windows`.
+        Rules, warnings and refusals: `laya_onnx.core.windows`.
         """
         return scan_long(
             self,

@@ -25,8 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from laya_onnx.errors import InvalidRequest, InvalidRequestType
-from laya_onnx.gate import apply_confidence_gate, check_min_confidence, finite_number
+from laya_onnx.core.errors import InvalidRequest, InvalidRequestType
+from laya_onnx.core.gate import apply_confidence_gate, check_min_confidence, finite_number
 
 MAX_PROPERTIES = 32
 MAX_OPTIONS = 32

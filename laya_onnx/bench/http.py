@@ -206,7 +206,7 @@ async def _child(*args: str, stdin: bytes | None = None, timeout: float) -> dict
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "laya_onnx.serve.loadbench",
+        "laya_onnx.bench.http",
         *args,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
@@ -322,7 +322,7 @@ def drive_server(
 
 
 def _main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m laya_onnx.serve.loadbench")
+    p = argparse.ArgumentParser(prog="python -m laya_onnx.bench.http")
     sub = p.add_subparsers(dest="mode", required=True)
     ld = sub.add_parser("load", help="post the JSON body read from stdin")
     ld.add_argument("url")

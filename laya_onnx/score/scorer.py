@@ -15,7 +15,7 @@ cut off), skips the first k input rows and appends; a rerun with other questions
 
 Answering: rows go to the agent `batch_size` at a time (`serve.microbatch.run_group`: one
 `predict_batch`, or row by row when that call fails), here in one process, or with `--ray`
-through Ray Data (`laya_onnx/score_ray.py`: `map_batches` over an actor pool of agents).
+through Ray Data (`laya_onnx/score/ray_data.py`: `map_batches` over an actor pool of agents).
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ def _parquet_count(path: Path) -> int:
 
 
 def _error_text(exc: Exception) -> str:
-    from laya_onnx.errors import LayaInputError
+    from laya_onnx.core.errors import LayaInputError
 
     # the agent's refusal of a request is already a sentence for the caller; anything else is named
     return str(exc) if isinstance(exc, LayaInputError) else "%s: %s" % (type(exc).__name__, exc)

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from laya_onnx.errors import InvalidRequest
-from laya_onnx.questions import QTYPE_NAMES, Question
-from laya_onnx.sequences import Row
+from laya_onnx.core.errors import InvalidRequest
+from laya_onnx.core.questions import QTYPE_NAMES, Question
+from laya_onnx.core.sequences import Row
 
 TEMP_MIN = 0.5
 TEMP_MAX = 5.0
@@ -145,7 +145,7 @@ def apply_binning_map(confidence: float, bucket: str, binning_map: Mapping[str, 
 @dataclass
 class Calibration:
     """The temperatures a checkpoint answers with, and the binning map a calibration file may
-    add (`laya_onnx.calibration_file`)."""
+    add (`laya_onnx.core.calibration_file`)."""
 
     temperature: list[float]
     temperature_by_options: dict[str, float]

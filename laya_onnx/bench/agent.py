@@ -187,7 +187,7 @@ def child_peak_rss(
     runtime: str, checkpoint: str, bundle: str, workload: str, threads: int | None, calls: int = 3
 ) -> dict[str, Any]:
     """One runtime alone on one workload in a fresh process: idle and peak RSS (MiB)."""
-    cmd = [sys.executable, "-m", "laya_onnx.parity.bench", runtime, checkpoint, bundle, workload]
+    cmd = [sys.executable, "-m", "laya_onnx.bench.agent", runtime, checkpoint, bundle, workload]
     cmd += [str(threads or 0), str(calls)]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
     if done.returncode != 0:
@@ -207,7 +207,7 @@ def run_bench(
     """Time the reference and each bundle on each workload, interleaved; see the module doc."""
     import torch
 
-    from laya_onnx.agent import ONNXAgent
+    from laya_onnx.core.agent import ONNXAgent
     from laya_onnx.parity.runner import load_reference
     from laya_onnx.parity.versions import tool_versions
 
@@ -297,7 +297,7 @@ def _rss_now_mib() -> float:
 
 
 def _child(argv: list[str]) -> int:
-    """`python -m laya_onnx.parity.bench RUNTIME CHECKPOINT BUNDLE WORKLOAD THREADS CALLS`."""
+    """`python -m laya_onnx.bench.agent RUNTIME CHECKPOINT BUNDLE WORKLOAD THREADS CALLS`."""
     runtime, checkpoint, bundle, workload, threads_arg, calls_arg = argv
     threads = int(threads_arg) or None
     if runtime == REFERENCE:
@@ -309,7 +309,7 @@ def _child(argv: list[str]) -> int:
             torch.set_num_threads(threads)
         agent: Any = load_reference(checkpoint)
     else:
-        from laya_onnx.agent import ONNXAgent
+        from laya_onnx.core.agent import ONNXAgent
 
         agent = ONNXAgent(bundle, threads=threads)
     idle = _rss_now_mib()

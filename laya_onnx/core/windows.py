@@ -19,13 +19,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from laya_onnx.calibration import MODEL_NAME
-from laya_onnx.errors import InvalidRequest, InvalidRequestType
-from laya_onnx.gate import apply_confidence_gate
-from laya_onnx.hooks import aggregate_usage
-from laya_onnx.questions import Question, normalize_questions, require_questions_dict, to_question
-from laya_onnx.sequences import state_ids, state_room
-from laya_onnx.tokenizer import LayaTokenizer
+from laya_onnx.core.calibration import MODEL_NAME
+from laya_onnx.core.errors import InvalidRequest, InvalidRequestType
+from laya_onnx.core.gate import apply_confidence_gate
+from laya_onnx.core.hooks import aggregate_usage
+from laya_onnx.core.questions import Question, normalize_questions, require_questions_dict, to_question
+from laya_onnx.core.sequences import state_ids, state_room
+from laya_onnx.core.tokenizer import LayaTokenizer
 
 #: The default window is the state budget the config leaves, never below this many tokens.
 WINDOW_FLOOR = 64

@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from laya_onnx.calibration import SIZE_CLASSES, temp_bucket
-from laya_onnx.errors import InvalidRequest
-from laya_onnx.questions import QTYPES
+from laya_onnx.core.calibration import SIZE_CLASSES, temp_bucket
+from laya_onnx.core.errors import InvalidRequest
+from laya_onnx.core.questions import QTYPES
 
 DEFAULT_KEY = "default"
 PASSED, ABSTAINED, UNEVALUATED = "passed", "abstained", "unevaluated"

@@ -23,9 +23,9 @@ from typing import Any, TypedDict
 
 import numpy as np
 
-from laya_onnx.bundle import GRAPH_INPUTS, GRAPH_OUTPUTS
+from laya_onnx.core.bundle import GRAPH_INPUTS, GRAPH_OUTPUTS
 
-log = logging.getLogger("laya_onnx.session")
+log = logging.getLogger("laya_onnx.core.session")
 
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
@@ -218,7 +218,7 @@ class GraphSession:
     slower on large passes, and glibc still keeps most of it). Instead `run(feeds,
     release_memory=True)` shrinks the arena at the end of that run and trims the C heap, so the
     memory of a large pass goes back to the OS; the agent asks for it after calls whose largest
-    pass is estimated above `laya_onnx.memory.ARENA_RELEASE_BYTES`. Memory patterns are off
+    pass is estimated above `laya_onnx.core.memory.ARENA_RELEASE_BYTES`. Memory patterns are off
     (`session_options`).
     """
 

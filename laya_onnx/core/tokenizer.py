@@ -14,7 +14,7 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from laya_onnx.errors import caller_value
+from laya_onnx.core.errors import caller_value
 
 #: laya caps each option's text at the tokenizer with truncation=True, max_length=48.
 OPTION_MAX_TOKENS = 48

@@ -16,7 +16,7 @@ import math
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from laya_onnx.score import Row, Scorer, score_rows
+from laya_onnx.score.scorer import Row, Scorer, score_rows
 
 
 class _AgentActor:

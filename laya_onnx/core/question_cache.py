@@ -17,9 +17,9 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from laya_onnx.questions import Question, normalize_questions
-from laya_onnx.sequences import Head, build_heads
-from laya_onnx.tokenizer import LayaTokenizer
+from laya_onnx.core.questions import Question, normalize_questions
+from laya_onnx.core.sequences import Head, build_heads
+from laya_onnx.core.tokenizer import LayaTokenizer
 
 #: Distinct (question set, head_max_len) pairs one agent keeps prepared (least recently used out).
 QUESTION_CACHE_SIZE = 256

@@ -7,11 +7,11 @@ torch and no reference: a torch-free box judges its answers against recorded gol
 
 Each side of a comparison is an `Observation` of one request: what the caller got (`printed`, or
 a `refusal`), the token ids and markers of every (state, question) row, and the same answers
-decoded *unrounded* from the same logits (`laya_onnx.calibration.decode_answer(digits=None)`).
+decoded *unrounded* from the same logits (`laya_onnx.core.calibration.decode_answer(digits=None)`).
 Two observations agree when all of these hold:
 
 1. **Refusals**: both refused with the same builtin kind (`ValueError`, `TypeError`, ...; see
-   `laya_onnx.errors.reference_kind`) and the same text, or neither refused.
+   `laya_onnx.core.errors.reference_kind`) and the same text, or neither refused.
 2. **Rows**: every row's token ids and marker positions are identical.
 3. **Unrounded values**: every unrounded number is within `tolerance` (1e-5) of the other
    side's, and rounds (4 decimals) to its own printed value. Two values get the bound their own
@@ -34,7 +34,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from laya_onnx.calibration import ANSWER_DIGITS
+from laya_onnx.core.calibration import ANSWER_DIGITS
 
 #: Max |difference| between two unrounded values: option probabilities and the numbers computed
 #: from them (noul, confidence, answer_confidence; a score on its own scale, `_Walk.tolerance_for`).

@@ -41,14 +41,14 @@ def scenario(states: int, words: int) -> list[str]:
 
 
 def _child(config: str, path: str, states: int, words: int, tokens: int, repeats: int) -> dict[str, Any]:
-    from laya_onnx.memory import process_memory
+    from laya_onnx.core.memory import process_memory
 
     if config == "reference":
         from laya.agent import Agent
 
         agent: Any = Agent(path)
     else:
-        import laya_onnx.agent as agent_mod
+        import laya_onnx.core.agent as agent_mod
         from laya_onnx import ONNXAgent
 
         options: dict[str, Any] = {}
@@ -103,7 +103,7 @@ def run_memory_bench(
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     rows = []
     for config, path in configs:
-        cmd = [sys.executable, "-m", "laya_onnx.parity.memory_bench", "--child", config, str(path)]
+        cmd = [sys.executable, "-m", "laya_onnx.bench.memory", "--child", config, str(path)]
         cmd += [str(states), str(words), str(tokens), str(repeats)]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
         if proc.returncode != 0:
@@ -156,9 +156,9 @@ def _arena_child(config: str, graph: str, small_runs: int, large_runs: int) -> d
     import numpy as np
     import onnxruntime as ort
 
-    from laya_onnx.bundle import GRAPH_OUTPUTS
-    from laya_onnx.memory import _probe_feeds, process_memory
-    from laya_onnx.session import GraphSession, trim_heap
+    from laya_onnx.core.bundle import GRAPH_OUTPUTS
+    from laya_onnx.core.memory import _probe_feeds, process_memory
+    from laya_onnx.core.session import GraphSession, trim_heap
 
     if config in ("runtime", "release-every-pass"):
         session = GraphSession(graph, providers=["CPUExecutionProvider"], threads=1)
@@ -206,7 +206,7 @@ def run_arena_bench(
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     rows = []
     for config in ARENA_CONFIGS:
-        cmd = [sys.executable, "-m", "laya_onnx.parity.memory_bench", "--arena-child", config, str(graph)]
+        cmd = [sys.executable, "-m", "laya_onnx.bench.memory", "--arena-child", config, str(graph)]
         cmd += [str(small_runs), str(large_runs)]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
         if proc.returncode != 0:

@@ -3,7 +3,7 @@
 Every rule and error text here is the reference's contract (laya 0.4.15 `Agent._check_question`,
 core.md §2): a caller moving between laya and laya-onnx must get the same `ValueError` for the
 same bad question. They are raised as `InvalidRequest` / `InvalidRequestType` (ValueError /
-TypeError subclasses, laya_onnx.errors), which the HTTP edge turns into 422s verbatim.
+TypeError subclasses, laya_onnx.core.errors), which the HTTP edge turns into 422s verbatim.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from laya_onnx.errors import InvalidRequest, InvalidRequestType, caller_value
+from laya_onnx.core.errors import InvalidRequest, InvalidRequestType, caller_value
 
 QTYPES: dict[str, int] = {"choice": 0, "score": 1, "noul": 2}
 QTYPE_NAMES: dict[int, str] = {v: k for k, v in QTYPES.items()}

@@ -1,4 +1,4 @@
-"""Which requests the server answers by elimination (`laya_onnx.tournament`), and with what group.
+"""Which requests the server answers by elimination (`laya_onnx.core.tournament`), and with what group.
 
 Two policies, both run on the inference worker (deriving a group tokenizes option texts):
 
@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from laya_onnx.errors import InvalidRequest
+from laya_onnx.core.errors import InvalidRequest
+from laya_onnx.core.tournament import large_choices, run_tournament
 from laya_onnx.serve.protocol import ServedAgent
 from laya_onnx.serve.validate import MAX_ONE_PASS_CHOICE_OPTIONS
-from laya_onnx.tournament import large_choices, run_tournament
 
 
 def _over_one_pass(large: dict[Any, list[Any]]) -> bool:

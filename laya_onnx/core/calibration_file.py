@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from laya_onnx.calibration import TEMP_MAX, TEMP_MIN, Calibration, clamp_temperatures
+from laya_onnx.core.calibration import TEMP_MAX, TEMP_MIN, Calibration, clamp_temperatures
 
 #: The calibration file inside a bundle (`laya-onnx export --calibration FILE` copies it there).
 BUNDLE_CALIBRATION_FILE = "calibration.json"

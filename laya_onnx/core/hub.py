@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from laya_onnx.names import published_name
+from laya_onnx.core.names import published_name
 
 #: Reviewed commit SHAs of the published checkpoints (laya 0.4.15 revisions.py). Opt-in only.
 PINNED_REVISIONS = {

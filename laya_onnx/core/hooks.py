@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from laya_onnx.errors import InvalidRequest, InvalidRequestType
+from laya_onnx.core.errors import InvalidRequest, InvalidRequestType
 
 HOOK_EVENTS = ("on_predict_start", "on_predict_end", "on_route", "on_load", "on_evict", "on_error")
 

@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from laya_onnx.bundle import GRAPH_INPUTS, MIN_MARKER_COLUMNS
-from laya_onnx.errors import InvalidRequest, caller_value
-from laya_onnx.questions import Question, noul_labels, render_criterion
-from laya_onnx.tokenizer import OPTION_MAX_TOKENS, LayaTokenizer
+from laya_onnx.core.bundle import GRAPH_INPUTS, MIN_MARKER_COLUMNS
+from laya_onnx.core.errors import InvalidRequest, caller_value
+from laya_onnx.core.questions import Question, noul_labels, render_criterion
+from laya_onnx.core.tokenizer import OPTION_MAX_TOKENS, LayaTokenizer
 
 #: An option budget below this many tokens shrinks every option to an equal share.
 OPTION_SHRINK_BELOW = 16

@@ -22,8 +22,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from laya_onnx.errors import InvalidRequest
-from laya_onnx.names import ALIASES, PUBLISHED_CHECKPOINTS, canonical_name, published_name
+from laya_onnx.core.errors import InvalidRequest
+from laya_onnx.core.names import ALIASES, PUBLISHED_CHECKPOINTS, canonical_name, published_name
 
 MODELS_DIR_ENV = "LAYA_MODELS_DIR"
 
@@ -96,7 +96,7 @@ def load(
     The hook arguments are the seed's (`laya.load(..., hooks=..., on_predict_start=...)`); any
     other keyword (providers, threads, revision, token, ...) goes to `ONNXAgent` unchanged.
     """
-    from laya_onnx.agent import ONNXAgent
+    from laya_onnx.core.agent import ONNXAgent
 
     return ONNXAgent(
         resolve_bundle(name_or_path, models_dir, subfolder),

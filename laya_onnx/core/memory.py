@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from laya_onnx.errors import PassTooLarge
+from laya_onnx.core.errors import PassTooLarge
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 ENV_MAX_PASS_MEMORY = "LAYA_MAX_PASS_MEMORY"
@@ -303,7 +303,7 @@ def fit_pass_memory(
 def _probe_feeds(rows: int, length: int) -> dict[str, np.ndarray]:
     """Graph inputs of the given shape; token id 1 exists in every vocabulary and the content
     does not change how much memory a pass takes."""
-    from laya_onnx.bundle import GRAPH_INPUTS
+    from laya_onnx.core.bundle import GRAPH_INPUTS
 
     feeds = {
         "input_ids": np.ones((rows, length), np.int64),
@@ -330,7 +330,7 @@ def _probe(graph: str, rows: int, length: int, threads: int | None) -> dict[str,
     """Run one pass in this (fresh) process; the peak growth over the warmed-up idle RSS."""
     import time
 
-    from laya_onnx.session import GraphSession
+    from laya_onnx.core.session import GraphSession
 
     session = GraphSession(graph, providers=["CPUExecutionProvider"], threads=threads)
     session.run(_probe_feeds(1, 8))  # session start-up and first-run allocations are idle cost
@@ -367,7 +367,7 @@ def measure_pass_memory(
             so_far = fit_pass_memory([(s["rows"], s["length"], s["bytes"]) for s in results], margin=1.0)
             if so_far.estimate(rows, length) > cap:
                 continue
-        cmd = [sys.executable, "-m", "laya_onnx.memory", str(graph), str(rows), str(length)]
+        cmd = [sys.executable, "-m", "laya_onnx.core.memory", str(graph), str(rows), str(length)]
         if threads:
             cmd.append(str(int(threads)))
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
@@ -380,10 +380,10 @@ def measure_pass_memory(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m laya_onnx.memory GRAPH ROWS LENGTH [THREADS]`: one probe, one JSON line."""
+    """`python -m laya_onnx.core.memory GRAPH ROWS LENGTH [THREADS]`: one probe, one JSON line."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) not in (3, 4):
-        print("usage: python -m laya_onnx.memory GRAPH ROWS LENGTH [THREADS]", file=sys.stderr)
+        print("usage: python -m laya_onnx.core.memory GRAPH ROWS LENGTH [THREADS]", file=sys.stderr)
         return 2
     threads = int(args[3]) if len(args) == 4 else None
     print(json.dumps(_probe(args[0], int(args[1]), int(args[2]), threads)))
