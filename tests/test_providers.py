@@ -18,6 +18,7 @@ from laya_onnx.core.session import (
     COREML,
     CPU,
     CUDA,
+    CUDA_DEFAULTS,
     ProviderError,
     ProviderUnavailable,
     provider_entries,
@@ -79,12 +80,14 @@ def test_provider_options_reach_onnxruntime(bundle_factory, sessions_made):
         agent = ONNXAgent(
             bundle_factory("tiny-english"), providers=[("cuda", CUDA_OPTIONS), ("coreml", coreml), "cpu"]
         )
-    assert sessions_made == [[(CUDA, CUDA_OPTIONS), (COREML, coreml), CPU]]
+    # CUDA gets the runtime's defaults (TF32 off, arena grown as requested) under the caller's options
+    cuda = {**CUDA_DEFAULTS, **CUDA_OPTIONS}
+    assert sessions_made == [[(CUDA, cuda), (COREML, coreml), CPU]]
     # observability: what was asked, what runs, what fell back
     assert agent.requested_providers == [CUDA, COREML, CPU]
     assert agent.providers == [CPU]
     assert set(agent.fallbacks) == {CUDA, COREML} and agent.fallbacks[CUDA]["count"] == 1
-    assert agent.session.provider_options == {CUDA: CUDA_OPTIONS, COREML: coreml}
+    assert agent.session.provider_options == {CUDA: cuda, COREML: coreml}
 
 
 def test_cpu_options_are_passed_too(bundle_factory, monkeypatch):

@@ -74,3 +74,21 @@ async def test_health_device_cuda_and_unmeasurable():
         body = await (await c.get("/health")).json()
         assert body["device"] == "cuda" and body["device_is_preference"] is True
         assert body["checkpoint_devices"] == {}
+
+
+@aio
+async def test_health_answers_503_once_the_device_keeps_failing():
+    """A checkpoint whose device failed pass after pass (`ONNXAgent.healthy` False) makes /health
+    a 503, for the liveness probe too (it sends no key), so a supervisor restarts the process."""
+    agent = FakeAgent()
+    async with served(agent, api_key="s3cret") as c:
+        assert (await c.get("/health")).status == 200
+        agent.healthy = False
+        r = await c.get("/health")
+        assert r.status == 503 and await r.json() == {"status": "unhealthy"}
+        r = await c.get("/health", headers={"Authorization": "Bearer s3cret"})
+        body = await r.json()
+        assert r.status == 503 and body["status"] == "unhealthy" and body["unhealthy"] == ["english"]
+        assert body["providers"] == {"english": ["CPUExecutionProvider"]}  # the full payload stays
+        agent.healthy = True
+        assert (await c.get("/health")).status == 200

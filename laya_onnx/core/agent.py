@@ -15,7 +15,7 @@ from functools import partial
 from typing import Any
 
 from laya_onnx.core import structured
-from laya_onnx.core.bundle import Bundle, ReducedPrecisionWarning, describe_precision
+from laya_onnx.core.bundle import GRAPH_DATA_FILE, Bundle, ReducedPrecisionWarning, describe_precision
 from laya_onnx.core.calibration import Calibration, CallLogits, act_probabilities, empty_result
 from laya_onnx.core.calibration_file import apply_calibration, bundle_calibration, warn_if_other_checkpoint
 from laya_onnx.core.calibration_file import load_calibration as load_calibration_file
@@ -31,7 +31,13 @@ from laya_onnx.core.hooks import (
     validate_timeout,
 )
 from laya_onnx.core.hub import BUNDLE_FILES, fetch_checkpoint
-from laya_onnx.core.memory import ARENA_RELEASE_BYTES, PassMemoryModel, resolve_max_pass_memory, split_rows
+from laya_onnx.core.memory import (
+    ARENA_RELEASE_BYTES,
+    PassMemoryModel,
+    device_pass_budget,
+    resolve_max_pass_memory,
+    split_rows,
+)
 from laya_onnx.core.question_cache import QuestionCache
 from laya_onnx.core.questions import normalize_questions, require_questions_dict
 from laya_onnx.core.sequences import check_option_layout, collate, encode_state, option_spans
@@ -137,6 +143,11 @@ class ONNXAgent(HookRegistry):
             strict=strict_providers,
             io_binding=io_binding,
         )
+        graph_files = (self.bundle.graph_path, self.bundle.root / GRAPH_DATA_FILE)
+        weights = sum(p.stat().st_size for p in graph_files if p.exists())
+        self.max_pass_memory = device_pass_budget(
+            self.max_pass_memory, self.session.device_memory_limit, weights
+        )
         #: "fp32", "fp16" or "int8" (`laya-onnx export --precision`); `precision_record` holds its
         #: gate and the agreement with fp32 torch measured at export.
         self.precision_record: dict[str, Any] = self.bundle.precision
@@ -178,6 +189,12 @@ class ONNXAgent(HookRegistry):
         """{provider: {"count", "last_reason"}} for every provider that fell back (a copy, safe to
         read from another thread while a pass runs)."""
         return self.session.fallback_snapshot()
+
+    @property
+    def healthy(self) -> bool:
+        """False once the device has failed `DEVICE_FAILURE_LIMIT` passes in a row: the process
+        should be restarted (the server's /health answers 503 then)."""
+        return self.session.healthy
 
     @property
     def max_len(self) -> int:

@@ -90,6 +90,16 @@ def resolve_max_pass_memory(value: Any = None) -> int:
     return parse_bytes(raw, ENV_MAX_PASS_MEMORY)
 
 
+def device_pass_budget(budget: int, device_limit: int | None, weights: int) -> int:
+    """The pass budget on a device whose arena is capped (`gpu_mem_limit`): a pass gets at most
+    what the cap leaves beside the weights, so passes are split before the device runs out
+    rather than failing there (the model prices host passes; fp32 activations take about as
+    much on the device). Without a cap the budget is unchanged."""
+    if device_limit is None:
+        return budget
+    return max(0, min(budget, int(device_limit) - int(weights)))
+
+
 def format_bytes(n: float) -> str:
     for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
         if abs(n) >= size:

@@ -42,6 +42,24 @@ class ProviderUnavailable(RuntimeError):
     """`strict_providers=True` and a requested accelerator did not attach (or failed a pass)."""
 
 
+#: What the CUDA provider is given unless the caller's options name the key (onnxruntime's own
+#: option names and values):
+#:  * `arena_extend_strategy`: onnxruntime's default, kNextPowerOfTwo, rounds each growth of the
+#:    device arena up to a power of two, so a process would keep its largest pass's memory
+#:    rounded up (a 5 GiB pass holds 8 GiB) until it exits; the arena is shrunk after large
+#:    passes instead (`GraphSession.run(release_memory=True)`).
+#:  * `use_tf32`: TF32 matmuls (Ampere and newer) round fp32 inputs to a 10-bit mantissa; an fp32
+#:    bundle then misses the 1e-5 agreement it was validated to. `("cuda", {"use_tf32": 1})` turns
+#:    it back on for speed.
+CUDA_DEFAULTS: dict[str, Any] = {"arena_extend_strategy": "kSameAsRequested", "use_tf32": 0}
+
+#: Consecutive failed device passes after which the session reports itself unhealthy: a CUDA
+#: error that poisons the context fails every later pass in this process, so a supervisor
+#: (Kubernetes' liveness probe on /health, systemd) should restart it rather than let every call
+#: pay a failed GPU pass first.
+DEVICE_FAILURE_LIMIT = 3
+
+
 #: An execution provider as onnxruntime takes it: a name, or (name, {option: value}).
 ProviderSpec = str | tuple[str, Mapping[str, Any]]
 
@@ -211,6 +229,24 @@ def trim_heap() -> None:
         _MALLOC_TRIM(0)
 
 
+_PRELOADED = False
+
+
+def preload_cuda_libraries(ort) -> None:
+    """Load the CUDA and cuDNN libraries of the `nvidia-*-cu12` wheels (`onnxruntime-gpu[cuda,cudnn]`,
+    the `gpu` extra) before the first CUDA session: onnxruntime's CUDA provider finds them only
+    after `onnxruntime.preload_dlls()` (1.21 and later), otherwise it fails to attach and the
+    session runs on CPU. Once per process; a build without it (or system-wide CUDA) needs nothing."""
+    global _PRELOADED
+    if _PRELOADED or not hasattr(ort, "preload_dlls"):
+        return
+    _PRELOADED = True
+    try:
+        ort.preload_dlls()
+    except Exception as exc:  # missing wheels: the session then attaches from the system, or falls back
+        log.warning("onnxruntime.preload_dlls() failed (%s); relying on system CUDA/cuDNN libraries", exc)
+
+
 class GraphSession:
     """Runs the Laya graph; `run(feeds) -> (logits, act_logits)`.
 
@@ -242,8 +278,14 @@ class GraphSession:
         self.strict = bool(strict)
         available = ort.get_available_providers()
         requested = resolve_providers(providers, available)
-        #: {provider: options} handed to onnxruntime as given (`provider_options`).
+        #: {provider: options} handed to onnxruntime: the caller's, over `CUDA_DEFAULTS` for CUDA.
         self.provider_options = {name: opts for name, opts in provider_entries(providers) if opts}
+        if CUDA in requested:
+            self.provider_options[CUDA] = {**CUDA_DEFAULTS, **self.provider_options.get(CUDA, {})}
+            if CUDA in available:
+                preload_cuda_libraries(ort)
+        #: Device passes failed in a row (reset by a pass that succeeds on the device).
+        self.device_failures = 0
         self.info = SessionInfo(requested=requested, active=[])
         missing = [p for p in requested if p not in available]
         for p in missing:
@@ -286,8 +328,11 @@ class GraphSession:
 
     def _new_session(self, providers: list[str]):
         listed = [(p, self.provider_options[p]) if p in self.provider_options else p for p in providers]
+        # enable_fallback=0: onnxruntime's own Python fallback would rebuild a failed session on CPU,
+        # or move every later pass to CPU after one EPFail, without telling us; the fallback
+        # here is counted and visible instead.
         return self._ort.InferenceSession(
-            self._path, sess_options=session_options(self._threads), providers=listed
+            self._path, sess_options=session_options(self._threads), providers=listed, enable_fallback=0
         )
 
     def _fallback(self, provider: str, reason: str) -> None:
@@ -317,14 +362,33 @@ class GraphSession:
         with self._fallbacks_lock:
             return {p: c.as_dict() for p, c in self.info.fallbacks.items()}
 
-    def _run_options(self, release_memory: bool):
+    def _run_options(self, release_memory: bool, on_device: bool):
         if not release_memory:
             return None
         options = self._ort.RunOptions()
-        # The CPU arena only: every session has one. A CUDA device arena ("gpu:0") is left alone;
-        # naming an arena a session lacks fails the run, and no GPU was available to test it.
-        options.add_run_config_entry(ARENA_SHRINKAGE, "cpu:0")
+        options.add_run_config_entry(ARENA_SHRINKAGE, self.arenas(on_device))
         return options
+
+    def arenas(self, on_device: bool = True) -> str:
+        """The arenas a run shrinks: the CPU arena every session has, and on CUDA the device
+        arena too ("cpu:0;gpu:N", onnxruntime's syntax; naming an arena a session lacks fails
+        the run, so the device is named only for a pass that runs on it)."""
+        if on_device and self.info.active[0] == CUDA:
+            return "cpu:0;gpu:%d" % self._device()[1]
+        return "cpu:0"
+
+    @property
+    def device_memory_limit(self) -> int | None:
+        """The CUDA arena's cap in bytes (`gpu_mem_limit`), when the session runs on CUDA with one."""
+        if self.info.active[0] != CUDA:
+            return None
+        limit = (self.provider_options.get(CUDA) or {}).get("gpu_mem_limit")
+        return int(limit) if limit is not None else None
+
+    @property
+    def healthy(self) -> bool:
+        """False after `DEVICE_FAILURE_LIMIT` device passes failed in a row (see its comment)."""
+        return self.device_failures < DEVICE_FAILURE_LIMIT
 
     def _device(self) -> tuple[str, int]:
         """Where the session's outputs live: onnxruntime's device name and id for an IOBinding."""
@@ -350,7 +414,7 @@ class GraphSession:
         """One forward pass; `release_memory=True` returns the arena's free memory afterwards."""
         outputs = list(GRAPH_OUTPUTS)
         try:
-            options = self._run_options(release_memory)
+            options = self._run_options(release_memory, on_device=True)
             if self.io_binding:
                 logits, act = self._run_bound(self._session, outputs, feeds, options)
             else:
@@ -358,6 +422,7 @@ class GraphSession:
         except Exception as exc:
             if self.info.active[0] == CPU:
                 raise
+            self.device_failures += 1
             if self.strict:
                 raise ProviderUnavailable(
                     f"strict_providers: a pass failed on {self.info.active[0]} and is not retried on "
@@ -369,8 +434,10 @@ class GraphSession:
             with self._lock:
                 if self._cpu_session is None:
                     self._cpu_session = self._new_session([CPU])
-            options = self._run_options(release_memory)
+            options = self._run_options(release_memory, on_device=False)
             logits, act = self._cpu_session.run(outputs, dict(feeds), options)
+        else:
+            self.device_failures = 0
         if release_memory:
             trim_heap()
         return logits, act

@@ -369,11 +369,10 @@ async def health(request: web.Request) -> web.Response:
     gate — so it answers while a pass is running.
     """
     app = request.app
-    return json_response(
-        contract.health_payload(
-            app[AGENT], app[CHECKPOINT], app[FALLBACK_BASELINE], full=_authorized(request)
-        )
+    payload = contract.health_payload(
+        app[AGENT], app[CHECKPOINT], app[FALLBACK_BASELINE], full=_authorized(request)
     )
+    return json_response(payload, status=503 if payload["status"] == contract.UNHEALTHY else 200)
 
 
 async def list_models(request: web.Request) -> web.Response:

@@ -52,6 +52,8 @@ log = logging.getLogger("laya_onnx.serve")
 ServedCheckpoints = Checkpoint | RoutedCheckpoints
 
 LIVENESS_ONLY = {"status": "ok"}
+#: /health's status (with a 503) once a checkpoint's device keeps failing passes.
+UNHEALTHY = "unhealthy"
 
 
 # -- auth and body size --------------------------------------------------------------------
@@ -286,10 +288,32 @@ def health_payload(
     Reads attributes and the agent's fallback snapshot, never a pass, so it answers while a pass
     is running. `baseline` is the fallback counts when the server was built (`fallback_baseline`).
     """
+    sick = unhealthy_checkpoints(agent, checkpoint)
     if not full:
-        return dict(LIVENESS_ONLY)
+        return {"status": UNHEALTHY} if sick else dict(LIVENESS_ONLY)
+    payload = (
+        checkpoint.health()
+        if isinstance(checkpoint, RoutedCheckpoints)
+        else _single_health(agent, checkpoint, baseline)
+    )
+    if sick:
+        payload["status"] = UNHEALTHY
+        payload["unhealthy"] = sick
+    return payload
+
+
+def unhealthy_checkpoints(agent: ServedAgent, checkpoint: ServedCheckpoints) -> list[str]:
+    """The loaded checkpoints whose device failed pass after pass (`ONNXAgent.healthy`): the
+    process needs a restart, which /health asks for with a 503."""
     if isinstance(checkpoint, RoutedCheckpoints):
-        return checkpoint.health()
+        resident = checkpoint.router.resident()
+        return [name for name, each in resident.items() if not getattr(each, "healthy", True)]
+    return [] if getattr(agent, "healthy", True) else [checkpoint.name]
+
+
+def _single_health(
+    agent: ServedAgent, checkpoint: ServedCheckpoints, baseline: dict[str, int]
+) -> dict[str, Any]:
     name = checkpoint.name
     providers = list(agent.providers)
     fallbacks = agent.fallbacks  # one snapshot for both fields

@@ -112,8 +112,16 @@ class LayaModel:
         """This replica's micro-batching so far: batches run, requests in them, the largest."""
         return dict(self.batches)
 
-    async def health(self, full: bool) -> bytes:
-        return render(contract.health_payload(self.agent, self.checkpoint, self.baseline, full))
+    async def health(self, full: bool) -> tuple[int, bytes]:
+        payload = contract.health_payload(self.agent, self.checkpoint, self.baseline, full)
+        return (503 if payload["status"] == contract.UNHEALTHY else 200), render(payload)
+
+    def check_health(self) -> None:
+        """Ray Serve's replica health check: a replica whose device keeps failing passes is
+        reported unhealthy, and Serve replaces it (as the server's /health 503 asks a supervisor)."""
+        sick = contract.unhealthy_checkpoints(self.agent, self.checkpoint)
+        if sick:
+            raise RuntimeError("the device failed pass after pass for %s; restart needed" % ", ".join(sick))
 
     async def decide(self, route: str, raw: bytes) -> tuple[int, dict[str, str], bytes]:
         try:
@@ -258,7 +266,7 @@ class LayaIngress:
             return self._unrouted(method, path, request)
         full = contract.authorized(self.settings, _header(request, b"authorization"))
         if route == "health":
-            return self._json(200, await self._on_model("health", full))
+            return self._json(*await self._on_model("health", full))
         if not full:
             raise ApiError(401, UNAUTHORIZED)
         raw = await read_body(request, self.settings.body_read_timeout)
