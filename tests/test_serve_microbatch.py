@@ -9,8 +9,8 @@ import pytest
 
 from laya_onnx import ONNXAgent
 from laya_onnx.bench.http import drive_server
+from laya_onnx.core.grouping import group_key
 from laya_onnx.serve.app import RUNTIME
-from laya_onnx.serve.microbatch import group_key
 from laya_onnx.serve.settings import ConfigError, Settings
 from tests.serve_support import URL, FakeAgent, Q, aio, listening, post, served
 

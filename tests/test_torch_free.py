@@ -1,9 +1,15 @@
 """The runtime must import and answer in a process where torch and transformers cannot be imported."""
 
+import ast
 import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
+
+import pytest
+
+import laya_onnx
 
 BLOCKED = ("torch", "transformers", "aiohttp", "laya")
 
@@ -60,3 +66,33 @@ def test_core_modules_do_not_import_layers():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """Every `laya_onnx` module a source file imports, at any depth (lazy imports included)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.update("%s.%s" % (node.module, alias.name) for alias in node.names)
+    return {name for name in found if name.startswith("laya_onnx.")}
+
+
+@pytest.mark.parametrize(
+    ("layer", "above"),
+    [
+        ("core", ("export", "serve", "score", "bench", "parity", "checkpoints", "cli", "demo")),
+        ("score", ("serve", "export", "bench", "parity", "checkpoints", "cli", "demo")),
+    ],
+)
+def test_layer_imports_nothing_above_it(layer, above):
+    """Read from the source, so a lazy import inside a function counts too."""
+    package = Path(laya_onnx.__file__).parent
+    wrong = {
+        "%s: %s" % (path.relative_to(package), name)
+        for path in sorted((package / layer).rglob("*.py"))
+        for name in _imported_modules(path)
+        if name.split(".")[1] in above
+    }
+    assert not wrong, sorted(wrong)

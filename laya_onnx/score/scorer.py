@@ -13,7 +13,7 @@ Resuming: `OUTPUT.meta.json` records the question set and the controls. A rerun 
 ones checks that the output's lines are rows 0..k-1 (a torn last line from an interrupted run is
 cut off), skips the first k input rows and appends; a rerun with other questions is refused.
 
-Answering: rows go to the agent `batch_size` at a time (`serve.microbatch.run_group`: one
+Answering: rows go to the agent `batch_size` at a time (`core.grouping.run_group`: one
 `predict_batch`, or row by row when that call fails), here in one process, or with `--ray`
 through Ray Data (`laya_onnx/score/ray_data.py`: `map_batches` over an actor pool of agents).
 """
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from laya_onnx.serve.microbatch import run_group
-from laya_onnx.serve.protocol import ServedAgent
+from laya_onnx.core.grouping import run_group
+from laya_onnx.core.protocol import DecisionAgent
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -177,7 +177,7 @@ def output_line(row: Row, outcome: dict[str, Any] | Exception | None) -> str:
         return json.dumps({**head, "error": "the result holds a NaN or an infinity"}, ensure_ascii=False)
 
 
-def score_rows(agent: ServedAgent, rows: list[Row], questions: Any, controls: dict[str, Any]) -> list[str]:
+def score_rows(agent: DecisionAgent, rows: list[Row], questions: Any, controls: dict[str, Any]) -> list[str]:
     """The output lines of `rows`, in order: readable rows answered together (`run_group`, as
     the server's micro-batches: one `predict_batch`, or row by row when that call raised, so a
     row the agent refuses carries its own error), bad rows reported."""
@@ -269,7 +269,7 @@ def _batches(rows: Iterable[Row], size: int) -> Iterator[list[Row]]:
 Scorer = Callable[[Iterable[Row]], Iterator[str]]
 
 
-def local_scorer(agent: ServedAgent, questions: Any, controls: dict[str, Any], batch_size: int) -> Scorer:
+def local_scorer(agent: DecisionAgent, questions: Any, controls: dict[str, Any], batch_size: int) -> Scorer:
     """Score in this process, `batch_size` rows per call."""
 
     def run(rows: Iterable[Row]) -> Iterator[str]:

@@ -27,10 +27,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from laya_onnx.core import tournament
 from laya_onnx.core.errors import LayaInputError, PassTooLarge
 from laya_onnx.core.hooks import aggregate_usage
 from laya_onnx.serve import jev
-from laya_onnx.serve import tournament_policy as elimination
 from laya_onnx.serve import validate as v
 from laya_onnx.serve.errors import BODY_TOO_LARGE, INFERENCE_FAILED, LONE_SURROGATE, NON_FINITE, ApiError
 from laya_onnx.serve.protocol import ServedAgent
@@ -109,7 +109,7 @@ class OneDecision:
     what = "inference"
 
     def run(self, agent: ServedAgent, settings: Settings) -> dict[str, Any]:
-        return elimination.predict(
+        return tournament.predict_as_planned(
             agent, self.state, self.questions, settings.tournament_group, **self.controls
         )
 
@@ -131,7 +131,7 @@ class BatchDecision:
     what = "batch inference"
 
     def run(self, agent: ServedAgent, settings: Settings) -> list[dict[str, Any]]:
-        return elimination.predict_batch(
+        return tournament.predict_batch_as_planned(
             agent, self.states, self.questions, settings.tournament_group, **self.controls
         )
 

@@ -1,14 +1,9 @@
 """Micro-batching (opt-in, LAYA_BATCH_WINDOW_MS): concurrent single decisions as one forward.
 
 A `/v1/systemone` request that passed its checks waits up to the window for others that ask
-the same thing of the model — the same questions and the same controls that change the pass
-or its decoding (`group_key`: max_len, head_max_len, lang, min_confidence) — and the group runs
-as one `predict_batch` on the worker. Each caller gets its own result: the answer its request
-alone would get (the rows are the same; only the padding of the pass differs, which moves the
-last float bits, within the parity rule). Whatever goes wrong stays per request: when the
-group's call raises, every member is run alone, so each gets its own answer or its own refusal
-with the text it would have had alone. A group is also run member by member when its questions
-are answered by elimination (`serve.tournament.plan_group`).
+the same thing of the model (`core.grouping.group_key`), and the group runs on the worker as
+`core.grouping.run_group` does: one `predict_batch`, each caller getting the answer its request
+alone would get, or its own refusal. This module is the asynchronous window only.
 
 Nothing here knows the web framework: a front end hands `submit` a decision and an `execute`
 coroutine function that runs a blocking callable on its inference worker (the aiohttp app: the
@@ -20,83 +15,17 @@ splits passes to fit it).
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from laya_onnx.core.question_cache import question_key
-from laya_onnx.serve import tournament_policy as elimination
-from laya_onnx.serve.protocol import ServedAgent
+from laya_onnx.core.grouping import Outcome, group_key, run_group
+from laya_onnx.core.protocol import DecisionAgent
 
-#: Controls that change the pass or the decoding: requests group only when they agree on all.
-GROUPED_CONTROLS = ("max_len", "head_max_len", "lang", "min_confidence")
 #: A group runs as soon as it has this many requests, window or not.
 DEFAULT_MAX_GROUP = 32
 
 Execute = Callable[[Callable[[], Any]], Awaitable[Any]]
-
-
-def group_key(questions: Any, controls: dict[str, Any]) -> Hashable | None:
-    """What requests must share to run in one pass, or None when this one must run alone
-    (questions or controls that have no type-exact snapshot, or a control we do not group on)."""
-    if set(controls) - set(GROUPED_CONTROLS):
-        return None
-    qkey = question_key(questions)
-    ckey = question_key({k: controls.get(k) for k in GROUPED_CONTROLS})
-    if qkey is None or ckey is None:
-        return None
-    return (qkey, ckey)
-
-
-@dataclass
-class Outcome:
-    """One member's result or exception, and the times its pass began and ended (perf_counter)."""
-
-    result: Any = None
-    error: Exception | None = None
-    started: float = 0.0
-    ended: float = 0.0
-
-
-def run_group(
-    agent: ServedAgent,
-    states: list[Any],
-    questions: Any,
-    controls: dict[str, Any],
-    configured_group: int,
-) -> list[Outcome]:
-    """The blocking pass of a group (on the worker): one `predict_batch`, or each member alone
-    when that raised or the questions go through a tournament."""
-    started = time.perf_counter()
-    try:
-        together = (
-            elimination.plan_group(agent, questions, configured_group, controls.get("head_max_len")) is None
-        )
-    except Exception:  # refused while planning: each member is refused alone, as it would be
-        together = False
-    if together and len(states) > 1:
-        try:
-            results = agent.predict_batch(states, questions, **controls)
-        except Exception:
-            pass
-        else:
-            ended = time.perf_counter()
-            return [Outcome(result=r, started=started, ended=ended) for r in results]
-    outcomes = []
-    for state in states:
-        t0 = time.perf_counter()
-        try:
-            outcomes.append(
-                Outcome(
-                    result=elimination.predict(agent, state, questions, configured_group, **controls),
-                    started=t0,
-                    ended=time.perf_counter(),
-                )
-            )
-        except Exception as exc:
-            outcomes.append(Outcome(error=exc, started=t0, ended=time.perf_counter()))
-    return outcomes
 
 
 @dataclass
@@ -118,7 +47,7 @@ class MicroBatcher:
 
     def __init__(
         self,
-        agent: ServedAgent,
+        agent: DecisionAgent,
         window_s: float,
         execute: Execute,
         configured_group: int = 0,

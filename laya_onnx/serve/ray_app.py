@@ -7,7 +7,7 @@ Two deployments, built by `build(args)` (the `import_path` of a Ray Serve config
   * `LayaModel` — one `ONNXAgent` per replica (or, given a models directory or `models`, the
     Router `laya-onnx serve` runs over several bundles), its passes on one worker thread.
     Single-state requests are micro-batched with `@serve.batch` and grouped as the aiohttp app's
-    micro-batcher groups them (`serve/microbatch.py`: `group_key`, `run_group`): the same
+    micro-batcher groups them (`core/grouping.py`: `group_key`, `run_group`): the same
     questions and controls share one `predict_batch`, and a state the agent refuses fails only
     its own request. Replicas,
     autoscaling, CPUs/GPUs per replica and the batch size/wait (its `user_config`) come from the
@@ -37,6 +37,7 @@ from ray.serve.exceptions import BackPressureError
 from starlette.requests import Request
 from starlette.responses import Response
 
+from laya_onnx.core.grouping import group_key, run_group
 from laya_onnx.serve import contract
 from laya_onnx.serve.errors import (
     BODY_TIMEOUT,
@@ -46,7 +47,6 @@ from laya_onnx.serve.errors import (
     UNAUTHORIZED,
     ApiError,
 )
-from laya_onnx.serve.microbatch import group_key, run_group
 from laya_onnx.serve.server import is_models_dir
 from laya_onnx.serve.settings import Settings
 from laya_onnx.serve.wire import Checkpoint, fallback_baseline, render
@@ -161,7 +161,7 @@ class LayaModel:
         return await loop.run_in_executor(self.worker, self._answer_grouped, decisions)
 
     def _answer_grouped(self, decisions: list[contract.OneDecision]) -> list[Any]:
-        """Decisions that share a `microbatch.group_key` run as one group (`run_group`, as the
+        """Decisions that share a `grouping.group_key` run as one group (`run_group`, as the
         aiohttp app's micro-batcher runs them); one without a key runs alone."""
         groups: dict[Any, list[int]] = {}
         for i, decision in enumerate(decisions):

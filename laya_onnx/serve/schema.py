@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field
 from typing_extensions import NotRequired, TypedDict
 
+from laya_onnx.core.tournament import MAX_ONE_PASS_CHOICE_OPTIONS
 from laya_onnx.serve import validate as v
 
 #: Extra keys are ignored by the server (laya-serve walks them only for lone surrogates).
@@ -71,7 +72,7 @@ ChoiceCriteria = Annotated[
     ],
     Field(
         description="The options: at most %d (413 beyond); over %d they are answered by elimination "
-        "(the answer carries x_tournament)." % (v.MAX_CHOICE_OPTIONS, v.MAX_ONE_PASS_CHOICE_OPTIONS)
+        "(the answer carries x_tournament)." % (v.MAX_CHOICE_OPTIONS, MAX_ONE_PASS_CHOICE_OPTIONS)
     ),
 ]
 

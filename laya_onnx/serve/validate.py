@@ -20,10 +20,8 @@ MAX_QUESTIONS = 64
 MAX_STATE_CHARS = 50000
 MAX_BATCH_STATES = 64
 MAX_BODY_BYTES = 2 * 1024 * 1024
-#: laya-serve's choice cap without LAYA_TOURNAMENT_GROUP: what one pass is ever asked to read.
-MAX_ONE_PASS_CHOICE_OPTIONS = 100
 #: TypeSafe Jev's documented cap (laya-serve's with LAYA_TOURNAMENT_GROUP): a choice over
-#: MAX_ONE_PASS_CHOICE_OPTIONS is answered by elimination (serve/tournament.py).
+#: `core.tournament.MAX_ONE_PASS_CHOICE_OPTIONS` is answered by elimination.
 MAX_CHOICE_OPTIONS = 255
 MAX_SCORE_LEVELS = 32
 MAX_TOTAL_OPTIONS = 512
