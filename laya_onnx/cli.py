@@ -19,6 +19,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from laya_onnx.core import settings
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 DESCRIPTION = """\
@@ -449,15 +451,6 @@ def _add_strict_providers(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_threads(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        help="onnxruntime intra-op threads (default $LAYA_THREADS, else one per core)",
-    )
-
-
 def _add_checkpoint_and_bundle(parser: argparse.ArgumentParser) -> None:
     """The two positionals of the commands that hold a bundle against the reference."""
     parser.add_argument("checkpoint", help="the checkpoint the bundle was exported from")
@@ -631,14 +624,14 @@ def build_parser() -> argparse.ArgumentParser:
         "min_confidence, lang), inline, as @FILE, or - for stdin",
     )
     pr.add_argument("--compact", action="store_true", help="print the JSON on one line")
-    _add_threads(pr)
+    settings.add_arguments(pr, settings.THREADS)
     pr.set_defaults(func=_cmd_predict)
 
     sv = sub.add_parser(
         "serve",
         help="serve a bundle over HTTP (POST /v1/systemone, /v1/systemone/batch; GET /health, /v1/models, /metrics)",
         description="Serve a bundle over TypeSafe Jev's /v1/systemone wire protocol until SIGINT/SIGTERM, "
-        "then drain (LAYA_SHUTDOWN_GRACE_SECONDS; see serve/README.md).",
+        "then drain (%s; see serve/README.md)." % settings.SHUTDOWN_GRACE_SECONDS.env,
     )
     _add_bundle_and_providers(
         sv,
@@ -661,13 +654,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve on Ray Serve instead, from a Ray Serve config file (serve/ray/serve-config.yaml): "
         "replicas, autoscaling, CPU/GPU per replica, micro-batching; needs the ray extra",
     )
-    sv.add_argument(
-        "--host",
-        default=None,
-        help="bind address (default $LAYA_HOST or 127.0.0.1; 0.0.0.0 to serve other hosts)",
-    )
-    sv.add_argument("--port", type=int, default=None, help="port (default $LAYA_PORT or 8000)")
-    _add_threads(sv)
+    settings.add_arguments(sv, settings.HOST, settings.PORT, settings.THREADS)
     sv.set_defaults(func=_cmd_serve)
 
     sc = sub.add_parser(
@@ -763,13 +750,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bundle_and_providers(sb)
     sb.add_argument("--clients", type=int, default=16, help="concurrent clients in the saturated phase")
     sb.add_argument("--seconds", type=float, default=5.0, help="length of the saturated phase")
-    sb.add_argument(
-        "--max-concurrent",
-        type=int,
-        default=None,
-        help="admission slots (default $LAYA_MAX_CONCURRENT or 16)",
-    )
-    _add_threads(sb)
+    settings.add_arguments(sb, settings.MAX_CONCURRENT, settings.THREADS)
     sb.set_defaults(func=_cmd_serve_bench)
 
     bm = sub.add_parser(

@@ -5,13 +5,14 @@ from __future__ import annotations
 import pytest
 
 import laya_onnx
+from laya_onnx.core import settings
 from laya_onnx.core.errors import InvalidRequest
-from laya_onnx.core.loader import MODELS_DIR_ENV, resolve_bundle
+from laya_onnx.core.loader import resolve_bundle
 
 
 @pytest.fixture
 def models(tmp_path, monkeypatch):
-    monkeypatch.delenv(MODELS_DIR_ENV, raising=False)
+    monkeypatch.delenv(settings.MODELS_DIR.env, raising=False)
     for name in ("english", "multilingual", "custom-extra"):
         (tmp_path / name).mkdir()
     return tmp_path
@@ -37,7 +38,7 @@ def test_an_existing_path_is_itself(models):
 )
 def test_names_and_published_ids_resolve_in_the_models_directory(models, monkeypatch, arg, expected):
     assert resolve_bundle(arg, models_dir=models) == str(models / expected)
-    monkeypatch.setenv(MODELS_DIR_ENV, str(models))
+    monkeypatch.setenv(settings.MODELS_DIR.env, str(models))
     assert resolve_bundle(arg) == str(models / expected)
 
 

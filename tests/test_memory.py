@@ -70,7 +70,7 @@ def test_budget_resolution_order(monkeypatch):
     assert resolve_max_pass_memory() == 256 * MiB
     assert resolve_max_pass_memory("1G") == GiB  # the argument wins over the environment
     monkeypatch.setenv("LAYA_MAX_PASS_MEMORY", "lots")
-    with pytest.raises(ValueError, match="LAYA_MAX_PASS_MEMORY must be a byte count"):
+    with pytest.raises(ValueError, match="invalid LAYA_MAX_PASS_MEMORY 'lots': must be a byte count"):
         resolve_max_pass_memory()
 
 

@@ -18,10 +18,12 @@ import pytest
 
 pytest.importorskip("aiohttp")
 
+from laya_onnx.core import settings as core_settings
+from laya_onnx.core.errors import ConfigError
 from laya_onnx.serve import settings as serve_settings
 from laya_onnx.serve.connection import framed_pieces
 from laya_onnx.serve.logs import JsonAccessLogger, RequestIdFormatter, TextAccessLogger
-from laya_onnx.serve.settings import ConfigError, ServerLimits
+from laya_onnx.serve.settings import ServerLimits
 from tests.serve_support import (
     BODY,
     FAST_LIMITS,
@@ -378,10 +380,10 @@ def test_access_logger_classes_and_env(monkeypatch):
             monkeypatch.delenv("LAYA_ACCESS_LOG", raising=False)
         else:
             monkeypatch.setenv("LAYA_ACCESS_LOG", raw)
-        assert serve_settings.access_log_from_env() == want
+        assert core_settings.ACCESS_LOG.read() == want
     monkeypatch.setenv("LAYA_ACCESS_LOG", "verbose")
     with pytest.raises(ConfigError, match="invalid LAYA_ACCESS_LOG 'verbose'"):
-        serve_settings.access_log_from_env()
+        core_settings.ACCESS_LOG.read()
 
 
 # -- limits from the environment -----------------------------------------------------------

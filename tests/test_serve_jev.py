@@ -15,10 +15,9 @@ import pytest
 pytest.importorskip("aiohttp")
 pytest.importorskip("pydantic")
 
-from laya_onnx.core.errors import InvalidRequest
+from laya_onnx.core.errors import ConfigError, InvalidRequest
 from laya_onnx.serve import create_app, jev
 from laya_onnx.serve import settings as serve_settings
-from laya_onnx.serve.settings import ConfigError
 from laya_onnx.serve.wire import jev_confidence
 from tests.serve_support import BATCH, BODY, URL, FakeAgent, Q, aio, post, served
 

@@ -9,9 +9,10 @@ import pytest
 
 from laya_onnx import ONNXAgent
 from laya_onnx.bench.http import drive_server
+from laya_onnx.core.errors import ConfigError
 from laya_onnx.core.grouping import group_key
 from laya_onnx.serve.app import RUNTIME
-from laya_onnx.serve.settings import ConfigError, Settings
+from laya_onnx.serve.settings import Settings
 from tests.serve_support import URL, FakeAgent, Q, aio, listening, post, served
 
 pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("no_laya_env")]

@@ -14,11 +14,12 @@ import threading
 
 import pytest
 
+from laya_onnx.core import settings
+from laya_onnx.core.errors import ConfigError
 from laya_onnx.core.hooks import BaseHook
 from laya_onnx.core.router import Router
 from laya_onnx.serve import create_app
-from laya_onnx.serve.routed import build_router, extra_models_from_env, parse_model_option
-from laya_onnx.serve.settings import ConfigError
+from laya_onnx.serve.routed import build_router, parse_model_option
 from tests.serve_support import BATCH, URL, FakeAgent, Q, aio, post
 from tests.test_serve_health import HEALTH_KEYS
 
@@ -258,7 +259,7 @@ def test_model_options_and_an_empty_configuration():
             parse_model_option(bad)
     with pytest.raises(ConfigError, match="no bundle to serve"):
         build_router(None, [])
-    assert extra_models_from_env() == {}
+    assert settings.EXTRA_MODELS.read() == {}
 
 
 def test_serve_refuses_bad_model_options_before_binding(capsys):

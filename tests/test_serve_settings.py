@@ -6,6 +6,8 @@ import logging
 
 import pytest
 
+from laya_onnx.core import settings
+from laya_onnx.core.errors import ConfigError
 from laya_onnx.serve import settings as serve_settings
 
 pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("no_laya_env")]
@@ -28,14 +30,14 @@ def test_port_env(monkeypatch, raw, expect):
 @pytest.mark.parametrize("raw", ["abc", "0", "70000", "-1", "80.5"])
 def test_bad_port_env_is_a_config_error(monkeypatch, raw):
     monkeypatch.setenv("LAYA_PORT", raw)
-    with pytest.raises(serve_settings.ConfigError, match="invalid LAYA_PORT"):
+    with pytest.raises(ConfigError, match="invalid LAYA_PORT"):
         serve_settings.resolve_port(None)
 
 
 def test_cli_port_wins_and_is_checked(monkeypatch):
     monkeypatch.setenv("LAYA_PORT", "nonsense")
     assert serve_settings.resolve_port(8123) == 8123
-    with pytest.raises(serve_settings.ConfigError, match="invalid --port 70000"):
+    with pytest.raises(ConfigError, match="invalid --port 70000"):
         serve_settings.resolve_port(70000)
     monkeypatch.setenv("LAYA_HOST", " 127.0.0.1 ")
     assert serve_settings.resolve_host(None) == "127.0.0.1"
@@ -45,12 +47,12 @@ def test_cli_port_wins_and_is_checked(monkeypatch):
 
 
 def test_log_level_env(monkeypatch):
-    assert serve_settings.resolve_log_level() == logging.INFO
+    assert settings.LOG_LEVEL.read() == logging.INFO
     monkeypatch.setenv("LAYA_LOG_LEVEL", " DEBUG ")
-    assert serve_settings.resolve_log_level() == logging.DEBUG
+    assert settings.LOG_LEVEL.read() == logging.DEBUG
     monkeypatch.setenv("LAYA_LOG_LEVEL", "loud")
-    with pytest.raises(serve_settings.ConfigError, match="invalid LAYA_LOG_LEVEL 'loud'"):
-        serve_settings.resolve_log_level()
+    with pytest.raises(ConfigError, match="invalid LAYA_LOG_LEVEL 'loud'"):
+        settings.LOG_LEVEL.read()
 
 
 def test_env_bool_and_settings(monkeypatch):
@@ -65,7 +67,7 @@ def test_env_bool_and_settings(monkeypatch):
         ("", False),
     ):
         monkeypatch.setenv("LAYA_JEV_STRICT", raw)
-        assert serve_settings.env_bool("LAYA_JEV_STRICT") is want
+        assert settings.JEV_STRICT.read() is want
     monkeypatch.setenv("LAYA_API_KEY", "")
     assert serve_settings.Settings.from_env().api_key is None
     monkeypatch.setenv("LAYA_API_KEY", " k ")
@@ -102,10 +104,8 @@ def test_cli_serve_bad_port_exits_before_loading(tmp_path, capsys):
     ],
 )
 def test_int_variables_read_as_laya_serve_reads_them(monkeypatch, raw, max_loaded, tournament_group):
-    from laya_onnx.serve.routed import max_loaded_from_env
-
     for name in ("LAYA_MAX_LOADED", "LAYA_TOURNAMENT_GROUP"):
         if raw is not None:
             monkeypatch.setenv(name, raw)
-    assert max_loaded_from_env() == max_loaded
-    assert serve_settings.tournament_group_from_env() == tournament_group
+    assert settings.MAX_LOADED.read() == max_loaded
+    assert settings.TOURNAMENT_GROUP.read() == tournament_group

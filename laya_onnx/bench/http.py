@@ -33,6 +33,7 @@ from typing import Any
 
 from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector, web
 
+from laya_onnx.core import settings as core_settings
 from laya_onnx.serve.keys import INFERENCE_MS, QUEUE_WAIT_MS
 
 DECISION_PATH = "/v1/systemone"
@@ -287,7 +288,7 @@ def run_serve_bench(
     app = create_app(agent, **settings)
     figures = asyncio.run(bench_app(app, README_REQUEST, clients=clients, seconds=seconds))
     figures["providers"] = agent.providers
-    figures["max_concurrent"] = max_concurrent or "LAYA_MAX_CONCURRENT"
+    figures["max_concurrent"] = max_concurrent or core_settings.MAX_CONCURRENT.env
     return figures
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from laya_onnx.bench.http import DEFAULT_DEADLINE_S, _child
+from laya_onnx.core import settings
 
 
 def _free_port() -> int:
@@ -105,8 +106,8 @@ def run(
     from laya_onnx.serve.ray_app import run_config
 
     payload = json.dumps(README_REQUEST).encode("utf-8")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAYA_")}
-    env["LAYA_LOG_LEVEL"] = "warning"
+    env = settings.without_settings(os.environ)
+    env[settings.LOG_LEVEL.env] = "warning"
     plain_port, ray_port = _free_port(), _free_port()
     plain = subprocess.Popen(
         [sys.executable, "-m", "laya_onnx", "serve", bundle, "--port", str(plain_port)],

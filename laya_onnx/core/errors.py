@@ -1,4 +1,4 @@
-"""Exception types for caller mistakes, shared by the runtime, the CLI and the server.
+"""Exception types for caller mistakes and unusable settings, shared by the runtime, the CLI and the server.
 
 A request the caller got wrong (an unknown question type, a budget too small, a state that
 cannot be encoded) raises `InvalidRequest` (a `ValueError`) or `InvalidRequestType` (a
@@ -56,6 +56,15 @@ class PassTooLarge(InvalidRequest):
     only too large for this server's budget."""
 
 
+class ConfigError(ValueError):
+    """A setting that cannot be used (a `LAYA_*` variable, a flag, a `create_app` setting); the
+    message names the variable or flag at fault.
+
+    A ValueError, so `laya-onnx` reports it as one line and exits 2 like every other usage
+    mistake, and a library caller of `run_server`/`create_app` gets an exception, not an exit.
+    """
+
+
 def reference_kind(exc: BaseException) -> str:
     """The exception class name the reference would raise for `exc` ("ValueError", ...).
 
@@ -68,6 +77,7 @@ def reference_kind(exc: BaseException) -> str:
 
 
 __all__ = [
+    "ConfigError",
     "InvalidRequest",
     "InvalidRequestType",
     "LayaInputError",

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from laya_onnx.core import settings
 from laya_onnx.core.names import published_name
 
 #: Reviewed commit SHAs of the published checkpoints (laya 0.4.15 revisions.py). Opt-in only.
@@ -33,7 +34,6 @@ PINNED_REVISIONS = {
     "convaiinnovations/laya-typed-decisions": "1a793eb568e6718f15941d08f85432581df534e3",
 }
 REVIEWED = "reviewed"
-REVISION_ENV = "LAYA_REVISION"
 
 #: What a checkpoint consists of; the runtime needs everything but the weights.
 CHECKPOINT_FILES: tuple[str, ...] = ("rl_agent_config.json", "model.safetensors", "tokenizer/*", "encoder/*")
@@ -62,7 +62,7 @@ def pinned_revision(repo_id: str) -> str | None:
 
 def resolve_revision(repo_id: str, revision: str | None = None) -> str | None:
     """The revision to request from the Hub for `repo_id` (None: the Hub default)."""
-    value = (revision or os.environ.get(REVISION_ENV, "")).strip()
+    value = (revision or settings.REVISION.read() or "").strip()
     if not value:
         return None
     if value.lower() != REVIEWED:
@@ -76,8 +76,8 @@ def resolve_revision(repo_id: str, revision: str | None = None) -> str | None:
             "reviewed SHA pinned; pass a commit, branch or tag in revision= instead"
         )
     raise ValueError(
-        f"{REVISION_ENV}={REVIEWED}, but {repo_id!r} has no reviewed SHA pinned; "
-        f"set {REVISION_ENV} to a commit or unset it"
+        f"{settings.REVISION.env}={REVIEWED}, but {repo_id!r} has no reviewed SHA pinned; "
+        f"set {settings.REVISION.env} to a commit or unset it"
     )
 
 

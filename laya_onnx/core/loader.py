@@ -22,10 +22,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from laya_onnx.core import settings
 from laya_onnx.core.errors import InvalidRequest
 from laya_onnx.core.names import ALIASES, PUBLISHED_CHECKPOINTS, canonical_name, published_name
-
-MODELS_DIR_ENV = "LAYA_MODELS_DIR"
 
 
 def _looks_like_path(arg: str) -> bool:
@@ -33,7 +32,7 @@ def _looks_like_path(arg: str) -> bool:
 
 
 def _models_dir(models_dir: str | os.PathLike | None) -> Path | None:
-    where = models_dir if models_dir is not None else os.environ.get(MODELS_DIR_ENV) or None
+    where = models_dir if models_dir is not None else settings.MODELS_DIR.read()
     return Path(where).expanduser() if where is not None else None
 
 
@@ -64,7 +63,7 @@ def resolve_bundle(
             raise InvalidRequest(
                 "load(%r): a checkpoint name loads its bundle from a models directory; pass "
                 "models_dir= or set %s (`laya-onnx export --all MODELS_DIR` writes one), or pass "
-                "the bundle's path" % (arg, MODELS_DIR_ENV)
+                "the bundle's path" % (arg, settings.MODELS_DIR.env)
             )
         raise FileNotFoundError(
             "load(%r): no bundle for %r in the models directory %s (expected %s)"
@@ -110,4 +109,4 @@ def load(
     )
 
 
-__all__ = ["MODELS_DIR_ENV", "load", "resolve_bundle"]
+__all__ = ["load", "resolve_bundle"]

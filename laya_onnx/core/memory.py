@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -35,15 +34,10 @@ from typing import Any
 
 import numpy as np
 
+from laya_onnx.core import settings
 from laya_onnx.core.errors import PassTooLarge
+from laya_onnx.core.settings import DEFAULT_MAX_PASS_MEMORY, GiB, KiB, MiB, parse_bytes
 
-KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
-ENV_MAX_PASS_MEMORY = "LAYA_MAX_PASS_MEMORY"
-#: 2 GiB: on the 2-core / 24 GiB box this project targets, a pass that size already takes seconds
-#: on tiny-english and tens of seconds on the full-size encoder (attention work grows with the same
-#: length**2 as its memory), and five such servers (weights + a full pass each) still leave the box
-#: room; the default lets every built-in request and a 4096-token tiny-english row through.
-DEFAULT_MAX_PASS_MEMORY = 2 * GiB
 #: Headroom on top of the worst measured/fitted ratio, for allocator noise between runs.
 FIT_MARGIN = 1.10
 #: A call whose largest pass is estimated at this or more hands the arena's free memory back to
@@ -53,41 +47,12 @@ FIT_MARGIN = 1.10
 #: passes should not pay, and what they keep is at most about this much.
 ARENA_RELEASE_BYTES = 64 * MiB
 
-_SUFFIXES = {"": 1, "K": KiB, "M": MiB, "G": GiB, "T": 1 << 40}
-_BYTES = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
-
-
-def parse_bytes(value: Any, what: str = ENV_MAX_PASS_MEMORY) -> int:
-    """A positive byte count: an int, or text such as `2G`, `512M`, `1.5GiB`, `300000000`.
-
-    Suffixes K, M, G, T are powers of 1024 (an optional trailing `B` or `iB` is accepted).
-    Anything else raises ValueError naming `what`.
-    """
-    if isinstance(value, bool):
-        raise ValueError(f"{what} must be a byte count such as 2G or 512M, got {value!r}")
-    if isinstance(value, int):
-        n = value
-    else:
-        match = _BYTES.match(str(value)) if isinstance(value, (str, float)) else None
-        if match is None:
-            raise ValueError(
-                f"{what} must be a byte count such as 2G, 512M or 300000000 (K/M/G/T = 1024-based), "
-                f"got {value!r}"
-            )
-        n = int(float(match.group(1)) * _SUFFIXES[match.group(2).upper()])
-    if n <= 0:
-        raise ValueError(f"{what} must be positive, got {value!r}")
-    return n
-
 
 def resolve_max_pass_memory(value: Any = None) -> int:
-    """The pass budget in bytes: `value` if given, else $LAYA_MAX_PASS_MEMORY, else 2 GiB."""
+    """The pass budget in bytes: `value` if given, else the variable (`settings.MAX_PASS_MEMORY`)."""
     if value is not None:
         return parse_bytes(value, "max_pass_memory")
-    raw = os.environ.get(ENV_MAX_PASS_MEMORY)
-    if raw is None or not raw.strip():
-        return DEFAULT_MAX_PASS_MEMORY
-    return parse_bytes(raw, ENV_MAX_PASS_MEMORY)
+    return settings.MAX_PASS_MEMORY.read()
 
 
 def device_pass_budget(budget: int, device_limit: int | None, weights: int) -> int:
@@ -154,9 +119,15 @@ class PassMemoryModel:
         if need > budget:
             raise PassTooLarge(
                 "a row of %d tokens needs an estimated %s in one forward pass, more than the "
-                "%s a pass may use (LAYA_MAX_PASS_MEMORY); rows up to about %d tokens fit: "
+                "%s a pass may use (%s); rows up to about %d tokens fit: "
                 "send a shorter state or a smaller max_len"
-                % (length, format_bytes(need), format_bytes(budget), self.max_length(budget))
+                % (
+                    length,
+                    format_bytes(need),
+                    format_bytes(budget),
+                    settings.MAX_PASS_MEMORY.env,
+                    self.max_length(budget),
+                )
             )
 
     def as_dict(self) -> dict[str, Any]:
@@ -406,7 +377,9 @@ if __name__ == "__main__":
 
 __all__ = [
     "DEFAULT_MAX_PASS_MEMORY",
-    "ENV_MAX_PASS_MEMORY",
+    "GiB",
+    "KiB",
+    "MiB",
     "PassMemoryModel",
     "PassTooLarge",
     "estimate_from_architecture",

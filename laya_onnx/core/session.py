@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import os
 import threading
 import warnings
 from collections.abc import Mapping, Sequence
@@ -23,6 +22,7 @@ from typing import Any, TypedDict
 
 import numpy as np
 
+from laya_onnx.core import settings
 from laya_onnx.core.bundle import GRAPH_INPUTS, GRAPH_OUTPUTS
 
 log = logging.getLogger("laya_onnx.core.session")
@@ -141,30 +141,15 @@ def resolve_providers(
     return chosen
 
 
-#: Environment variable for the intra-op thread count when no `threads` argument is given.
-THREADS_ENV = "LAYA_THREADS"
-
-
 def resolve_threads(threads: int | None = None) -> int | None:
-    """Intra-op threads: `threads` if given (a positive int), else $LAYA_THREADS, else None
-    (onnxruntime's default, one per core). A bad argument is a ValueError naming it; a bad
-    environment value is logged and ignored, as a server started with it would otherwise not
-    start at all for a tuning knob."""
+    """Intra-op threads: `threads` if given (a positive int), else the variable
+    (`settings.THREADS`), else None (onnxruntime's default, one per core). A bad argument is a
+    ValueError naming it; a bad environment value is logged and ignored, as laya-serve does."""
     if threads is not None:
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
             raise ValueError("threads must be a positive integer or None, got %r" % (threads,))
         return threads
-    raw = os.environ.get(THREADS_ENV, "").strip()
-    if not raw:
-        return None
-    try:
-        n = int(raw)
-    except ValueError:
-        n = 0
-    if n < 1:
-        log.warning("invalid %s %r; using onnxruntime's default", THREADS_ENV, raw)
-        return None
-    return n
+    return settings.THREADS.read()
 
 
 def session_options(threads: int | None = None):

@@ -24,6 +24,7 @@ from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
+from laya_onnx.core import settings
 from laya_onnx.serve.errors import BUSY, ApiError
 from laya_onnx.serve.keys import INFERENCE_MS, PASS_RESULT, QUEUE_WAIT_MS
 from laya_onnx.serve.protocol import ServedAgent
@@ -134,13 +135,13 @@ class Metrics:
         )
         self.busy = Counter(
             PREFIX + "_busy_refusals",
-            "Decision requests refused with 503 because LAYA_MAX_CONCURRENT were already in flight.",
+            f"Decision requests refused with 503 because {settings.MAX_CONCURRENT.env} were already in flight.",
             ["route"],
             registry=r,
         )
         admission = Gauge(
             PREFIX + "_admission_limit",
-            "LAYA_MAX_CONCURRENT: decision requests admitted at once.",
+            f"{settings.MAX_CONCURRENT.env}: decision requests admitted at once.",
             registry=r,
         )
         admission.set(max_concurrent)

@@ -18,6 +18,7 @@ from pydantic import TypeAdapter
 from pydantic.json_schema import JsonSchemaMode
 
 from laya_onnx import __version__
+from laya_onnx.core import settings
 from laya_onnx.serve import jev
 from laya_onnx.serve import schema as s
 from laya_onnx.serve.errors import (
@@ -68,18 +69,19 @@ _TIMING_HEADERS = {
     },
 }
 
+_API_KEY = settings.API_KEY.env
 #: What each refusal of a decision route means; the texts are the fixed ones where there is one.
 _DECISION_ERRORS = {
     400: "Not JSON (%r), not an object with the required fields, a null state, or an unpaired "
     "surrogate escape." % INVALID_JSON,
-    401: "%r: LAYA_API_KEY is set and Authorization is not exactly 'Bearer <key>'." % UNAUTHORIZED,
-    408: "%r: the body took longer than LAYA_BODY_READ_TIMEOUT." % BODY_TIMEOUT,
+    401: "%r: %s is set and Authorization is not exactly 'Bearer <key>'." % (UNAUTHORIZED, _API_KEY),
+    408: "%r: the body took longer than %s." % (BODY_TIMEOUT, settings.BODY_READ_TIMEOUT.env),
     413: "%r (over 2 MiB), or too many questions, options, score levels or states, or a state "
     "over 50 000 characters." % BODY_TOO_LARGE,
     422: "A question the model cannot answer (its text names the question and the fix), a control "
     "out of range, a hook key, or a `model` this server does not serve.",
     500: "%r: the pass failed; the traceback is logged, never sent." % INFERENCE_FAILED,
-    503: "%r: LAYA_MAX_CONCURRENT decision requests are already in flight." % BUSY,
+    503: "%r: %s decision requests are already in flight." % (BUSY, settings.MAX_CONCURRENT.env),
 }
 
 
@@ -190,7 +192,7 @@ def openapi_document(root_path: str = "", jev_profile: bool = False) -> dict[str
             "/v1/systemone/batch": _decision(
                 "Answer one question set over many states",
                 "States are answered in input order; long batches are split into passes that fit "
-                "LAYA_MAX_BATCH_TOKENS.",
+                f"{settings.MAX_BATCH_TOKENS.env}.",
                 (JEV_PREFIX + "BatchRequest") if jev_profile else "BatchRequest",
                 (JEV_PREFIX + "BatchResponse") if jev_profile else "BatchResponse",
                 "systemone_batch",
@@ -199,7 +201,7 @@ def openapi_document(root_path: str = "", jev_profile: bool = False) -> dict[str
             "/health": _get(
                 "health",
                 "Liveness and serving facts",
-                "Always 200, never 401, answered while a pass runs. With LAYA_API_KEY set, a caller "
+                f"Always 200, never 401, answered while a pass runs. With {_API_KEY} set, a caller "
                 'without the right bearer gets {"status": "ok"} only.',
                 _json("Health"),
             ),
@@ -207,27 +209,27 @@ def openapi_document(root_path: str = "", jev_profile: bool = False) -> dict[str
                 "models",
                 "The served checkpoint, in Jev's model-list shape",
                 "Never 401. The x_ keys (aliases, digests, precision, providers) only without "
-                "LAYA_API_KEY or with the right bearer.",
+                f"{_API_KEY} or with the right bearer.",
                 _json("ModelList"),
             ),
             "/metrics": _get(
                 "metrics",
                 "Prometheus metrics",
                 "Prometheus text exposition (OpenMetrics when the Accept header asks for it). "
-                "With LAYA_API_KEY set it needs the bearer.",
+                f"With {_API_KEY} set it needs the bearer.",
                 {"text/plain": text_plain, "application/openmetrics-text": text_plain},
-                {401: "%r: LAYA_API_KEY is set and the bearer is missing or wrong." % UNAUTHORIZED},
+                {401: "%r: %s is set and the bearer is missing or wrong." % (UNAUTHORIZED, _API_KEY)},
             ),
             "/openapi.json": _get(
                 "openapi",
                 "This document",
-                "Served only when LAYA_API_KEY is unset (404 otherwise), as laya-serve does.",
+                f"Served only when {_API_KEY} is unset (404 otherwise), as laya-serve does.",
                 {"application/json": {"schema": {"type": "object"}}},
             ),
             "/docs": _get(
                 "docs",
                 "This document as a self-contained HTML page",
-                "Served only when LAYA_API_KEY is unset (404 otherwise).",
+                f"Served only when {_API_KEY} is unset (404 otherwise).",
                 {"text/html": text_plain},
             ),
         },
@@ -237,7 +239,7 @@ def openapi_document(root_path: str = "", jev_profile: bool = False) -> dict[str
                 "bearer": {
                     "type": "http",
                     "scheme": "bearer",
-                    "description": "Required on the decision routes only when LAYA_API_KEY is set.",
+                    "description": f"Required on the decision routes only when {_API_KEY} is set.",
                 }
             },
         },

@@ -21,22 +21,21 @@ Framework-free, like `contract.py`.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import math
 import os
 import resource
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from laya_onnx.core import settings
+from laya_onnx.core.errors import ConfigError
 from laya_onnx.core.hooks import BaseHook, PredictContext
 from laya_onnx.core.memory import process_memory
 from laya_onnx.core.names import BUNDLE_REPO, PUBLISHED_CHECKPOINTS, aliases_of
 from laya_onnx.core.router import Router, bundles_in
 from laya_onnx.core.session import FallbackEntry, resolve_threads
 from laya_onnx.serve.errors import ApiError
-from laya_onnx.serve.settings import ConfigError, env_bool, env_int, env_text
 from laya_onnx.serve.wire import (
     cpu_fallbacks,
     fallback_baseline,
@@ -54,57 +53,6 @@ ITEM_CONTROLS = ("model", "task", "lang", "lang_guess", "max_len", "head_max_len
 
 
 # -- configuration ---------------------------------------------------------------------------
-
-
-def max_loaded_from_env() -> int | None:
-    """LAYA_MAX_LOADED: a positive int; anything else leaves the Router's default (laya-serve)."""
-    n = env_int("LAYA_MAX_LOADED")
-    return n if n is not None and n > 0 else None
-
-
-def idle_unload_seconds_from_env() -> float:
-    """LAYA_IDLE_UNLOAD_SECONDS: seconds; unset, <= 0 or unreadable is off (0, with a warning)."""
-    raw = env_text("LAYA_IDLE_UNLOAD_SECONDS")
-    if raw is None:
-        return 0.0
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = math.nan
-    if not math.isfinite(seconds):
-        log.warning("invalid LAYA_IDLE_UNLOAD_SECONDS %r; idle unload disabled", raw)
-        return 0.0
-    return max(seconds, 0.0)
-
-
-def extra_models_from_env() -> dict[str, Any]:
-    """LAYA_EXTRA_MODELS: a JSON object {name: bundle folder, Hub id, or [repo, subfolder]}.
-
-    A malformed value is refused (ConfigError): a checkpoint silently missing would be answered
-    by another one."""
-    raw = env_text("LAYA_EXTRA_MODELS")
-    if raw is None:
-        return {}
-    try:
-        data = json.loads(raw)
-    except ValueError as exc:
-        raise ConfigError("invalid LAYA_EXTRA_MODELS: not a JSON object (%s)" % exc) from None
-    if not isinstance(data, dict):
-        raise ConfigError(
-            "invalid LAYA_EXTRA_MODELS: a JSON object {name: source}, got %s" % type(data).__name__
-        )
-    out: dict[str, Any] = {}
-    for name, source in data.items():
-        if isinstance(source, list):
-            out[name] = tuple(source)
-        elif isinstance(source, str):
-            out[name] = source
-        else:
-            raise ConfigError(
-                "invalid LAYA_EXTRA_MODELS: source for %r must be a bundle folder, a Hub id, or a "
-                "[repo, subfolder] pair; got %s" % (name, type(source).__name__)
-            )
-    return out
 
 
 def parse_model_option(text: str) -> tuple[str, str]:
@@ -130,9 +78,9 @@ def build_router(
     for option in named:
         name, bundle = parse_model_option(option)
         models[name] = bundle
-    models.update(extra_models_from_env())
-    options: dict[str, Any] = {"auto_task_detection": env_bool("LAYA_AUTO_TASK", False)}
-    max_loaded = max_loaded_from_env()
+    models.update(settings.EXTRA_MODELS.read())
+    options: dict[str, Any] = {"auto_task_detection": settings.AUTO_TASK.read()}
+    max_loaded = settings.MAX_LOADED.read()
     if max_loaded is not None:
         options["max_loaded"] = max_loaded
     agent_kwargs: dict[str, Any] = {"strict_providers": True} if strict_providers else {}
@@ -143,14 +91,13 @@ def build_router(
         options["agent_kwargs"] = agent_kwargs
     try:
         router = Router(models, providers=providers, **options)
-        default = env_text("LAYA_DEFAULT_MODEL")
+        default = settings.DEFAULT_MODEL.read()
         if default is not None:
             try:
                 router.default = router.resolve(default)
             except ValueError as exc:
-                raise ConfigError("invalid LAYA_DEFAULT_MODEL %r: %s" % (default, exc)) from None
-        preload = env_text("LAYA_MODELS")
-        names = [n.strip() for n in preload.split(",") if n.strip()] if preload else None
+                raise settings.DEFAULT_MODEL.invalid(default, str(exc)) from None
+        names = settings.MODELS.read()
         for name in names or ():
             router.resolve(name)  # an unknown name refuses the start, not the first request
     except ConfigError:
@@ -159,7 +106,7 @@ def build_router(
         raise ConfigError(str(exc)) from None
     if not any(router.models.values()):
         raise ConfigError("no bundle to serve: give a models directory or --model NAME=BUNDLE")
-    if env_bool("LAYA_PRELOAD", True):
+    if settings.PRELOAD.read():
         router.preload(names)
     return router
 
@@ -412,7 +359,7 @@ class IdleUnload:
 
 def served_router(router: Router) -> tuple[RoutedAgent, RoutedCheckpoints, RoutedCatalog, IdleUnload | None]:
     """The app's adapters for `router` (IdleUnload only when LAYA_IDLE_UNLOAD_SECONDS is on)."""
-    seconds = idle_unload_seconds_from_env()
+    seconds = settings.IDLE_UNLOAD_SECONDS.read()
     idle = IdleUnload(router, seconds) if seconds else None
     agent = RoutedAgent(router, on_call=idle.mark if idle else None)
     return agent, RoutedCheckpoints(router, idle), RoutedCatalog(router), idle
@@ -424,9 +371,6 @@ __all__ = [
     "RoutedCatalog",
     "RoutedCheckpoints",
     "build_router",
-    "extra_models_from_env",
-    "idle_unload_seconds_from_env",
-    "max_loaded_from_env",
     "parse_model_option",
     "served_router",
 ]

@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field
 from typing_extensions import NotRequired, TypedDict
 
+from laya_onnx.core import settings
 from laya_onnx.core.tournament import MAX_ONE_PASS_CHOICE_OPTIONS
 from laya_onnx.serve import validate as v
 
@@ -200,13 +201,18 @@ class _Controls(TypedDict):
     max_len: NotRequired[
         Annotated[
             Annotated[int, Field(ge=1)] | None,
-            Field(description="Token budget per row; above LAYA_MAX_TOKEN_BUDGET (8192) a 422."),
+            Field(
+                description=f"Token budget per row; above {settings.MAX_TOKEN_BUDGET.env} "
+                f"({settings.MAX_TOKEN_BUDGET.default}) a 422."
+            ),
         ]
     ]
     head_max_len: NotRequired[
         Annotated[
             Annotated[int, Field(ge=1)] | None,
-            Field(description="Token budget of the option head; above LAYA_MAX_TOKEN_BUDGET a 422."),
+            Field(
+                description=f"Token budget of the option head; above {settings.MAX_TOKEN_BUDGET.env} a 422."
+            ),
         ]
     ]
     lang: NotRequired[Annotated[str | None, Field(description="Language hint passed to the model.")]]
@@ -236,7 +242,9 @@ class BatchRequest(_Controls):
     batch_size: NotRequired[
         Annotated[
             Annotated[int, Field(ge=1)] | None,
-            Field(description="States per forward pass; capped by the server's LAYA_MAX_BATCH_TOKENS plan."),
+            Field(
+                description=f"States per forward pass; capped by the server's {settings.MAX_BATCH_TOKENS.env} plan."
+            ),
         ]
     ]
     sort_by_length: NotRequired[bool | None]
@@ -269,7 +277,7 @@ class _Gate(TypedDict):
     low_confidence: NotRequired[Annotated[Literal[True], Field(description="Only on abstained answers.")]]
 
 
-_STRICT_DOC = "Absent under LAYA_JEV_STRICT."
+_STRICT_DOC = f"Absent under {settings.JEV_STRICT.env}."
 
 
 class ChoiceAnswer(_Gate):

@@ -29,17 +29,12 @@ from typing import Any
 
 from aiohttp import web
 
+from laya_onnx.core import settings
+from laya_onnx.core.errors import ConfigError
 from laya_onnx.serve.app import DRAIN, create_app
 from laya_onnx.serve.connection import LayaRequestHandler, handler_factory
 from laya_onnx.serve.logs import ACCESS_LOGGERS, configure_logging
-from laya_onnx.serve.settings import (
-    ConfigError,
-    ServerLimits,
-    resolve_host,
-    resolve_log_level,
-    resolve_port,
-    root_path_from_env,
-)
+from laya_onnx.serve.settings import ServerLimits, resolve_host, resolve_port
 
 log = logging.getLogger("laya_onnx.serve")
 
@@ -74,7 +69,7 @@ def _bind(host: str, port: int) -> list[socket.socket]:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
-        raise ConfigError("invalid --host/LAYA_HOST %r: %s" % (host, exc.strerror)) from None
+        raise ConfigError("invalid --host/%s %r: %s" % (settings.HOST.env, host, exc.strerror)) from None
     sockets: list[socket.socket] = []
     seen = set()
     try:
@@ -111,9 +106,9 @@ def _cannot_listen(address: Any, exc: OSError) -> OSError:
 def _prepare(host: str | None, port: int | None) -> _Plan:
     host = resolve_host(host)
     port = resolve_port(port)
-    level = resolve_log_level()
+    level = settings.LOG_LEVEL.read()
     limits = ServerLimits.from_env()
-    root_path_from_env()  # refused here, before the model is loaded, rather than at create_app
+    settings.ROOT_PATH.read()  # refused here, before the model is loaded, rather than at create_app
     access_log = configure_logging(level, limits.access_log)
     return _Plan(limits=limits, access_log=access_log, sockets=_bind(host, port))
 

@@ -1,0 +1,588 @@
+"""Every `LAYA_*` environment variable, in one table: the only module that names them.
+
+Each entry (`Setting`) says what the variable is called, how its text is read, its default, what a
+value that cannot be read does, what it is for, and which layer reads it (core, serve, bench).
+Everything else reads a variable through its entry (`settings.THREADS.read()`), names it in a
+message with `entry.env`, and builds `--flags` with `add_arguments`; the server's settings, the
+CLI's flags and help, and the documentation table (`python -m laya_onnx.core.settings --markdown`,
+in serve/README.md) are all derived from here.
+
+Reading rules, for every variable: unset and blank are the same (the default), except for the
+`verbatim` ones, where only the empty string is unset and the text is used as set (an API key is
+compared byte for byte). What a value that cannot be read does (`on_bad`):
+
+* `refuse`: a `ConfigError` naming the variable, the value and what it must be. Every variable of
+  our own is refused: there is no compatibility to keep, and a typo in a limit should not quietly
+  become another limit.
+* `warn` / `ignore`: the default, with or without a logged warning. Only laya-serve 0.4.15's own
+  variables (`compat`) do this, exactly where laya-serve does, so a configuration that starts
+  laya-serve starts this server with the same limits.
+
+Why a dataclass table and not pydantic-settings: the core reads four of these variables and must
+stay light (stdlib + numpy + onnxruntime; pydantic is a serve-only dependency), and what the table
+has to express is mostly outside what pydantic-settings models: laya-serve's per-variable
+fallbacks (silent for some, warned for others, refused for the port), blank meaning unset, one
+variable kept verbatim, and the CLI flags and the documentation generated from the same entries.
+Each of those would be a custom validator or a wrapper around the library, so the library would
+add a dependency without removing code, and a serve-only wrapper would be a second source of truth.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Generic, Literal, TypeVar
+
+from laya_onnx.core import parsers
+from laya_onnx.core.errors import ConfigError
+
+T = TypeVar("T")
+Layer = Literal["core", "serve", "bench"]
+OnBad = Literal["refuse", "warn", "ignore"]
+
+#: What every variable of this table starts with (for code that passes a whole environment on).
+PREFIX = "LAYA_"
+
+
+@dataclass(frozen=True)
+class Setting(Generic[T]):
+    """One environment variable: its name, how it is read, and what it is for."""
+
+    env: str
+    #: Text as set -> value; a ValueError's text says what the value must be.
+    parse: Callable[[str], T]
+    default: T
+    on_bad: OnBad
+    help: str
+    layer: Layer
+    #: laya-serve 0.4.15 reads it too, with the same meaning.
+    compat: bool = False
+    #: The default as the documentation and `--help` show it (else `default` itself).
+    shown_default: str | None = None
+    #: Only "" is unset; the text is used as set, spaces included.
+    verbatim: bool = False
+    #: The refusal shows the value (not for long JSON values).
+    show_value: bool = True
+    #: What a `warn` fallback means, for the log line.
+    fallback: str = ""
+    #: The command-line flag that wins over the variable, with its `--help` text.
+    flag: str | None = None
+    flag_help: str = ""
+    flag_type: Callable[[str], Any] | None = None
+
+    def raw(self, environ: Mapping[str, str] | None = None) -> str | None:
+        """The text as set, or None when unset (or blank, unless `verbatim`)."""
+        value = (os.environ if environ is None else environ).get(self.env)
+        if value is None or value == "" or (not self.verbatim and not value.strip()):
+            return None
+        return value
+
+    def read(self, environ: Mapping[str, str] | None = None) -> T:
+        """The value from the environment, by this entry's rules (module docstring)."""
+        raw = self.raw(environ)
+        if raw is None:
+            return self.default
+        try:
+            return self.parse(raw)
+        except ValueError as exc:
+            if self.on_bad == "refuse":
+                raise self.invalid(raw, str(exc)) from None
+            if self.on_bad == "warn":
+                logging.getLogger("laya_onnx." + self.layer).warning(
+                    "invalid %s %r: %s; %s", self.env, raw, exc, self.fallback
+                )
+            return self.default
+
+    def invalid(self, value: Any, reason: str) -> ConfigError:
+        """The refusal of `value` for this variable, naming it."""
+        if not self.show_value:
+            return ConfigError("invalid %s: %s" % (self.env, reason))
+        return ConfigError("invalid %s %r: %s" % (self.env, value, reason))
+
+    @property
+    def default_text(self) -> str:
+        if self.shown_default is not None:
+            return self.shown_default
+        if isinstance(self.default, float):
+            return "%g" % self.default
+        return "unset" if self.default is None else str(self.default)
+
+
+TABLE: dict[str, Setting[Any]] = {}
+
+
+def _entry(setting: Setting[T]) -> Setting[T]:
+    if not setting.env.startswith(PREFIX) or setting.env in TABLE:
+        raise AssertionError("settings table: bad or repeated name %s" % setting.env)
+    if not setting.compat and setting.on_bad != "refuse":
+        raise AssertionError("settings table: %s is ours, so a bad value is refused" % setting.env)
+    TABLE[setting.env] = setting
+    return setting
+
+
+KiB, MiB, GiB = parsers.KiB, parsers.MiB, parsers.GiB
+
+
+def parse_bytes(value: Any, what: str | None = None) -> int:
+    """A positive byte count: an int, or text such as `2G`, `512M`, `1.5GiB`, `300000000`.
+
+    Suffixes K, M, G, T are powers of 1024 (an optional trailing `B` or `iB` is accepted).
+    Anything else raises ValueError naming `what` (default: the pass memory variable).
+    """
+    try:
+        return parsers.byte_count(value)
+    except ValueError as exc:
+        raise ValueError(f"{what or MAX_PASS_MEMORY.env} {exc}, got {value!r}") from None
+
+
+# -- the table: core ---------------------------------------------------------------------------
+
+THREADS = _entry(
+    Setting[int | None](
+        "LAYA_THREADS",
+        parsers.positive_int,
+        None,
+        "warn",
+        "ONNX Runtime intra-op threads of every session (`ONNXAgent(threads=)` and the flag win)",
+        "core",
+        compat=True,
+        shown_default="one per core",
+        fallback="using onnxruntime's default",
+        flag="--threads",
+        flag_help="onnxruntime intra-op threads",
+        flag_type=int,
+    )
+)
+MODELS_DIR = _entry(
+    Setting[str | None](
+        "LAYA_MODELS_DIR",
+        parsers.text,
+        None,
+        "refuse",
+        "the models directory `load(NAME)` finds a checkpoint's bundle in (one folder per "
+        "checkpoint name, as `laya-onnx export --all` writes)",
+        "core",
+        verbatim=True,
+    )
+)
+REVISION = _entry(
+    Setting[str | None](
+        "LAYA_REVISION",
+        parsers.stripped,
+        None,
+        "refuse",
+        "the Hub revision of checkpoints and bundles fetched by id; `reviewed` is the commit pinned "
+        "for that repo (refused for a repo without one)",
+        "core",
+        compat=True,
+        shown_default="Hub default",
+    )
+)
+#: 2 GiB: on the 2-core / 24 GiB machine this project targets, a pass that size already takes
+#: seconds on tiny-english and tens of seconds on the full-size encoder (attention work grows with
+#: the same length**2 as its memory), and five such servers (weights + a full pass each) still
+#: leave room; the default lets every built-in request and a 4096-token tiny-english row through.
+DEFAULT_MAX_PASS_MEMORY = 2 * GiB
+MAX_PASS_MEMORY = _entry(
+    Setting[int](
+        "LAYA_MAX_PASS_MEMORY",
+        parsers.byte_count,
+        DEFAULT_MAX_PASS_MEMORY,
+        "refuse",
+        "bytes one forward pass may use above idle, priced by the bundle's memory model; bytes or "
+        "`K`/`M`/`G`/`T` (1024-based). Bigger passes are split, a row that cannot fit alone is a 413 "
+        "(read when the bundle is loaded)",
+        "core",
+        shown_default="2G",
+    )
+)
+
+# -- the table: serve, as laya-serve 0.4.15 reads them ------------------------------------------
+
+HOST = _entry(
+    Setting[str](
+        "LAYA_HOST",
+        parsers.stripped,
+        "127.0.0.1",
+        "refuse",
+        "bind address (the flag wins); `0.0.0.0` serves other hosts (the images set it). "
+        "laya-serve binds `0.0.0.0`",
+        "serve",
+        compat=True,
+        flag="--host",
+        flag_help="bind address; 0.0.0.0 to serve other hosts",
+    )
+)
+PORT = _entry(
+    Setting[int](
+        "LAYA_PORT",
+        parsers.int_range(1, 65535),
+        8000,
+        "refuse",
+        "bind port (the flag wins)",
+        "serve",
+        compat=True,
+        flag="--port",
+        flag_help="port",
+        flag_type=int,
+    )
+)
+LOG_LEVEL = _entry(
+    Setting[int](
+        "LAYA_LOG_LEVEL",
+        parsers.log_level,
+        logging.INFO,
+        "refuse",
+        "the log level: %s" % ", ".join(parsers.LOG_LEVELS),
+        "serve",
+        compat=True,
+        shown_default="info",
+    )
+)
+API_KEY = _entry(
+    Setting[str | None](
+        "LAYA_API_KEY",
+        parsers.text,
+        None,
+        "refuse",
+        "require `Authorization: Bearer <key>` on the decision routes (compared byte for byte)",
+        "serve",
+        compat=True,
+        verbatim=True,
+    )
+)
+MAX_CONCURRENT = _entry(
+    Setting[int](
+        "LAYA_MAX_CONCURRENT",
+        parsers.positive_int,
+        16,
+        "ignore",
+        "decision requests past auth at once; the excess gets 503",
+        "serve",
+        compat=True,
+        flag="--max-concurrent",
+        flag_help="admission slots",
+        flag_type=int,
+    )
+)
+BODY_READ_TIMEOUT = _entry(
+    Setting[float](
+        "LAYA_BODY_READ_TIMEOUT",
+        parsers.seconds(),
+        10.0,
+        "ignore",
+        "seconds to deliver a body before 408",
+        "serve",
+        compat=True,
+    )
+)
+MAX_TOKEN_BUDGET = _entry(
+    Setting[int](
+        "LAYA_MAX_TOKEN_BUDGET",
+        parsers.positive_int,
+        8192,
+        "warn",
+        "cap on a request's `max_len` / `head_max_len`",
+        "serve",
+        compat=True,
+        fallback="falling back to 8192",
+    )
+)
+MAX_BATCH_TOKENS = _entry(
+    Setting[int](
+        "LAYA_MAX_BATCH_TOKENS",
+        parsers.positive_int,
+        131072,
+        "warn",
+        "tokens one batch pass may collate; bigger batches are split into `batch_size` chunks",
+        "serve",
+        compat=True,
+        fallback="falling back to 131072",
+    )
+)
+JEV_STRICT = _entry(
+    Setting[bool](
+        "LAYA_JEV_STRICT",
+        parsers.flag,
+        False,
+        "ignore",
+        "`1` answers the strict Jev contract: no `routing`, no `x_jev_confidence`/`answer_confidence`/"
+        "`action`, usage = two counts",
+        "serve",
+        compat=True,
+        shown_default="0",
+    )
+)
+TOURNAMENT_GROUP = _entry(
+    Setting[int](
+        "LAYA_TOURNAMENT_GROUP",
+        parsers.tournament_group,
+        0,
+        "ignore",
+        "an int 2-100: every choice over that many options is answered by elimination in groups "
+        "of it, as laya-serve does; see [Large choices](#large-choices-2-to-255-options)",
+        "serve",
+        compat=True,
+        shown_default="unset",
+    )
+)
+ROOT_PATH = _entry(
+    Setting[str](
+        "LAYA_ROOT_PATH",
+        parsers.root_path,
+        "",
+        "refuse",
+        "public URL prefix behind a proxy: `/laya/health` answers as `/health`, which keeps "
+        "answering (laya-serve's root_path). A trailing `/` is dropped; refused where laya-serve "
+        "takes any text and never matches it",
+        "serve",
+        compat=True,
+        shown_default="unset",
+    )
+)
+MAX_LOADED = _entry(
+    Setting[int | None](
+        "LAYA_MAX_LOADED",
+        parsers.positive_int,
+        None,
+        "ignore",
+        "several checkpoints: how many are resident at once",
+        "serve",
+        compat=True,
+        shown_default="2",
+    )
+)
+EXTRA_MODELS = _entry(
+    Setting[Mapping[str, Any]](
+        "LAYA_EXTRA_MODELS",
+        parsers.extra_models,
+        MappingProxyType({}),
+        "refuse",
+        'several checkpoints: more of them, `{"name": "bundle folder or Hub id"}` (or `[repo, subfolder]`)',
+        "serve",
+        compat=True,
+        shown_default="none",
+        show_value=False,
+    )
+)
+DEFAULT_MODEL = _entry(
+    Setting[str | None](
+        "LAYA_DEFAULT_MODEL",
+        parsers.text,
+        None,
+        "refuse",
+        "several checkpoints: the one a request without `model` gets (a name it can resolve)",
+        "serve",
+        compat=True,
+        shown_default="multilingual",
+    )
+)
+AUTO_TASK = _entry(
+    Setting[bool](
+        "LAYA_AUTO_TASK",
+        parsers.flag,
+        False,
+        "ignore",
+        "several checkpoints: workflow routing by the questions asked",
+        "serve",
+        compat=True,
+        shown_default="0",
+    )
+)
+PRELOAD = _entry(
+    Setting[bool](
+        "LAYA_PRELOAD",
+        parsers.flag,
+        True,
+        "ignore",
+        "several checkpoints: load them at startup, not at their first request",
+        "serve",
+        compat=True,
+        shown_default="1",
+    )
+)
+MODELS = _entry(
+    Setting[list[str] | None](
+        "LAYA_MODELS",
+        parsers.name_list,
+        None,
+        "refuse",
+        "several checkpoints: the comma-separated names preloaded (an unknown one is refused)",
+        "serve",
+        compat=True,
+        shown_default="all",
+    )
+)
+IDLE_UNLOAD_SECONDS = _entry(
+    Setting[float](
+        "LAYA_IDLE_UNLOAD_SECONDS",
+        parsers.idle_seconds,
+        0.0,
+        "warn",
+        "several checkpoints: after this long without a decision request every resident one is "
+        "unloaded; the next request reloads its own",
+        "serve",
+        compat=True,
+        shown_default="0 (off)",
+        fallback="idle unload disabled",
+    )
+)
+
+# -- the table: serve, ours alone (a value that cannot be read is refused) ---------------------
+
+JEV_PROFILE = _entry(
+    Setting[str | None](
+        "LAYA_JEV_PROFILE",
+        parsers.jev_profile,
+        None,
+        "refuse",
+        "`typesafe`: the [Jev profile](#the-jev-profile-laya_jev_profiletypesafe)",
+        "serve",
+    )
+)
+BATCH_WINDOW_MS = _entry(
+    Setting[float](
+        "LAYA_BATCH_WINDOW_MS",
+        parsers.seconds(allow_zero=True, unit="milliseconds"),
+        0.0,
+        "refuse",
+        "micro-batching: a `/v1/systemone` request waits up to this long for others with the same "
+        "questions and the same `max_len`/`head_max_len`/`lang`/`min_confidence`; the group runs as "
+        "one `predict_batch` (`laya_onnx/serve/microbatch.py`). Each caller gets its own answer (the "
+        "one it would get alone, within fp32 rounding of the padding) or its own refusal: a group "
+        "whose pass fails is re-run member by member. Admission and the pass memory budget apply as "
+        "without it",
+        "serve",
+        shown_default="0 (off)",
+    )
+)
+BATCH_MAX_REQUESTS = _entry(
+    Setting[int](
+        "LAYA_BATCH_MAX_REQUESTS",
+        parsers.positive_int,
+        32,
+        "refuse",
+        "a micro-batch runs as soon as it holds this many requests",
+        "serve",
+    )
+)
+SHUTDOWN_GRACE_SECONDS = _entry(
+    Setting[float](
+        "LAYA_SHUTDOWN_GRACE_SECONDS",
+        parsers.seconds(allow_zero=True),
+        30.0,
+        "refuse",
+        "seconds from SIGTERM/SIGINT to exit at most (the images set 8); see "
+        "[Stopping](#stopping-sigterm-drains)",
+        "serve",
+    )
+)
+#: Above the idle timeouts of the usual proxies in front (nginx upstream keepalive 60 s, AWS ALB
+#: 60 s), so the proxy closes first and never reuses a connection this server is closing.
+KEEPALIVE_TIMEOUT = _entry(
+    Setting[float](
+        "LAYA_KEEPALIVE_TIMEOUT",
+        parsers.seconds(),
+        75.0,
+        "refuse",
+        "seconds an idle connection (no request started) is kept open",
+        "serve",
+    )
+)
+HEADER_READ_TIMEOUT = _entry(
+    Setting[float](
+        "LAYA_HEADER_READ_TIMEOUT",
+        parsers.seconds(),
+        10.0,
+        "refuse",
+        "seconds from a request's first byte to the end of its headers before a 408",
+        "serve",
+    )
+)
+ACCESS_LOG = _entry(
+    Setting[str](
+        "LAYA_ACCESS_LOG",
+        parsers.choice(parsers.ACCESS_LOG_MODES),
+        "text",
+        "refuse",
+        "the access log, one line per response at INFO: `text`, `json` (one object per line) or `off`",
+        "serve",
+    )
+)
+
+
+# -- what is derived from the table -------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser, *settings: Setting[Any]) -> None:
+    """`--flag` for each of `settings` (each must have one), default None (then the variable),
+    with its help naming the variable and its default."""
+    for setting in settings:
+        if setting.flag is None:
+            raise AssertionError("%s has no command-line flag" % setting.env)
+        options: dict[str, Any] = {"default": None}
+        if setting.flag_type is not None:
+            options["type"] = setting.flag_type
+        parser.add_argument(
+            setting.flag,
+            help="%s (default $%s, else %s)" % (setting.flag_help, setting.env, setting.default_text),
+            **options,
+        )
+
+
+def without_settings(environ: Mapping[str, str]) -> dict[str, str]:
+    """`environ` less every variable of this table's family (a child process started clean)."""
+    return {k: v for k, v in environ.items() if not k.startswith(PREFIX)}
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def markdown(settings: Iterable[Setting[Any]] | None = None) -> str:
+    """The documentation table of `settings` (default: all), as serve/README.md carries it."""
+    on_bad = {
+        "refuse": "refused",
+        "warn": "default, with a warning",
+        "ignore": "default",
+    }
+    taken: dict[Callable[[str], Any], str] = {
+        parsers.text: "any text is taken",
+        parsers.stripped: "any text is taken",
+        parsers.flag: "anything else than 1/true/yes/on is off",
+    }
+    lines = [
+        "| variable | default | layer | unreadable value | meaning |",
+        "|---|---|---|---|---|",
+    ]
+    for s in TABLE.values() if settings is None else settings:
+        name = "`%s`" % s.env + (" / `%s`" % s.flag if s.flag else "")
+        origin = "laya-serve's" if s.compat else "ours"
+        lines.append(
+            "| %s | `%s` | %s (%s) | %s | %s |"
+            % (name, s.default_text, s.layer, origin, taken.get(s.parse, on_bad[s.on_bad]), _cell(s.help))
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m laya_onnx.core.settings", description="The LAYA_* environment variables."
+    )
+    parser.add_argument("--markdown", action="store_true", help="print the documentation table")
+    args = parser.parse_args(argv)
+    if args.markdown:
+        sys.stdout.write(markdown())
+    else:
+        for s in TABLE.values():
+            sys.stdout.write("%s=%s\n" % (s.env, s.default_text))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
