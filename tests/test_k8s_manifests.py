@@ -224,7 +224,7 @@ def test_the_gpu_overlay_patches_the_base_container():
     (patched,) = patch["spec"]["template"]["spec"]["containers"]
     assert patched["name"] == container(base)["name"]
     assert patched["args"][: len(container(base)["args"])] == container(base)["args"]
-    assert patched["args"][-2:] == ["--providers", "cuda"]
+    assert patched["args"][-3:] == ["--providers", "cuda", "--strict-providers"]
     assert patched["resources"]["limits"]["nvidia.com/gpu"] == 1
     threads = {item["name"]: item["value"] for item in patched["env"]}["LAYA_THREADS"]
     assert int(threads) == int(patched["resources"]["requests"]["cpu"])

@@ -218,7 +218,7 @@ _PRELOADED = False
 
 
 def preload_cuda_libraries(ort) -> None:
-    """Load the CUDA and cuDNN libraries of the `nvidia-*-cu12` wheels (`onnxruntime-gpu[cuda,cudnn]`,
+    """Load the CUDA and cuDNN libraries of the `nvidia-*` wheels (`onnxruntime-gpu[cuda,cudnn]`,
     the `gpu` extra) before the first CUDA session: onnxruntime's CUDA provider finds them only
     after `onnxruntime.preload_dlls()` (1.21 and later), otherwise it fails to attach and the
     session runs on CPU. Once per process; a build without it (or system-wide CUDA) needs nothing."""
