@@ -214,7 +214,7 @@ def test_argparse_usage_errors_exit_2(capsys):
         (RuntimeError("CUDA failure 2: out of memory"), EXIT_FAILED),
         (OSError(errno.ENOSPC, "No space left on device"), EXIT_FAILED),
         (OSError(errno.EADDRINUSE, "address already in use"), EXIT_FAILED),
-        (FileNotFoundError("Local model path not found: 'x'."), EXIT_USAGE),
+        (FileNotFoundError("checkpoint 'x': no such directory"), EXIT_USAGE),
         (PermissionError(errno.EACCES, "Permission denied"), EXIT_USAGE),
         (ValueError("bad"), EXIT_USAGE),
         (TypeError("bad"), EXIT_USAGE),

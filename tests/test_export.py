@@ -285,7 +285,7 @@ def test_wrong_or_partial_checkpoints_are_clear_errors(checkpoint_factory, tmp_p
     with pytest.raises(ValueError, match="missing key"):
         export_bundle(partial, out, verbose=False)
     assert not out.exists() and _leftovers(tmp_path, "never") == []
-    with pytest.raises(FileNotFoundError, match="Local model path not found"):
+    with pytest.raises(FileNotFoundError, match="does-not-exist': no such directory"):
         export_bundle(str(tmp_path / "does-not-exist"), out, verbose=False)
 
 

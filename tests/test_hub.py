@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from laya_onnx.core import hub
+from laya_onnx.core.errors import SourceNotFound
 
 SHA_A = "a" * 40
 SHA_B = "b" * 40
@@ -133,7 +134,7 @@ def test_local_paths(tmp_path):
     src = hub.fetch_checkpoint(tmp_path)
     assert src.path == tmp_path and src.repo is None and src.revision is None
     for missing in (str(tmp_path / "nope"), "./nope", "../nope", "~/nope-laya-onnx"):
-        with pytest.raises(FileNotFoundError, match="Local model path not found"):
+        with pytest.raises(SourceNotFound, match="no such directory"):
             hub.fetch_checkpoint(missing)
     (tmp_path / "file").write_text("x")
     with pytest.raises(NotADirectoryError):
@@ -156,10 +157,12 @@ def test_fetch_from_the_cache_records_the_commit(tmp_path):
     assert pinned.revision == SHA_B and (pinned.path / "rl_agent_config.json").read_text() == '{"b": 1}'
     from huggingface_hub.errors import LocalEntryNotFoundError
 
-    with pytest.raises(LocalEntryNotFoundError):
-        hub.fetch_checkpoint("org/name", revision="c" * 40, cache_dir=cache)
-    with pytest.raises(LocalEntryNotFoundError):
-        hub.fetch_checkpoint("org/other", cache_dir=cache)
+    for missing in ({"repo": "org/name", "revision": "c" * 40}, {"repo": "org/other"}):
+        with pytest.raises(
+            SourceNotFound, match="is not a local directory, and the Hugging Face Hub"
+        ) as caught:
+            hub.fetch_checkpoint(missing.pop("repo"), cache_dir=cache, **missing)
+        assert isinstance(caught.value.__cause__, LocalEntryNotFoundError)
 
 
 def test_subfolders_and_reviewed_pins(tmp_path, monkeypatch):
@@ -260,5 +263,25 @@ def test_onnx_agent_loads_a_bundle_from_the_hub_cache(bundle_factory, tmp_path, 
     local = ONNXAgent(bundle)
     q = {"n": {"type": "noul", "instructions": "Refund?"}}
     assert agent.predict("charged twice", q) == local.predict("charged twice", q)
-    with pytest.raises(FileNotFoundError, match="Local model path not found"):
+    with pytest.raises(SourceNotFound, match="bundle './no/such/bundle': no such directory"):
         ONNXAgent("./no/such/bundle")
+
+
+def test_a_mistyped_local_path_is_never_a_hub_lookup(tmp_path, monkeypatch):
+    """`work/tiny-bundel` when `work/` exists: a local path with a typo, not the Hub repo
+    `work/tiny-bundel`; the error says so and offers the near names."""
+    import huggingface_hub
+
+    def no_hub(*args, **kwargs):
+        raise AssertionError("a local-looking path must not reach the Hub")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", no_hub)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "work" / "tiny-bundle").mkdir(parents=True)
+    with pytest.raises(
+        SourceNotFound, match=r"'work/tiny-bundel': no such directory \(did you mean 'work/tiny-bundle'\?\)"
+    ):
+        hub.fetch_checkpoint("work/tiny-bundel")
+    with pytest.raises(SourceNotFound, match="no such directory$"):
+        hub.fetch_checkpoint("work/zzz")
+    assert hub.looks_like_path("work/tiny-bundel") and not hub.looks_like_path("org/name")

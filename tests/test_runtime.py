@@ -86,6 +86,19 @@ def test_tampered_bundle_is_refused(bundle_factory, tmp_path):
         Bundle.open(copy, verify=False)
 
 
+def test_a_bundle_without_its_manifest_is_refused(bundle_factory, tmp_path):
+    """Its files are verified against the manifest before anything is parsed: without one the
+    bundle is refused, not run unverified."""
+    copy = tmp_path / "bundle"
+    shutil.copytree(bundle_factory("tiny-english"), copy)
+    (copy / "manifest.json").unlink()
+    for open_it in (Bundle.open, ONNXAgent):
+        with pytest.raises(
+            BundleError, match="has no manifest.json, so its files cannot be verified; re-export it"
+        ):
+            open_it(copy)
+
+
 def test_bundle_with_another_option_layout_is_refused(bundle_factory, tmp_path):
     copy = tmp_path / "bundle"
     shutil.copytree(bundle_factory("tiny-english"), copy)
@@ -97,7 +110,7 @@ def test_bundle_with_another_option_layout_is_refused(bundle_factory, tmp_path):
 
 
 def test_missing_bundle_is_a_clear_error(tmp_path):
-    with pytest.raises(FileNotFoundError, match="Local model path not found"):
+    with pytest.raises(FileNotFoundError, match="bundle '.*nope': no such directory"):
         ONNXAgent(tmp_path / "nope")
     (tmp_path / "empty").mkdir()
     with pytest.raises(BundleError, match="has no laya.onnx"):

@@ -118,7 +118,7 @@ class ONNXAgent(HookRegistry):
         self._hooks_mutex = threading.Lock()
         # A local directory, or a bundle published on the Hub (`org/name[/subfolder]`, pinned with
         # `revision` or $LAYA_REVISION; HF_HUB_OFFLINE=1 reads the local cache only).
-        located = fetch_checkpoint(bundle, revision=revision, token=token, files=BUNDLE_FILES)
+        located = fetch_checkpoint(bundle, revision=revision, token=token, files=BUNDLE_FILES, what="bundle")
         self.bundle = Bundle.open(located.path, verify=verify)
         self.cfg: dict[str, Any] = self.bundle.config
         check_option_layout(self.cfg, f"bundle {str(self.bundle.root)!r}")

@@ -225,6 +225,13 @@ class Bundle:
             raise BundleError(f"bundle {str(root)!r} is not a directory")
         manifest = None
         mpath = root / MANIFEST_FILE
+        if not mpath.exists() and (root / GRAPH_FILE).exists():
+            # Every file is verified against the manifest's hashes before it is parsed: without it
+            # nothing could be, so a bundle that lost it is refused rather than run unchecked.
+            raise BundleError(
+                f"bundle {str(root)!r} has no {MANIFEST_FILE}, so its files cannot be verified; "
+                "re-export it (laya-onnx export CHECKPOINT -o BUNDLE) or copy the whole bundle folder"
+            )
         if mpath.exists():
             manifest = read_json_object(mpath, f"bundle {str(root)!r}", BundleError)
             if manifest.get("format") != FORMAT:

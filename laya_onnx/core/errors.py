@@ -56,6 +56,11 @@ class PassTooLarge(InvalidRequest):
     only too large for this server's budget."""
 
 
+class SourceNotFound(LayaInputError, FileNotFoundError):
+    """A checkpoint or bundle argument that is neither a local directory nor on the Hub; the
+    message says which was looked for, and the nearest local names where there are some."""
+
+
 class ConfigError(ValueError):
     """A setting that cannot be used (a `LAYA_*` variable, a flag, a `create_app` setting); the
     message names the variable or flag at fault.

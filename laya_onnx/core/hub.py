@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from laya_onnx.core import settings
+from laya_onnx.core.errors import SourceNotFound
 from laya_onnx.core.names import published_name
 
 #: Reviewed commit SHAs of the published checkpoints (laya 0.4.15 revisions.py). Opt-in only.
@@ -89,7 +90,24 @@ def snapshot_revision(path: str | os.PathLike) -> str | None:
 
 
 def looks_like_path(arg: str) -> bool:
-    return arg.startswith(("/", "./", "../", "~", ".\\", "..\\")) or os.path.isabs(arg)
+    """A path by its form (`/`, `./`, `../`, `~`, absolute), or one whose first folder exists
+    here (`work/tiny-bundel` when `work/` does): such an argument is never a Hub id."""
+    if arg.startswith(("/", "./", "../", "~", ".\\", "..\\")) or os.path.isabs(arg):
+        return True
+    head = re.split(r"[/\\]", arg, maxsplit=1)[0]
+    return head != arg and os.path.isdir(head)
+
+
+def missing_directory(arg: str, what: str) -> SourceNotFound:
+    """ "No such directory" for a local-looking argument, with the nearest names beside it."""
+    import difflib
+
+    path = Path(os.path.expanduser(arg))
+    parent = path.parent if path.parent.is_dir() else None
+    siblings = [p.name for p in parent.iterdir() if p.is_dir()] if parent else []
+    close = difflib.get_close_matches(path.name, siblings, n=3, cutoff=0.6)
+    hint = " (did you mean %s?)" % ", ".join(repr(str(parent / c)) for c in close) if close and parent else ""
+    return SourceNotFound(f"{what} {arg!r}: no such directory{hint}")
 
 
 def split_repo_id(arg: str) -> tuple[str, str | None]:
@@ -140,12 +158,14 @@ def fetch_checkpoint(
     token: str | None = None,
     cache_dir: str | os.PathLike | None = None,
     files: Sequence[str] = CHECKPOINT_FILES,
+    what: str = "checkpoint",
 ) -> CheckpointSource:
     """Resolve `arg` to a checkpoint directory, downloading its `files` from the Hub if needed.
 
     Offline (`HF_HUB_OFFLINE=1`) a Hub id resolves from the local cache (`cache_dir`, else
-    `$HF_HUB_CACHE`), or raises huggingface_hub's `LocalEntryNotFoundError` when the snapshot
-    is not there.
+    `$HF_HUB_CACHE`). An argument that is neither a local directory nor something the Hub
+    provides raises `SourceNotFound` naming both (the Hub's error is its `__cause__`); `what`
+    names the thing in that message ("checkpoint", "bundle").
     """
     text = os.fspath(arg)
     if os.path.exists(text):
@@ -154,7 +174,7 @@ def fetch_checkpoint(
             raise NotADirectoryError(f"checkpoint {text!r} is a file; expected a checkpoint directory")
         return CheckpointSource(path=path)
     if looks_like_path(text):
-        raise FileNotFoundError(f"Local model path not found: {text!r}.")
+        raise missing_directory(text, what)
     repo, sub = split_repo_id(text)
     requested = resolve_revision(repo, revision)
     from huggingface_hub import snapshot_download
@@ -168,7 +188,15 @@ def fetch_checkpoint(
         kwargs["revision"] = requested
     if cache_dir is not None:
         kwargs["cache_dir"] = os.fspath(cache_dir)
-    root = Path(snapshot_download(repo, **kwargs))
+    try:
+        root = Path(snapshot_download(repo, **kwargs))
+    except Exception as exc:  # offline, no such repo or revision, no network, no access
+        raise SourceNotFound(
+            f"{what} {text!r} is not a local directory, and the Hugging Face Hub could not provide it "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else exc!r}). A local "
+            "path: check its spelling; a Hub id (org/name): check the id, the network, or "
+            "HF_HUB_OFFLINE=1 with the model in the local cache"
+        ) from exc
     commit = snapshot_revision(root) or requested
     path = root / sub if sub else root
     if sub and not path.is_dir():
