@@ -325,8 +325,9 @@ class GraphSession:
             counter = self.info.fallbacks.setdefault(provider, FallbackCounter())
             counter.count += 1
             counter.last_reason = reason
-        warnings.warn(f"laya-onnx: {reason}", RuntimeWarning, stacklevel=3)
-        log.warning("provider fallback: %s", reason)
+        # One report: a warning, which the command line and the server log as one line
+        # (`laya_onnx.core.notices`) and an application filters as it likes.
+        warnings.warn(f"laya-onnx: provider fallback: {reason}", RuntimeWarning, stacklevel=3)
 
     def _check_io(self) -> None:
         names = [i.name for i in self._session.get_inputs()]

@@ -22,6 +22,8 @@ from typing import Any
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
+from laya_onnx.core.notices import log_warnings
+
 REQUEST_ID_HEADER = "X-Request-Id"
 ACCESS_LOGGER = "laya_onnx.serve.access"
 #: What a caller-supplied id may look like: UUIDs, ULIDs, trace ids (`Root=1-...`), base64.
@@ -113,6 +115,7 @@ def configure_logging(level: int, access_log: str) -> logging.Logger | None:
     handler.setFormatter(RequestIdFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=level, handlers=[handler], force=True)
     logging.getLogger("laya_onnx").setLevel(level)
+    log_warnings()
     if access_log == "off":
         return None
     access = logging.getLogger(ACCESS_LOGGER)

@@ -1,0 +1,39 @@
+"""Warnings as the command line and the server show them: one log line each, no file, line or
+source text, the library's prefix dropped, and the same text never twice."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import pytest
+
+from laya_onnx.core.notices import log_warnings, one_line
+
+
+@pytest.fixture
+def restored_warnings():
+    with warnings.catch_warnings():
+        yield
+
+
+def warn_from_two_places(text: str) -> None:
+    warnings.warn(text, RuntimeWarning, stacklevel=1)
+    warnings.warn(text, RuntimeWarning, stacklevel=1)
+
+
+def test_each_warning_is_one_line_once(restored_warnings, caplog):
+    log_warnings()
+    with caplog.at_level(logging.WARNING, logger="laya_onnx"):
+        warnings.warn("laya-onnx: provider fallback: CUDAExecutionProvider\n  did not attach", RuntimeWarning)
+        warn_from_two_places("laya-onnx: bundle 'b' runs in int8")
+        warnings.warn("laya-onnx: bundle 'b' runs in int8", UserWarning)
+    lines = [r.getMessage() for r in caplog.records if r.name == "laya_onnx"]
+    assert lines == ["provider fallback: CUDAExecutionProvider did not attach", "bundle 'b' runs in int8"]
+    assert all(".py:" not in line and "warnings.warn" not in line for line in lines)
+
+
+def test_one_line_drops_the_prefixes_and_folds_whitespace():
+    assert one_line("laya: a\n   b") == "a b"
+    assert one_line(RuntimeWarning("laya-onnx: x")) == "x"
+    assert one_line("plain") == "plain"
