@@ -25,9 +25,13 @@ def warn_from_two_places(text: str) -> None:
 def test_each_warning_is_one_line_once(restored_warnings, caplog):
     log_warnings()
     with caplog.at_level(logging.WARNING, logger="laya_onnx"):
-        warnings.warn("laya-onnx: provider fallback: CUDAExecutionProvider\n  did not attach", RuntimeWarning)
+        warnings.warn(
+            "laya-onnx: provider fallback: CUDAExecutionProvider\n  did not attach",
+            RuntimeWarning,
+            stacklevel=1,
+        )
         warn_from_two_places("laya-onnx: bundle 'b' runs in int8")
-        warnings.warn("laya-onnx: bundle 'b' runs in int8", UserWarning)
+        warnings.warn("laya-onnx: bundle 'b' runs in int8", UserWarning, stacklevel=1)
     lines = [r.getMessage() for r in caplog.records if r.name == "laya_onnx"]
     assert lines == ["provider fallback: CUDAExecutionProvider did not attach", "bundle 'b' runs in int8"]
     assert all(".py:" not in line and "warnings.warn" not in line for line in lines)
