@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -145,10 +147,44 @@ def test_weights_are_folded_and_streamed(external_bundle):
     assert not [name for name in initializers if name.startswith("onnx::")]
 
 
+def shape_coverage(cases: Sequence[dict[str, Any]], window: int, max_len: int) -> dict[str, Any]:
+    """What a set of encoded cases exercises in the graph: marker counts and columns, question
+    types, batch sizes, rows past the sliding window, rows cut at `max_len`, and padding (on the
+    token and the marker axis). Cheap to compute; the test below holds the built-in cases to it."""
+    out: dict[str, Any] = {
+        "marker_counts": set(),
+        "marker_columns": set(),
+        "qtypes": set(),
+        "batch_rows": set(),
+        "rows_past_window": 0,
+        "rows_past_two_windows": 0,
+        "rows_at_max_len": 0,
+        "padded_rows": 0,
+        "max_padding": 0,
+        "rows_with_masked_markers": 0,
+    }
+    for case in cases:
+        feeds = case["feeds"]
+        lengths, counts = feeds["attention_mask"].sum(axis=1), feeds["marker_mask"].sum(axis=1)
+        rows, width = feeds["input_ids"].shape
+        columns = feeds["marker_pos"].shape[1]
+        out["marker_counts"].update(int(k) for k in counts)
+        out["marker_columns"].add(int(columns))
+        out["qtypes"].update(int(q) for q in feeds["qtype"])
+        out["batch_rows"].add(int(rows))
+        out["rows_past_window"] += int((lengths > window).sum())
+        out["rows_past_two_windows"] += int((lengths > 2 * window).sum())
+        out["rows_at_max_len"] += int((lengths >= max_len).sum())
+        out["padded_rows"] += int((lengths < width).sum())
+        out["max_padding"] = max(out["max_padding"], int(width - lengths.min()))
+        out["rows_with_masked_markers"] += int((counts < columns).sum())
+    return out
+
+
 def test_validation_cases_keep_their_coverage(checkpoint_factory):
     """The built-in cases are few (validation's cost is their padded tokens) but still cover
     every shape the graph must handle."""
-    from laya_onnx.export.cases import CALLS, encode_calls, shape_coverage
+    from laya_onnx.export.cases import CALLS, encode_calls
 
     cases = encode_calls(checkpoint_factory("tiny-english") / "tokenizer", 512, 192)
     cov = shape_coverage(cases, window=128, max_len=512)

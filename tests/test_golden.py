@@ -19,10 +19,11 @@ import pytest
 
 pytest.importorskip("onnxruntime")
 
-from laya_onnx.core.judge import Observation, judge
-from laya_onnx.parity.golden import TINY_PRESETS, read_golden
+from laya_onnx.core.judge import judge
+from laya_onnx.parity.golden import TINY_PRESETS
 from laya_onnx.parity.observe import instrument_agent, observe_agent
 from laya_onnx.parity.suite import load_suite, suite_sha256
+from tests.parity_support import observation_from_json, read_golden
 
 GOLDEN_DIR = Path(__file__).resolve().parents[1] / "parity" / "golden"
 REGENERATE = "regenerate with `python -m laya_onnx.parity.golden` (needs torch and laya)"
@@ -63,9 +64,9 @@ def _judge_all(golden: dict, agent, capture, names=None):
         if names is not None and req["name"] not in names:
             continue
         # both sides as JSON carries them (the golden file already is), so labels compare alike
-        ours = Observation.from_json(observe_agent(agent, req, capture).as_json())
+        ours = observation_from_json(observe_agent(agent, req, capture).as_json())
         verdict = judge(
-            Observation.from_json(recorded[req["name"]]), ours, expect_refusal=bool(req.get("expect_error"))
+            observation_from_json(recorded[req["name"]]), ours, expect_refusal=bool(req.get("expect_error"))
         )
         flips += len(verdict.flips)
         rows += verdict.rows

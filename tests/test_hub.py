@@ -149,10 +149,10 @@ def test_fetch_from_the_cache_records_the_commit(tmp_path):
     _snapshot(cache, "org/name", SHA_B, {"rl_agent_config.json": '{"b": 1}'}, ref="v2")
     src = hub.fetch_checkpoint("org/name", cache_dir=cache)
     assert src.repo == "org/name" and src.subfolder is None
-    assert src.requested_revision is None and src.revision == SHA_A
+    assert src.revision == SHA_A
     assert src.path.name == SHA_A and (src.path / "tokenizer" / "tokenizer.json").exists()
     tagged = hub.fetch_checkpoint("org/name", revision="v2", cache_dir=cache)
-    assert tagged.requested_revision == "v2" and tagged.revision == SHA_B
+    assert tagged.revision == SHA_B
     pinned = hub.fetch_checkpoint("org/name", revision=SHA_B, cache_dir=cache)
     assert pinned.revision == SHA_B and (pinned.path / "rl_agent_config.json").read_text() == '{"b": 1}'
     from huggingface_hub.errors import LocalEntryNotFoundError

@@ -14,6 +14,7 @@ import warnings
 import pytest
 
 from laya_onnx.parity.hook_cases import hook_case
+from tests.parity_support import failures
 
 PRESETS = ["tiny-english", "tiny-multilingual", "tiny-typed-decisions"]
 QUESTIONS = {
@@ -48,7 +49,7 @@ def test_long_suite_parity(preset, checkpoint_factory, bundle_factory, tmp_path)
     summary = report.summary()
     print(preset, json.dumps(summary))
     assert summary["requests"] >= 30 and summary["rows"] >= 200
-    assert report.passed, "\n".join(report.failures())
+    assert report.passed, failures(report)
     refused = {c.name for c in report.cases if c.name.startswith("refuse-")}
     assert len(refused) >= 7
 

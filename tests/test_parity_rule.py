@@ -16,6 +16,7 @@ from laya_onnx.core.errors import InvalidRequest, InvalidRequestType
 from laya_onnx.core.judge import Observation, judge
 from laya_onnx.core.questions import normalize_questions
 from laya_onnx.parity.observe import refusal
+from tests.parity_support import observation_from_json
 
 
 def _observation(confidence=0.2604, u_confidence=0.2604488578729113, p=(0.3361, 0.6639), u_p=None, act=0.021):
@@ -210,7 +211,7 @@ def test_a_request_the_suite_says_must_be_refused():
 
 def test_observations_survive_json():
     obs = _observation()
-    assert judge(Observation.from_json(obs.as_json()), copy.deepcopy(obs)).passed
+    assert judge(observation_from_json(obs.as_json()), copy.deepcopy(obs)).passed
 
 
 def test_bad_tolerance_is_refused():

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("aiohttp")
 
-from laya_onnx.serve.catalog import DEFAULT_PRECISION, UNKNOWN_RELEASE_DATE
+from laya_onnx.serve.catalog import UNKNOWN_RELEASE_DATE
 from tests.serve_support import BODY, URL, FakeAgent, aio, post, served
 
 pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("no_laya_env")]
@@ -47,7 +47,7 @@ async def test_models_without_a_key_lists_the_served_checkpoint_with_its_x_keys(
     assert card["x_repo"] == "convaiinnovations/laya"
     # The fake bundle has no files in its manifest and no manifest.json on disk.
     assert card["x_graph_sha256"] is None and card["x_manifest_sha256"] is None
-    assert card["x_precision"] == DEFAULT_PRECISION
+    assert card["x_precision"] == "fp32"
     assert card["x_providers"] == ["CPUExecutionProvider"]
 
 
@@ -100,8 +100,8 @@ def test_every_listed_name_and_alias_is_answered_as_model(name, other, standalon
     [
         ({"precision": {"precision": "fp16", "gate": {}}}, "fp16"),  # what export --precision writes
         ({"precision": {"precision": "int8"}}, "int8"),
-        ({"export": {"opset": 17}}, DEFAULT_PRECISION),  # a bundle from before the ladder
-        ({"precision": "fp16"}, DEFAULT_PRECISION),  # not the manifest's shape: not believed
+        ({"export": {"opset": 17}}, "fp32"),  # a bundle from before the ladder
+        ({"precision": "fp16"}, "fp32"),  # not the manifest's shape: not believed
     ],
 )
 def test_precision_comes_from_the_manifest(manifest, want):
@@ -133,7 +133,7 @@ def test_models_of_a_real_bundle_carry_its_digests_and_never_its_path(bundle_fac
     assert card["name"] == "tiny-english"
     assert card["x_graph_sha256"] == hashlib.sha256((root / "laya.onnx").read_bytes()).hexdigest()
     assert card["x_manifest_sha256"] == hashlib.sha256((root / "manifest.json").read_bytes()).hexdigest()
-    assert card["x_providers"] == agent.providers and card["x_precision"] == DEFAULT_PRECISION
+    assert card["x_providers"] == agent.providers and card["x_precision"] == "fp32"
     manifest = json.loads((root / "manifest.json").read_text())
     for path in (str(root), str(manifest["source"]["path"])):
         assert path not in text

@@ -234,28 +234,6 @@ def clamped(values: Sequence[float]) -> list[float]:
     return [(v if v < 1.0 else 1.0) if v > 0.0 else 0.0 for v in values]
 
 
-def entropy_confidences(p: np.ndarray) -> list[float]:
-    """1 - H(p)/log k per row of p [n, k], clamped to [0, 1]; 1.0 below two options."""
-    n, k = p.shape
-    return [1.0] * n if k < 2 else confidences_from_entropy(entropy_sums(p).tolist(), k)
-
-
-def entropy_confidence(p: np.ndarray, k: int) -> float:
-    """`entropy_confidences` of one row's first k probabilities."""
-    return entropy_confidences(p[None, :k])[0]
-
-
-def max_confidences(p: np.ndarray) -> list[float]:
-    """The top probability per row of p [n, k], clamped to [0, 1]; 1.0 without options."""
-    if p.shape[-1] < 1:
-        return [1.0] * p.shape[0]
-    return clamped(p.max(axis=-1).tolist())
-
-
-def max_confidence(p: np.ndarray, k: int) -> float:
-    return max_confidences(p[None, :k])[0]
-
-
 def act_probabilities(act_logits: np.ndarray) -> np.ndarray:
     # The ufuncs' reduce and in-place forms of max/sum and the division: the same numbers
     # without the array methods' Python wrappers and temporaries (a few microseconds a call).

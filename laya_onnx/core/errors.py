@@ -31,7 +31,7 @@ class _CallerValue:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: Any, exc: BaseException | None, tb: Any) -> None:
+    def __exit__(self, kind: Any, exc: BaseException | None, _tb: Any) -> None:
         if exc is None or isinstance(exc, LayaInputError):
             return
         if isinstance(exc, TypeError):

@@ -127,7 +127,6 @@ class CheckpointSource:
     path: Path  # the checkpoint directory (subfolder applied)
     repo: str | None = None  # Hub repo id; None for a local directory
     subfolder: str | None = None
-    requested_revision: str | None = None  # after `reviewed` / $LAYA_REVISION resolution
     revision: str | None = None  # the commit the snapshot resolved to (or the request)
 
     @property
@@ -201,9 +200,7 @@ def fetch_checkpoint(
     path = root / sub if sub else root
     if sub and not path.is_dir():
         raise FileNotFoundError(f"Subfolder {sub!r} not found in {repo!r}.")
-    return CheckpointSource(
-        path=path, repo=repo, subfolder=sub, requested_revision=requested, revision=commit
-    )
+    return CheckpointSource(path=path, repo=repo, subfolder=sub, revision=commit)
 
 
 __all__ = [

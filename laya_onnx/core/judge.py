@@ -81,15 +81,6 @@ class Observation:
             )
         )
 
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Observation:
-        return cls(
-            printed=data.get("printed"),
-            refusal=data.get("refusal"),
-            rows=data.get("rows") or [],
-            unrounded=data.get("unrounded") or [],
-        )
-
 
 @dataclass
 class Verdict:

@@ -165,37 +165,3 @@ def trace_feeds(
         words *= 2
     assert mask.shape[0] >= 2 and feeds["marker_pos"].shape[1] >= 2 and (mask == 0).any()
     return feeds
-
-
-def shape_coverage(cases: Sequence[dict[str, Any]], window: int, max_len: int) -> dict[str, Any]:
-    """What a set of encoded cases exercises in the graph: marker counts and columns, question
-    types, batch sizes, rows past the sliding window, rows cut at `max_len`, and padding (on the
-    token and the marker axis). Cheap to compute; the test holds the built-in cases to it."""
-    out: dict[str, Any] = {
-        "marker_counts": set(),
-        "marker_columns": set(),
-        "qtypes": set(),
-        "batch_rows": set(),
-        "rows_past_window": 0,
-        "rows_past_two_windows": 0,
-        "rows_at_max_len": 0,
-        "padded_rows": 0,
-        "max_padding": 0,
-        "rows_with_masked_markers": 0,
-    }
-    for case in cases:
-        feeds = case["feeds"]
-        lengths, counts = feeds["attention_mask"].sum(axis=1), feeds["marker_mask"].sum(axis=1)
-        rows, width = feeds["input_ids"].shape
-        columns = feeds["marker_pos"].shape[1]
-        out["marker_counts"].update(int(k) for k in counts)
-        out["marker_columns"].add(int(columns))
-        out["qtypes"].update(int(q) for q in feeds["qtype"])
-        out["batch_rows"].add(int(rows))
-        out["rows_past_window"] += int((lengths > window).sum())
-        out["rows_past_two_windows"] += int((lengths > 2 * window).sum())
-        out["rows_at_max_len"] += int((lengths >= max_len).sum())
-        out["padded_rows"] += int((lengths < width).sum())
-        out["max_padding"] = max(out["max_padding"], int(width - lengths.min()))
-        out["rows_with_masked_markers"] += int((counts < columns).sum())
-    return out

@@ -307,12 +307,6 @@ def _int8_matmul(g: _Graph, node, weight: np.ndarray, plan: Int8Plan) -> list:
     return nodes
 
 
-def target_matmuls(model) -> list[tuple[str, str]]:
-    """(node name, input name) of every MatMul the ladder lowers, in graph order."""
-    g = _Graph(model)
-    return [(n.name, n.input[0]) for n in g.graph.node if _target_weight(g, n) is not None]
-
-
 def lower_precision(
     model, precision: str, *, emulate: bool = False, plan: Int8Plan | None = None, base_dir: str = ""
 ) -> dict[str, Any]:

@@ -87,13 +87,6 @@ def write_golden(golden: dict[str, Any], path: Path) -> None:
     path.write_text(f'{lines},\n "requests": [\n{reqs}\n ]\n}}\n', encoding="utf-8")
 
 
-def read_golden(path: str | Path) -> dict[str, Any]:
-    golden = read_json_object(Path(path), "golden answers")
-    if golden.get("format") != GOLDEN_FORMAT:
-        raise ValueError(f"{path}: golden format {golden.get('format')!r}, expected {GOLDEN_FORMAT}")
-    return golden
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m laya_onnx.parity.golden", description=__doc__.splitlines()[0]

@@ -102,9 +102,6 @@ class ParityReport:
             "cases": [asdict(c) for c in self.cases],
         }
 
-    def failures(self) -> list[str]:
-        return [f"{c.name}: {'; '.join(c.details)}" for c in self.cases if not c.passed]
-
 
 def instrument_reference(ref) -> RowCapture:
     """Capture every forward pass of a `laya.Agent` (its `_forward`: numpy logits, act softmax)."""

@@ -35,7 +35,6 @@ from laya_onnx.core.protocol import DecisionAgent
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 PARQUET_SUFFIXES = (".parquet", ".pq")
 META_SUFFIX = ".meta.json"
-DEFAULT_BATCH_SIZE = 32
 
 
 class ScoreError(ValueError):
@@ -136,7 +135,7 @@ def count_rows(path: str | os.PathLike) -> int:
     """How many rows `read_rows` yields, without parsing them (the progress bar's total)."""
     path = Path(path)
     if _format(path) == "parquet":
-        return sum(1 for _ in _parquet_rows(path, 65536)) if False else _parquet_count(path)
+        return _parquet_count(path)
     with path.open("rb") as f:
         return sum(1 for raw in f if raw.strip())
 

@@ -96,10 +96,6 @@ def json_response(payload: Any, status: int = 200, headers: dict[str, str] | Non
     return web.Response(body=render(payload), status=status, headers=headers, content_type="application/json")
 
 
-def error_response(status: int, detail: str, headers: dict[str, str] | None = None) -> web.Response:
-    return json_response({"detail": detail}, status=status, headers=headers)
-
-
 def refusal(
     request: web.Request, status: int, detail: str, headers: dict[str, str] | None = None, errors=None
 ) -> web.Response:

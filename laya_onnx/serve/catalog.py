@@ -25,9 +25,6 @@ from laya_onnx.serve.wire import Checkpoint
 
 #: Jev requires a string; a bundle records no release date of its checkpoint.
 UNKNOWN_RELEASE_DATE = "unknown"
-#: What every bundle exported so far computes in; an exporter that writes other precisions
-#: records `precision` in the manifest (top level or under `export`).
-DEFAULT_PRECISION = "fp32"
 
 
 def graph_sha256(manifest: dict[str, Any]) -> str | None:

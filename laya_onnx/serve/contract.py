@@ -248,14 +248,6 @@ def pass_refusal(exc: Exception, what: str, model: str) -> ApiError:
     return ApiError(500, INFERENCE_FAILED)
 
 
-def run_pass(fn: Callable[[], Any], what: str, model: str) -> Any:
-    """Call the blocking agent call `fn` here, its failures mapped by `pass_refusal`."""
-    try:
-        return fn()
-    except Exception as exc:
-        raise pass_refusal(exc, what, model) from None
-
-
 def render_payload(make_payload: Callable[[], Any], what: str, model: str) -> bytes:
     """Shape and render after inference: a non-finite float is a 422, anything else a logged 500."""
     try:

@@ -247,5 +247,5 @@ class InferenceGate:
         await self.acquire()
         return self
 
-    async def __aexit__(self, *exc_info: object) -> None:
+    async def __aexit__(self, *_exc_info: object) -> None:
         self.release()

@@ -31,8 +31,6 @@ from pydantic_core import PydanticCustomError
 from laya_onnx.serve.errors import ApiError
 from laya_onnx.serve.wire import jev_confidence, strict_projection
 
-PROFILE = "typesafe"
-
 #: What the model reads when a Jev question leaves `instructions` out: laya's head needs some
 #: question text, and these add nothing the option texts do not already say.
 DEFAULT_INSTRUCTIONS = {

@@ -62,9 +62,6 @@ class MicroBatcher:
         self._configured_group = configured_group
         self._open: dict[Hashable, _Group] = {}
         self._running: set[asyncio.Task[None]] = set()
-        #: How many groups ran and how many requests they held (for tests and metrics).
-        self.groups_run = 0
-        self.requests_run = 0
 
     async def submit(self, state: Any, questions: Any, controls: dict[str, Any]) -> Outcome:
         """Wait for this request's outcome: run with others that share its `group_key`, or alone."""
@@ -112,8 +109,6 @@ class MicroBatcher:
             if not isinstance(exc, Exception):
                 raise
             return
-        self.groups_run += 1
-        self.requests_run += len(outcomes)
         for fut, outcome in zip(group.futures, outcomes, strict=True):
             if not fut.done():
                 fut.set_result(outcome)

@@ -1,0 +1,91 @@
+"""Names `vulture` (tests/run's dead-code check) cannot see being used: each is called or read by
+a framework, by Python itself, or by the package's users. Everything else the package defines must
+be used by the package; a name only tests use belongs in tests/.
+
+vulture matches names, not places: an entry here keeps that name alive everywhere, so list only
+names whose use is outside the code, and say whose.
+"""
+
+from vulture.whitelist_utils import Whitelist
+
+_ = Whitelist()
+
+# -- Python ---------------------------------------------------------------------------------
+_.__getattr__  # module-level lazy imports (PEP 562): laya_onnx, laya_onnx.parity, laya_onnx.serve
+_.__context__  # exception chaining: a hook's failure set as the context of the pass's own
+_.showwarning  # warnings: how a warning is shown (core/notices.py)
+
+# -- the public API, as laya 0.4.15 names it (README "Python"; users call these) -------------
+_.system_one  # ONNXAgent / Router alias of predict
+_.predict_many  # Router alias of predict_batch
+_.loaded_revisions  # Router: which revision each loaded checkpoint runs
+_.set_default_hooks  # laya_onnx.hooks: the process-wide default hooks
+_.add_default_hook
+_.clear_default_hooks
+_.remove_hook  # HookRegistry
+_.HookArg  # laya_onnx.hooks' type aliases for the hooks= / on_predict_*= arguments
+_.PredictHookArg
+_.run_id  # PredictContext fields a hook reads
+_.elapsed_ms
+_.answer_confidence  # DecisionResult field (decide / decide_batch)
+# the hook events, called by name (laya_onnx.core.hooks.HOOK_EVENTS) on users' hooks and ours
+_.on_route
+_.on_load
+_.on_evict
+_.on_error
+
+# -- framework entry points and settings read by the libraries -------------------------------
+_.handle_error  # aiohttp: RequestHandler's error response (serve/connection.py)
+_.handlers  # logging: the access logger's handlers
+_.reconfigure  # Ray Serve: a deployment's user_config
+_.check_health  # Ray Serve: a replica's health check
+_.micro_batches  # Ray Serve: deployment method an operator calls through a handle (serve/ray/serve-config.yaml)
+_.preserve_order  # Ray Data: DataContext settings
+_.enable_progress_bars
+_.graph_optimization_level  # onnxruntime: SessionOptions
+_.intra_op_num_threads
+_.enable_cpu_mem_arena
+_.enable_mem_pattern
+_.log_severity_level
+_.enable_attention  # onnxruntime.transformers: FusionOptions
+_.writeable  # numpy: an array's flags
+_.post_processor  # tokenizers: a Tokenizer's post-processing template
+_.symbolic  # torch.autograd.Function: its ONNX export
+_._attn_implementation  # transformers: a model config's attention kernel
+_.reference_compile  # transformers: ModernBERT's torch.compile switch
+
+# -- pydantic: model configuration and fields, read by pydantic (serve/jev.py, serve/schema.py)
+_.model_config
+# the Jev profile's models (serve/jev.py)
+_.noul
+_.output_tokens
+_.loc
+_.msg
+# the served schema's TypedDicts (serve/schema.py): /openapi.json is generated from them
+_.false
+_.diagnostics
+_.act_probability
+_.finalists
+_.abstention
+_.abstention_threshold
+_.low_confidence
+_.action
+_.x_jev_confidence
+_.x_tournament
+_.tokens_per_option
+_.state_tokens
+_.state_tokens_dropped
+_.truncated
+_.truncated_questions
+_.total_usage
+_.device_is_preference
+_.checkpoint_devices
+_.provider_fallbacks
+_.release_date
+_.x_aliases
+_.x_revision
+_.x_repo
+_.x_graph_sha256
+_.x_manifest_sha256
+_.x_precision
+_.x_providers
