@@ -137,3 +137,41 @@ def test_models_of_a_real_bundle_carry_its_digests_and_never_its_path(bundle_fac
     manifest = json.loads((root / "manifest.json").read_text())
     for path in (str(root), str(manifest["source"]["path"])):
         assert path not in text
+
+
+def test_a_bundle_of_random_weights_says_so_and_takes_no_hub_alias(bundle_factory):
+    """A test checkpoint's bundle (`make-checkpoint`: random weights) never passes for a published
+    checkpoint: /v1/models and /health name its preset, and it lists no Hub id as an alias."""
+    from laya_onnx import ONNXAgent
+    from laya_onnx.core.bundle import RandomWeightsWarning
+
+    with pytest.warns(RandomWeightsWarning, match="holds random test weights \\(preset 'tiny-english'"):
+        agent = ONNXAgent(bundle_factory("tiny-english"), name="english")
+    assert agent.random_weights == "tiny-english"
+
+    @aio
+    async def run():
+        async with served(agent) as c:
+            card = (await models(c))["models"][0]
+            health = await (await c.get("/health")).json()
+            return card, health
+
+    card, health = run()
+    assert card["name"] == "english" and card["x_random_weights"] == "tiny-english"
+    assert "random test weights (preset tiny-english)" in card["description"]
+    assert not [alias for alias in card["x_aliases"] if "/" in alias], card["x_aliases"]  # no Hub id
+    assert health["random_weights"] == {"english": "tiny-english"}
+
+
+def test_a_real_checkpoint_keeps_its_hub_aliases():
+    """The fake agent stands for a real checkpoint (no `random_weights`): its Hub ids stay listed
+    and no random-weights key appears."""
+
+    @aio
+    async def run():
+        async with served(FakeAgent()) as c:
+            return (await models(c))["models"][0], await (await c.get("/health")).json()
+
+    card, health = run()
+    assert "convaiinnovations/laya" in card["x_aliases"] and "x_random_weights" not in card
+    assert "random_weights" not in health

@@ -15,7 +15,13 @@ from functools import partial
 from typing import Any
 
 from laya_onnx.core import structured
-from laya_onnx.core.bundle import GRAPH_DATA_FILE, Bundle, ReducedPrecisionWarning, describe_precision
+from laya_onnx.core.bundle import (
+    GRAPH_DATA_FILE,
+    Bundle,
+    RandomWeightsWarning,
+    ReducedPrecisionWarning,
+    describe_precision,
+)
 from laya_onnx.core.calibration import Calibration, CallLogits, act_probabilities, empty_result
 from laya_onnx.core.calibration_file import apply_calibration, bundle_calibration, warn_if_other_checkpoint
 from laya_onnx.core.calibration_file import load_calibration as load_calibration_file
@@ -38,6 +44,7 @@ from laya_onnx.core.memory import (
     resolve_max_pass_memory,
     split_rows,
 )
+from laya_onnx.core.names import random_weights_preset
 from laya_onnx.core.question_cache import QuestionCache
 from laya_onnx.core.questions import normalize_questions, require_questions_dict
 from laya_onnx.core.sequences import check_option_layout, collate, encode_state, option_spans
@@ -163,6 +170,16 @@ class ONNXAgent(HookRegistry):
         self.memory_model = PassMemoryModel.for_bundle(self.bundle.manifest)
         self.revision: str | None = located.revision or source.get("revision")
         self.name = name or source.get("name") or self.bundle.root.resolve().name
+        #: The test preset this bundle's random weights come from (`tiny-english`, ...), None for a
+        #: real checkpoint; shown by /health, /v1/models and the CLI.
+        self.random_weights: str | None = random_weights_preset(self.cfg)
+        if self.random_weights:
+            warnings.warn(
+                f"laya-onnx: bundle {self.name!r} holds random test weights (preset "
+                f"{self.random_weights!r}, laya-onnx make-checkpoint): its answers carry no meaning",
+                RandomWeightsWarning,
+                stacklevel=2,
+            )
         self.model_id = str(bundle)
 
     def load_calibration(self, path: str | os.PathLike) -> None:

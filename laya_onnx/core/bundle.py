@@ -172,6 +172,10 @@ class ReducedPrecisionWarning(UserWarning):
     """A bundle whose graph is not fp32 (laya-onnx export --precision fp16|int8) was loaded."""
 
 
+class RandomWeightsWarning(UserWarning):
+    """A bundle of a test checkpoint (`laya-onnx make-checkpoint`: random weights) was loaded."""
+
+
 def precision_record(manifest: dict[str, Any] | None) -> dict[str, Any]:
     """The manifest's `precision` record; {"precision": "fp32"} for fp32 and pre-ladder bundles."""
     record = (manifest or {}).get("precision")

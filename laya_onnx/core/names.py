@@ -53,6 +53,33 @@ def published_name(repo: str, subfolder: str | None = None) -> str | None:
     return _BY_LOCATION.get((repo.strip().lower(), sub))
 
 
+#: The `encoder` every checkpoint `laya-onnx make-checkpoint` writes starts with this: random weights
+#: in the release layout, for tests and speed work (`laya_onnx.checkpoints.presets`).
+TEST_ENCODER_PREFIX = "laya-onnx/"
+
+
+def random_weights_preset(config: Any) -> str | None:
+    """The test preset a checkpoint or bundle config was made from (`tiny-english`, ...), or None
+    for a real checkpoint: its answers carry no meaning, and it must never pass for one."""
+    encoder = config.get("encoder") if isinstance(config, dict) else None
+    if not isinstance(encoder, str) or not encoder.startswith(TEST_ENCODER_PREFIX):
+        return None
+    return encoder[len(TEST_ENCODER_PREFIX) :].removesuffix("-encoder") or encoder
+
+
+def bundle_random_weights(folder: Any) -> str | None:
+    """`random_weights_preset` of the bundle or checkpoint folder `folder` (its
+    rl_agent_config.json, read quietly: None when unreadable), without loading it."""
+    import json
+    from pathlib import Path
+
+    try:
+        config = json.loads((Path(folder) / "rl_agent_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError):
+        return None
+    return random_weights_preset(config)
+
+
 def aliases_of(name: str) -> list[str]:
     """The aliases that resolve to `name`, sorted."""
     return sorted(alias for alias, target in ALIASES.items() if target == name)
@@ -63,6 +90,8 @@ __all__ = [
     "BUNDLE_REPO",
     "PUBLISHED_CHECKPOINTS",
     "aliases_of",
+    "bundle_random_weights",
     "canonical_name",
     "published_name",
+    "random_weights_preset",
 ]

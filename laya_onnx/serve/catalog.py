@@ -27,6 +27,25 @@ from laya_onnx.serve.wire import Checkpoint
 UNKNOWN_RELEASE_DATE = "unknown"
 
 
+def describe_checkpoint(name: str, random_weights: str | None) -> str:
+    """`/v1/models`'s description; a test checkpoint's bundle says what it is."""
+    if random_weights:
+        return "%s: random test weights (preset %s) served by laya-onnx; its answers carry no meaning" % (
+            name,
+            random_weights,
+        )
+    return "laya %s checkpoint served by laya-onnx (ONNX Runtime)" % name
+
+
+def random_weights_block(agents: dict[str, Any]) -> dict[str, Any]:
+    """`/health`'s `random_weights` ({name: test preset}) when a loaded bundle holds random test
+    weights (`ONNXAgent.random_weights`); absent otherwise, as laya-serve's payload has no such key."""
+    random = {
+        name: preset for name, each in agents.items() if (preset := getattr(each, "random_weights", None))
+    }
+    return {"random_weights": random} if random else {}
+
+
 def graph_sha256(manifest: dict[str, Any]) -> str | None:
     """laya.onnx's digest as the manifest lists it (verified against the file when the bundle
     was opened); None for a bundle without a manifest."""
@@ -57,6 +76,7 @@ class ModelCard:
 
     name: str
     repo: str
+    random_weights: str | None
     aliases: tuple[str, ...]
     graph_sha256: str | None
     manifest_sha256: str | None
@@ -67,15 +87,19 @@ class ModelCard:
         manifest = agent.bundle.manifest or {}
         # Standalone repos pin their checkpoint as `model`; the bundle repo means "auto" and so
         # lands here too (one checkpoint), and is listed last.
+        random = getattr(agent, "random_weights", None)
         published = sorted(
             repo
             for repo, sub in PUBLISHED_CHECKPOINTS.get(checkpoint.name, ())
             if sub is None and repo != BUNDLE_REPO
         )
+        # A test checkpoint's bundle is never listed under the published checkpoints' Hub ids
+        hub_ids = [] if random else [*published, BUNDLE_REPO]
         return cls(
             name=checkpoint.name,
             repo=checkpoint.repo,
-            aliases=tuple(checkpoint.aliases + published + [BUNDLE_REPO]),
+            random_weights=random,
+            aliases=tuple(checkpoint.aliases + hub_ids),
             graph_sha256=graph_sha256(manifest),
             manifest_sha256=manifest_sha256(agent.bundle),
             precision=precision(manifest),
@@ -85,7 +109,7 @@ class ModelCard:
         """The response body; `full` adds our `x_` keys (see the module docstring for when)."""
         entry: dict[str, Any] = {
             "name": self.name,
-            "description": "laya %s checkpoint served by laya-onnx (ONNX Runtime)" % self.name,
+            "description": describe_checkpoint(self.name, self.random_weights),
             "release_date": UNKNOWN_RELEASE_DATE,
         }
         if full:
@@ -100,4 +124,6 @@ class ModelCard:
                     "x_providers": list(agent.providers),
                 }
             )
+            if self.random_weights:
+                entry["x_random_weights"] = self.random_weights
         return {"models": [entry]}

@@ -32,9 +32,10 @@ from laya_onnx.core import settings
 from laya_onnx.core.errors import ConfigError
 from laya_onnx.core.hooks import BaseHook, PredictContext
 from laya_onnx.core.memory import process_memory
-from laya_onnx.core.names import BUNDLE_REPO, PUBLISHED_CHECKPOINTS, aliases_of
+from laya_onnx.core.names import BUNDLE_REPO, PUBLISHED_CHECKPOINTS, aliases_of, bundle_random_weights
 from laya_onnx.core.router import Router, bundles_in
 from laya_onnx.core.session import FallbackEntry, resolve_threads
+from laya_onnx.serve.catalog import describe_checkpoint, random_weights_block
 from laya_onnx.serve.errors import ApiError
 from laya_onnx.serve.wire import (
     cpu_fallbacks,
@@ -265,6 +266,7 @@ class RoutedCheckpoints:
             },
             "providers": providers,
             "provider_fallbacks": fallbacks,
+            **random_weights_block(resident),
         }
         if self.idle is not None and self.idle.seconds:
             payload["idle_unload_seconds"] = self.idle.seconds
@@ -296,25 +298,34 @@ class RoutedCatalog:
         for name, source in self.router.models.items():
             if source is None and name not in resident:
                 continue
+            loaded = resident.get(name)
+            random = getattr(loaded, "random_weights", None) if loaded else bundle_random_weights(source)
             entry: dict[str, Any] = {
                 "name": name,
-                "description": "laya %s checkpoint served by laya-onnx (ONNX Runtime)" % name,
+                "description": describe_checkpoint(name, random),
                 "release_date": "unknown",
             }
             if full:
-                published = sorted(
-                    repo
-                    for repo, sub in PUBLISHED_CHECKPOINTS.get(name, ())
-                    if sub is None and repo != BUNDLE_REPO
+                # A test checkpoint's bundle answers to the route's name, never to a Hub id
+                published = (
+                    []
+                    if random
+                    else sorted(
+                        repo
+                        for repo, sub in PUBLISHED_CHECKPOINTS.get(name, ())
+                        if sub is None and repo != BUNDLE_REPO
+                    )
                 )
                 entry.update(
                     {
                         "x_aliases": aliases_of(name) + published,
-                        "x_repo": self.router.repo(name),
+                        "x_repo": None if random else self.router.repo(name),
                         "x_loaded": name in resident,
-                        "x_revision": getattr(resident.get(name), "revision", None),
+                        "x_revision": getattr(loaded, "revision", None),
                     }
                 )
+                if random:
+                    entry["x_random_weights"] = random
             models.append(entry)
         return {"models": models}
 
