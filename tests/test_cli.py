@@ -15,16 +15,9 @@ import textwrap
 import pytest
 
 from laya_onnx import __version__
-from laya_onnx.cli import (
-    EXIT_FAILED,
-    EXIT_USAGE,
-    CommandFailed,
-    UsageError,
-    _exit_status,
-    build_parser,
-    main,
-    read_json_argument,
-)
+from laya_onnx.cli import build_parser, main
+from laya_onnx.cli.common import EXIT_FAILED, EXIT_USAGE, CommandFailed, UsageError, read_json_argument
+from laya_onnx.cli.errors import exit_status
 
 REQUEST = {"state": "I was charged twice", "questions": {"r": {"type": "noul", "instructions": "Refund?"}}}
 
@@ -223,11 +216,11 @@ def test_argparse_usage_errors_exit_2(capsys):
     ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else str(v),
 )
 def test_exit_status_classes(exc, status):
-    assert _exit_status(exc)[0] == status
+    assert exit_status(exc)[0] == status
 
 
 def test_a_bug_keeps_its_traceback():
-    assert _exit_status(AttributeError("'NoneType' object has no attribute 'x'")) is None
+    assert exit_status(AttributeError("'NoneType' object has no attribute 'x'")) is None
 
 
 def test_bench_serve_refuses_bad_clients_and_deadline(capsys):

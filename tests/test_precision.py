@@ -326,7 +326,8 @@ def test_decision_margin_is_the_least_move_that_flips_a_decision():
 
 
 def test_export_cli_refuses_int8_options_for_another_precision(tmp_path, capsys):
-    from laya_onnx.cli import EXIT_USAGE, main
+    from laya_onnx.cli import main
+    from laya_onnx.cli.common import EXIT_USAGE
 
     argv = ["export", str(tmp_path / "none"), "-o", str(tmp_path / "out"), "--precision", "fp16"]
     assert main([*argv, "--int8-weight-bits", "8"]) == EXIT_USAGE
@@ -354,11 +355,11 @@ def test_an_int8_plan_is_refused_for_another_precision(tmp_path):
 def test_export_cli_int8_options_make_the_plan():
     import argparse
 
-    from laya_onnx.cli import _int8_plan
+    from laya_onnx.cli.export import int8_plan
     from laya_onnx.export.precision import DEFAULT_INT8_PLAN, Int8Plan
 
     def plan(keep=None, bits=None):
-        return _int8_plan(argparse.Namespace(precision="int8", int8_keep_fp32=keep, int8_weight_bits=bits))
+        return int8_plan(argparse.Namespace(precision="int8", int8_keep_fp32=keep, int8_weight_bits=bits))
 
     assert plan() is None  # the exporter's default plan
     assert plan(bits=7) == Int8Plan(keep_fp32=DEFAULT_INT8_PLAN.keep_fp32, weight_bits=7)

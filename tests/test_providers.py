@@ -187,17 +187,17 @@ def test_io_binding_gives_identical_answers_on_cpu(bundle_factory, monkeypatch):
 
 
 def test_cli_provider_options_syntax():
-    from laya_onnx.cli import _providers
+    from laya_onnx.cli.common import parse_providers
 
-    assert _providers("cuda:device_id=1;gpu_mem_limit=2147483648,cpu") == [
+    assert parse_providers("cuda:device_id=1;gpu_mem_limit=2147483648,cpu") == [
         ("cuda", {"device_id": "1", "gpu_mem_limit": "2147483648"}),
         "cpu",
     ]
-    assert _providers("coreml:MLComputeUnits=CPUAndNeuralEngine") == [
+    assert parse_providers("coreml:MLComputeUnits=CPUAndNeuralEngine") == [
         ("coreml", {"MLComputeUnits": "CPUAndNeuralEngine"})
     ]
-    assert _providers("auto") is None
+    assert parse_providers("auto") is None
     with pytest.raises(
         argparse.ArgumentTypeError, match="provider option 'device_id' of 'cuda' is not KEY=VALUE"
     ):
-        _providers("cuda:device_id")
+        parse_providers("cuda:device_id")

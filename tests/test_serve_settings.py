@@ -80,7 +80,8 @@ def test_env_bool_and_settings(monkeypatch):
 
 
 def test_cli_serve_bad_port_exits_before_loading(tmp_path, capsys):
-    from laya_onnx.cli import EXIT_USAGE, main
+    from laya_onnx.cli import main
+    from laya_onnx.cli.common import EXIT_USAGE
 
     assert main(["serve", str(tmp_path / "missing"), "--port", "70000"]) == EXIT_USAGE
     err = capsys.readouterr().err

@@ -29,7 +29,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from laya_onnx.demo import README_REQUEST
+from laya_onnx.bench.sample import README_REQUEST
 
 STATE = README_REQUEST["state"]
 QUESTIONS = README_REQUEST["questions"]

@@ -33,6 +33,7 @@ from typing import Any
 
 from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector, web
 
+from laya_onnx.bench.sample import README_REQUEST
 from laya_onnx.core import settings as core_settings
 from laya_onnx.serve.keys import INFERENCE_MS, QUEUE_WAIT_MS
 
@@ -279,7 +280,6 @@ def run_serve_bench(
 ) -> dict[str, Any]:
     """`laya-onnx serve-bench`: the README request against `bundle`, served in this process."""
     from laya_onnx import ONNXAgent
-    from laya_onnx.demo import README_REQUEST
     from laya_onnx.serve.app import create_app
 
     options: dict[str, Any] = {"threads": threads} if threads else {}
@@ -303,7 +303,6 @@ def drive_server(
     """`laya-onnx bench --serve URL`: load a server that is already running (another process,
     started with the settings under test) with each client count in turn, posting `body`
     (default the README request) for `seconds` each; throughput and latency per count."""
-    from laya_onnx.demo import README_REQUEST
 
     payload = json.dumps(README_REQUEST if body is None else body).encode("utf-8")
     out: dict[str, Any] = {"url": url, "seconds": seconds, "runs": {}}

@@ -27,6 +27,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from laya_onnx.bench.sample import README_REQUEST
+
 QUESTIONS = {
     "pick": {
         "type": "choice",
@@ -121,7 +123,6 @@ def run_graph_speed(
     """CPU time per call (1 thread, median) of the two graphs, interleaved call by call in this
     process, on the README request and on one 2048-token row with the README's questions."""
     from laya_onnx import ONNXAgent
-    from laya_onnx.demo import README_REQUEST
 
     agents = {"fused": ONNXAgent(fused, threads=1), "unfused": ONNXAgent(unfused, threads=1)}
     workloads = {

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from laya_onnx.bench.http import DEFAULT_DEADLINE_S, _child
+from laya_onnx.bench.sample import README_REQUEST
 from laya_onnx.core import settings
 
 
@@ -102,7 +103,6 @@ def run(
 ) -> dict[str, Any]:
     import ray
 
-    from laya_onnx.demo import README_REQUEST
     from laya_onnx.serve.ray_app import run_config
 
     payload = json.dumps(README_REQUEST).encode("utf-8")

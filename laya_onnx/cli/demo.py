@@ -6,39 +6,44 @@ earlier run left in the work directory, so the second run is quick.
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from pathlib import Path
-from typing import Any
 
-README_REQUEST: dict[str, Any] = {
-    "state": "I was charged twice this month, I want my money back",
-    "questions": {
-        "queue": {
-            "type": "choice",
-            "instructions": "Which team?",
-            "criteria": {
-                "billing": "billing and refunds",
-                "tech": "login and app issues",
-                "other": "everything else",
-            },
-        },
-        "urgency": {
-            "type": "score",
-            "instructions": "How urgent is this?",
-            "criteria": ["not urgent", "soon", "blocking"],
-        },
-        "refund": {"type": "noul", "instructions": "Does the user ask for a refund?"},
-    },
-}
+from laya_onnx.cli.common import EXIT_OK
 
 
-def run_demo(workdir: Path, preset: str = "tiny-english") -> int:
+def add_parser(sub) -> argparse.ArgumentParser:
+    from laya_onnx.checkpoints.presets import PRESETS  # torch-free: the names only
+
+    p = sub.add_parser(
+        "demo",
+        help="make a tiny checkpoint, export it and answer a request, in one go (needs the export extra)",
+        description="Make a test checkpoint, export it and answer the README's request; a second "
+        "run reuses what the first left in the work directory.",
+    )
+    p.add_argument("--workdir", default="work/demo", help="where the checkpoint and bundle go")
+    p.add_argument(
+        "--preset",
+        default="tiny-english",
+        choices=sorted(PRESETS),
+        metavar="PRESET",
+        help="checkpoint preset (default tiny-english; see make-checkpoint --help): "
+        + "; ".join(sorted(PRESETS)),
+    )
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
     from laya_onnx import ONNXAgent
+    from laya_onnx.bench.sample import README_REQUEST
     from laya_onnx.checkpoints import make_checkpoint
     from laya_onnx.core.bundle import WEIGHTS_FILE
     from laya_onnx.export import export_bundle
 
+    preset = args.preset
+    workdir = Path(args.workdir)
     checkpoint, bundle = workdir / preset / "checkpoint", workdir / preset / "bundle"
     if not (checkpoint / WEIGHTS_FILE).exists():
         make_checkpoint(preset, checkpoint, seed=0, force=True)
@@ -54,4 +59,4 @@ def run_demo(workdir: Path, preset: str = "tiny-english") -> int:
     )
     print(json.dumps(result, indent=2, ensure_ascii=False))
     print(f"\nserve it:  laya-onnx serve {bundle} --port 8000")
-    return 0
+    return EXIT_OK

@@ -1,0 +1,87 @@
+"""`laya-onnx` command line: one entry point, one module per command.
+
+Each command module has `add_parser(sub)` (its options) and `run(args)` (the work), and imports
+the layer it runs only inside `run`: the runtime core is torch-free, so `predict` and `serve`
+work on a box without torch, and `--help` imports neither torch nor onnxruntime.
+
+Exit status, the same for every command: 0 success; 1 the command ran and failed (a parity or
+export-validation mismatch, an I/O or onnxruntime failure); 2 bad input, usage or configuration
+(argparse's own code for a bad option); 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from laya_onnx.cli import (
+    bench,
+    bench_memory,
+    demo,
+    export,
+    make_checkpoint,
+    parity,
+    predict,
+    score,
+    serve,
+    serve_bench,
+)
+from laya_onnx.cli.common import EXIT_INTERRUPTED
+from laya_onnx.cli.errors import exit_status
+
+#: The commands, in the order `--help` lists them.
+COMMANDS = (make_checkpoint, export, predict, serve, score, parity, bench, serve_bench, bench_memory, demo)
+
+DESCRIPTION = """\
+Run the Laya decision model (https://huggingface.co/convaiinnovations/laya) on ONNX Runtime,
+without torch: export a checkpoint to a validated ONNX bundle once, then answer typed questions
+about a text with it, from the command line or over HTTP. Answers equal laya 0.4.15's."""
+
+EPILOG = """\
+examples:
+  laya-onnx demo                                   # the whole path on a tiny test checkpoint
+  laya-onnx export convaiinnovations/laya -o work/laya-bundle
+  laya-onnx export --all -o work/models              # english/ multilingual/ typed-decisions/
+  laya-onnx predict work/laya-bundle --request '{"state": "I was charged twice",
+      "questions": {"refund": {"type": "noul", "instructions": "Refund?"}}}'
+  laya-onnx serve work/laya-bundle --port 8000
+
+'laya-onnx COMMAND --help' describes each command's options.
+
+exit status: 0 success; 1 the command ran and failed (a parity or export-validation mismatch,
+an I/O or onnxruntime failure); 2 bad input, usage or configuration (a bad option or request,
+a missing file, a missing extra); 130 interrupted."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from laya_onnx import __version__
+
+    p = argparse.ArgumentParser(
+        prog="laya-onnx",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"laya-onnx {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in COMMANDS:
+        command.add_parser(sub).set_defaults(run=command.run)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except KeyboardInterrupt:
+        print("laya-onnx: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except (Exception, SystemExit) as exc:
+        if isinstance(exc, SystemExit) and not isinstance(exc.code, str):
+            raise
+        reported = exit_status(exc)
+        if reported is None:
+            raise
+        status, message = reported
+        print(f"laya-onnx {args.command}: {message}", file=sys.stderr)
+        return status

@@ -1,0 +1,214 @@
+"""`laya-onnx export`: a checkpoint to a validated ONNX bundle (or the three of a models directory)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from laya_onnx.cli.common import EXIT_OK, CommandFailed, UsageError
+
+
+def _mebibytes(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"expected a whole number of MiB >= 0, got {value!r}")
+    return number
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "export",
+        help="turn a checkpoint into a validated ONNX bundle (needs the export extra)",
+        description="Trace a checkpoint into one ONNX graph, check ONNX Runtime against torch on "
+        "built-in requests, and write the bundle (graph, tokenizer, config, manifest). Nothing is "
+        "written when the check fails.",
+    )
+    p.add_argument(
+        "checkpoint",
+        nargs="?",
+        help="checkpoint directory or Hugging Face repo id[/subfolder]; with --all, a repo or "
+        "directory laid out as laya's bundle repo (english at its root, multilingual/ and "
+        "typed-decisions/ beside it)",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        help="directory to write the bundle to (with --all: the models directory)",
+    )
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="write english/, multilingual/ and typed-decisions/ bundles into the output (a models "
+        "directory for 'laya-onnx serve MODELS_DIR'): the tiny test presets, or CHECKPOINT's "
+        "three, or with --hub laya's own from the Hub",
+    )
+    p.add_argument(
+        "--hub",
+        action="store_true",
+        help="with --all: export the three registry checkpoints of convaiinnovations/laya from the Hub",
+    )
+    p.add_argument("--revision", default=None, help="Hub revision (commit, tag, or 'reviewed')")
+    p.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17; dynamo uses 18+)")
+    p.add_argument(
+        "--tolerance", type=float, default=1e-4, help="max |Δlogit| allowed vs torch (default 1e-4)"
+    )
+    p.add_argument("--dynamo", action="store_true", help="use the torch.export-based exporter")
+    p.add_argument(
+        "--attention",
+        choices=["fused", "unfused"],
+        default=None,
+        help="fused (default with TorchScript): one MultiHeadAttention node per layer, masks built "
+        "once; unfused: transformers' op-by-op graph (the old default; the only one with --dynamo)",
+    )
+    p.add_argument(
+        "--no-memory-probe",
+        action="store_true",
+        help="skip measuring per-pass memory (the runtime then estimates it from the architecture)",
+    )
+    p.add_argument(
+        "--optimize",
+        action="store_true",
+        help="fuse the graph with onnxruntime.transformers' optimizer (SkipLayerNormalization, Gelu); "
+        "kept only if the fused graph passes validation too (the manifest records the fusions)",
+    )
+    p.add_argument(
+        "--external-data-threshold",
+        type=_mebibytes,
+        default=None,
+        metavar="MIB",
+        help="write the weights as ONNX external data (laya.onnx.data) when they exceed MIB "
+        "(default 1024; 0: always)",
+    )
+    _add_precision_options(p)
+    p.add_argument("--force", action="store_true", help="replace a non-empty output directory")
+    p.add_argument(
+        "--name",
+        default=None,
+        help="checkpoint name the bundle answers to (default: the published name, else the directory name)",
+    )
+    p.add_argument(
+        "--calibration",
+        default=None,
+        metavar="FILE",
+        help="a calibration file (laya's save_calibration JSON) to carry in the bundle; the bundle "
+        "then answers with its temperatures and binning map",
+    )
+    return p
+
+
+def _add_precision_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--precision",
+        choices=["fp32", "fp16", "int8"],
+        default="fp32",
+        help="fp32 (default); fp16: the encoder's GEMMs in fp16 for CUDA; int8: batch-invariant "
+        "per-row int8 for CPU. Both are gated against fp32 torch on the export cases and the parity "
+        "suite (max |dp|, decision agreement) and refused below the gate",
+    )
+    p.add_argument(
+        "--gate-max-dp",
+        type=float,
+        default=None,
+        help="the gate's max |dp| vs fp32 torch (default: fp16 0.01, int8 0.15)",
+    )
+    p.add_argument(
+        "--gate-min-agreement",
+        type=float,
+        default=None,
+        help="the gate's least share of decisions agreeing with fp32 torch (default: fp16 0.995, int8 0.9)",
+    )
+    p.add_argument(
+        "--int8-keep-fp32",
+        default=None,
+        metavar="MODULES",
+        help="int8: comma-separated encoder modules whose MatMuls stay fp32, by kind (attn.Wqkv, "
+        "attn.Wo, mlp.Wi, mlp.Wo), layer (layers.0) or both (layers.0.mlp.Wo); '' lowers all "
+        "(default: attn.Wqkv)",
+    )
+    p.add_argument(
+        "--int8-weight-bits",
+        type=int,
+        choices=[7, 8],
+        default=None,
+        help="int8: 7-bit weights (u8 x s8, the fastest on CPUs without VNNI) or 8-bit (u8 x u8, "
+        "exact everywhere, half the weight rounding) (default: 8)",
+    )
+
+
+def precision_gate(args: argparse.Namespace):
+    """The --precision gate with --gate-max-dp / --gate-min-agreement applied (None: the default)."""
+    if args.gate_max_dp is None and args.gate_min_agreement is None:
+        return None
+    from laya_onnx.export.precision import GATES, Gate
+
+    if args.precision not in GATES:
+        raise UsageError("--gate-max-dp and --gate-min-agreement apply to --precision fp16 or int8")
+    default = GATES[args.precision]
+    max_dp = default.max_abs_dp if args.gate_max_dp is None else args.gate_max_dp
+    agreement = default.min_agreement if args.gate_min_agreement is None else args.gate_min_agreement
+    if not (0.0 <= max_dp <= 1.0 and 0.0 <= agreement <= 1.0):
+        raise UsageError("--gate-max-dp and --gate-min-agreement must be within [0, 1]")
+    return Gate(max_abs_dp=max_dp, min_agreement=agreement)
+
+
+def int8_plan(args: argparse.Namespace):
+    """The int8 plan from --int8-keep-fp32 / --int8-weight-bits (None: the default plan)."""
+    if args.int8_keep_fp32 is None and args.int8_weight_bits is None:
+        return None
+    from laya_onnx.export.precision import DEFAULT_INT8_PLAN, Int8Plan
+
+    if args.precision != "int8":
+        raise UsageError("--int8-keep-fp32 and --int8-weight-bits apply to --precision int8")
+    keep = DEFAULT_INT8_PLAN.keep_fp32
+    if args.int8_keep_fp32 is not None:
+        keep = tuple(p.strip() for p in args.int8_keep_fp32.split(",") if p.strip())
+    bits = DEFAULT_INT8_PLAN.weight_bits if args.int8_weight_bits is None else args.int8_weight_bits
+    return Int8Plan(keep_fp32=keep, weight_bits=bits)
+
+
+def run(args: argparse.Namespace) -> int:
+    from laya_onnx.export import ValidationError, export_bundle
+
+    options = dict(
+        revision=args.revision,
+        opset=args.opset,
+        tolerance=args.tolerance,
+        dynamo=args.dynamo,
+        force=args.force,
+        attention=args.attention,
+        measure_memory=not args.no_memory_probe,
+        optimize=args.optimize,
+        precision=args.precision,
+        precision_gate=precision_gate(args),
+        int8_plan=int8_plan(args),
+    )
+
+    if args.external_data_threshold is not None:
+        options["external_data_threshold"] = args.external_data_threshold * 2**20
+    try:
+        if args.all:
+            from laya_onnx.export.models_dir import HUB, export_models_dir
+
+            if args.name is not None:
+                raise UsageError("--name does not apply to --all (each bundle answers to its own name)")
+            if args.calibration is not None:
+                raise UsageError(
+                    "--calibration does not apply to --all (a file is fitted for one checkpoint)"
+                )
+            source = HUB if args.hub else args.checkpoint
+            if args.hub and args.checkpoint is not None:
+                raise UsageError("give either a CHECKPOINT repo or --hub with --all, not both")
+            export_models_dir(Path(args.output), source, **options)
+        elif args.checkpoint is None or args.hub:
+            raise UsageError("export needs a CHECKPOINT (or --all to write the three of a models directory)")
+        else:
+            export_bundle(
+                args.checkpoint, Path(args.output), name=args.name, calibration=args.calibration, **options
+            )
+    except ValidationError as exc:
+        raise CommandFailed(str(exc)) from None
+    return EXIT_OK

@@ -1,0 +1,46 @@
+"""`laya-onnx parity`: a bundle's answers against the reference laya.Agent, by the parity rule."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from laya_onnx.cli.common import EXIT_FAILED, EXIT_OK, add_checkpoint_and_bundle
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "parity",
+        help="compare a bundle's answers with the reference laya.Agent (needs the dev extra)",
+        description="Run a request suite through the reference laya.Agent (torch) and the bundle, "
+        "and judge every request by the parity rule (README 'Proof'); exits 1 when they differ.",
+    )
+    add_checkpoint_and_bundle(p)
+    p.add_argument(
+        "--suite", default="core", help="a suite shipped in laya_onnx/parity/suites, or a JSON path"
+    )
+    p.add_argument("--tolerance", type=float, help="max |Δ| between unrounded probabilities (default 1e-5)")
+    p.add_argument(
+        "--act-tolerance", type=float, help="max |Δ| between unrounded act probabilities (default 5e-5)"
+    )
+    p.add_argument("--report", default=None, help="write the JSON report here")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from laya_onnx.parity import run_parity
+
+    def show(case):
+        print(
+            f"  {'ok  ' if case.passed else 'FAIL'} {case.name:<28} rows={case.rows:<3} "
+            f"max|dp|={case.max_abs_dp:.2e} flips={case.rounding_flips}"
+            + ("" if case.passed else "  " + "; ".join(case.details)[:300])
+        )
+
+    # tolerances left unset take the rule's own defaults (laya_onnx/core/judge.py)
+    given = {k: getattr(args, k) for k in ("tolerance", "act_tolerance") if getattr(args, k) is not None}
+    report = run_parity(
+        args.checkpoint, args.bundle, suite=args.suite, report_path=args.report, progress=show, **given
+    )
+    print(json.dumps(report.summary(), indent=2))
+    return EXIT_OK if report.passed else EXIT_FAILED

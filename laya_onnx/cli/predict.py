@@ -1,0 +1,56 @@
+"""`laya-onnx predict`: answer one request with a bundle and print the result."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from laya_onnx.cli.common import (
+    EXIT_OK,
+    UsageError,
+    add_bundle_and_providers,
+    add_strict_providers,
+    read_json_argument,
+)
+from laya_onnx.core import settings
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "predict",
+        help="answer one request with a bundle and print the JSON result",
+        description="Answer one request with a bundle and print the result as laya.Agent.predict returns it.",
+    )
+    add_bundle_and_providers(p)
+    add_strict_providers(p)
+    p.add_argument(
+        "--request",
+        required=True,
+        help='JSON {"state": ..., "questions": {...}} (optional: max_len, head_max_len, '
+        "min_confidence, lang), inline, as @FILE, or - for stdin",
+    )
+    p.add_argument("--compact", action="store_true", help="print the JSON on one line")
+    settings.add_arguments(p, settings.THREADS)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    from laya_onnx import ONNXAgent
+
+    request = read_json_argument(args.request, "--request")
+    if not isinstance(request, dict) or "state" not in request or "questions" not in request:
+        raise UsageError("--request must be a JSON object with 'state' and 'questions'")
+    agent = ONNXAgent(
+        args.bundle,
+        providers=args.providers,
+        strict_providers=args.strict_providers,
+        threads=args.threads,
+    )
+    controls = {
+        k: request[k]
+        for k in ("max_len", "head_max_len", "min_confidence", "lang")
+        if request.get(k) is not None
+    }
+    result = agent.predict(request["state"], request["questions"], **controls)
+    print(json.dumps(result, ensure_ascii=False, indent=None if args.compact else 2))
+    return EXIT_OK

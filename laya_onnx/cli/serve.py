@@ -1,0 +1,74 @@
+"""`laya-onnx serve`: a bundle (or a models directory) over HTTP, or on Ray Serve."""
+
+from __future__ import annotations
+
+import argparse
+
+from laya_onnx.cli.common import (
+    EXIT_OK,
+    UsageError,
+    add_bundle_and_providers,
+    add_strict_providers,
+)
+from laya_onnx.core import settings
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "serve",
+        help="serve a bundle over HTTP (POST /v1/systemone, /v1/systemone/batch; GET /health, /v1/models, /metrics)",
+        description="Serve a bundle over TypeSafe Jev's /v1/systemone wire protocol until SIGINT/SIGTERM, "
+        "then drain (%s; see serve/README.md)." % settings.SHUTDOWN_GRACE_SECONDS.env,
+    )
+    add_bundle_and_providers(
+        p,
+        optional=True,
+        what="bundle directory or Hub repo id[/subfolder] holding one; or a models directory (one "
+        "bundle folder per checkpoint name, as 'export --all' writes) served through the Router",
+    )
+    p.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="NAME=BUNDLE",
+        help="serve BUNDLE under NAME through the Router (repeatable; beside a models directory's)",
+    )
+    add_strict_providers(p)
+    p.add_argument(
+        "--ray",
+        metavar="CONFIG",
+        default=None,
+        help="serve on Ray Serve instead, from a Ray Serve config file (serve/ray/serve-config.yaml): "
+        "replicas, autoscaling, CPU/GPU per replica, micro-batching; needs the ray extra",
+    )
+    settings.add_arguments(p, settings.HOST, settings.PORT, settings.THREADS)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.ray is not None:
+        if args.bundle is not None or args.model or args.host is not None or args.port is not None:
+            raise UsageError("--ray CONFIG takes the bundle, host and port from the config file")
+        from laya_onnx.serve.ray_app import run_config
+
+        run_config(args.ray)
+        return EXIT_OK
+    if args.bundle is None and not args.model:
+        raise UsageError(
+            "give a bundle to serve (or a models directory, or --model NAME=BUNDLE), or --ray CONFIG"
+        )
+    from laya_onnx.serve import run_server
+    from laya_onnx.serve.routed import parse_model_option
+
+    for option in args.model:
+        parse_model_option(option)  # refused before anything binds or loads
+    run_server(
+        args.bundle,
+        host=args.host,
+        port=args.port,
+        providers=args.providers,
+        models=args.model,
+        strict_providers=args.strict_providers,
+        threads=args.threads,
+    )
+    return EXIT_OK
