@@ -63,17 +63,18 @@ def _random_states(n: int, seed: int = 6):
     from laya import lang as reference
 
     from laya_onnx.core import lang
+    from laya_onnx.core.lang_words import FUNCTION_WORDS, NORDIC_SHARED, SHORT_SWEDISH
 
     def membership(word, ours):
-        lists = lang._FUNCTION_WORDS if ours else reference._STOP
-        nordic = lang._NORDIC_SHARED if ours else reference._NORDIC_OVERLAP_WORDS
-        swedish = lang._SHORT_SWEDISH if ours else reference._SHORT_SWEDISH_WORDS
-        return [word in lists.get(code, ()) for code in lang._FUNCTION_WORDS] + [
+        lists = FUNCTION_WORDS if ours else reference._STOP
+        nordic = NORDIC_SHARED if ours else reference._NORDIC_OVERLAP_WORDS
+        swedish = SHORT_SWEDISH if ours else reference._SHORT_SWEDISH_WORDS
+        return [word in lists.get(code, ()) for code in FUNCTION_WORDS] + [
             word in nordic,
             word in swedish,
         ]
 
-    listed = set().union(*lang._FUNCTION_WORDS.values(), *reference._STOP.values())
+    listed = set().union(*FUNCTION_WORDS.values(), *reference._STOP.values())
     agreed = sorted(w for w in listed if membership(w, True) == membership(w, False))
     disputed = listed - set(agreed)
     pool = agreed + [p for p in _PIECES if not set(lang._WORD.findall(p.lower())) & disputed]
@@ -113,12 +114,11 @@ def test_letters_and_scripts_agree_with_the_reference_on_every_codepoint():
     from laya import lang as reference
 
     from laya_onnx.core import lang
+    from laya_onnx.core.lang_scripts import NEWER_LETTERS
 
     # the same table of letters newer than this interpreter's Unicode (both from the databases)
-    assert [tuple(r) for r in lang._NEWER_LETTERS] == [
-        tuple(r) for r in reference._POST_DATABASE_LETTER_RANGES
-    ]
+    assert [tuple(r) for r in NEWER_LETTERS] == [tuple(r) for r in reference._POST_DATABASE_LETTER_RANGES]
     letters = "".join(chr(cp) for cp in range(0x110000) if chr(cp).isalpha())
-    letters += "".join(chr(cp) for lo, hi in lang._NEWER_LETTERS for cp in range(lo, hi + 1))
+    letters += "".join(chr(cp) for lo, hi in NEWER_LETTERS for cp in range(lo, hi + 1))
     # one profile over every letter: each letter counted in the same script
     assert lang.script_profile(letters) == reference.script_profile(letters)

@@ -2,7 +2,8 @@
 
 The Router needs one bit per state: can the English checkpoint read it, or must it go to the
 multilingual one? These functions answer it with the rules of the reference `laya.lang`
-(core.md §8.7), implemented here with our own code and our own word lists:
+(core.md §8.7), implemented here with our own code and our own word lists (the scripts in
+`lang_scripts`, the word lists in `lang_words`):
 
 1. the state's string leaves are joined (keys ignored) and the letters counted by script;
 2. a non-Latin plurality, or a Latin plurality carried by enough lowercase non-Latin words, is
@@ -37,12 +38,28 @@ Public API (same inputs, outputs and semantics as the reference's functions of t
 
 from __future__ import annotations
 
-import bisect
 import re
-import unicodedata
 from collections import Counter
 from collections.abc import Iterator, Mapping
 from typing import Any
+
+from laya_onnx.core.lang_scripts import (
+    detect_script,
+    dominant_script,
+    letter_counts,
+    non_latin_words,
+    script_profile,
+    script_shares,
+)
+from laya_onnx.core.lang_words import (
+    ENGLISH_LOOKALIKES,
+    ENGLISH_ONLY,
+    FUNCTION_WORDS,
+    NON_ENGLISH_LETTERS,
+    NORDIC_SHARED,
+    SHARED,
+    SHORT_SWEDISH,
+)
 
 __all__ = [
     "NON_EN_DIACRITIC_RATE",
@@ -79,193 +96,6 @@ MAX_DEPTH = 6
 #: A value line shorter than this cannot reach four words, so the value scan skips it.
 MIN_VALUE_LINE = 7
 
-# ---------------------------------------------------------------- scripts
-
-# Unicode blocks per named script; the names are the ones the routing reason prints.
-_SCRIPT_BLOCKS: dict[str, tuple[tuple[int, int], ...]] = {
-    "greek": ((0x0370, 0x03FF), (0x1F00, 0x1FFF)),
-    "cyrillic": ((0x0400, 0x052F), (0x2DE0, 0x2DFF), (0xA640, 0xA69F)),
-    "armenian": ((0x0530, 0x058F),),
-    "hebrew": ((0x0590, 0x05FF),),
-    "arabic": ((0x0600, 0x06FF), (0x0750, 0x077F), (0x08A0, 0x08FF), (0xFB50, 0xFDFF), (0xFE70, 0xFEFF)),
-    "devanagari": ((0x0900, 0x097F), (0xA8E0, 0xA8FF)),
-    "bengali": ((0x0980, 0x09FF),),
-    "gurmukhi": ((0x0A00, 0x0A7F),),
-    "gujarati": ((0x0A80, 0x0AFF),),
-    "oriya": ((0x0B00, 0x0B7F),),
-    "tamil": ((0x0B80, 0x0BFF),),
-    "telugu": ((0x0C00, 0x0C7F),),
-    "kannada": ((0x0C80, 0x0CFF),),
-    "malayalam": ((0x0D00, 0x0D7F),),
-    "sinhala": ((0x0D80, 0x0DFF),),
-    "thai": ((0x0E00, 0x0E7F),),
-    "lao": ((0x0E80, 0x0EFF),),
-    "tibetan": ((0x0F00, 0x0FFF),),
-    "myanmar": ((0x1000, 0x109F),),
-    "georgian": ((0x10A0, 0x10FF),),
-    "ethiopic": ((0x1200, 0x137F),),
-    "khmer": ((0x1780, 0x17FF),),
-    "hangul": ((0x1100, 0x11FF), (0x3130, 0x318F), (0xAC00, 0xD7AF)),
-    "kana": ((0x3040, 0x309F), (0x30A0, 0x30FF), (0x31F0, 0x31FF)),
-    "han": ((0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF)),
-}
-_BLOCKS = sorted((lo, hi, name) for name, spans in _SCRIPT_BLOCKS.items() for lo, hi in spans)
-_BLOCK_STARTS = [lo for lo, _, _ in _BLOCKS]
-
-# Letters this interpreter's Unicode database (14.0 on Python 3.11) calls unassigned but Unicode
-# 16.0 makes letters, plus the letters of the five scripts Unicode 14.0 introduced (for Python
-# 3.10, Unicode 13.0): listed so that what counts as a letter does not depend on the host's
-# Python. Printed by `parity/lang/newer_letters.py` from the Unicode databases.
-_NEWER_LETTERS: tuple[tuple[int, int], ...] = (
-    (0x01C89, 0x01C8A),
-    (0x0A7CB, 0x0A7CD),
-    (0x0A7DA, 0x0A7DC),
-    (0x10570, 0x1057A),
-    (0x1057C, 0x1058A),
-    (0x1058C, 0x10592),
-    (0x10594, 0x10595),
-    (0x10597, 0x105A1),
-    (0x105A3, 0x105B1),
-    (0x105B3, 0x105B9),
-    (0x105BB, 0x105BC),
-    (0x105C0, 0x105F3),
-    (0x10D4A, 0x10D65),
-    (0x10D6F, 0x10D85),
-    (0x10EC2, 0x10EC4),
-    (0x10F70, 0x10F81),
-    (0x1123F, 0x11240),
-    (0x11380, 0x11389),
-    (0x1138B, 0x1138B),
-    (0x1138E, 0x1138E),
-    (0x11390, 0x113B5),
-    (0x113B7, 0x113B7),
-    (0x113D1, 0x113D1),
-    (0x113D3, 0x113D3),
-    (0x11BC0, 0x11BE0),
-    (0x11F02, 0x11F02),
-    (0x11F04, 0x11F10),
-    (0x11F12, 0x11F33),
-    (0x12F90, 0x12FF0),
-    (0x1342F, 0x1342F),
-    (0x13441, 0x13446),
-    (0x13460, 0x143FA),
-    (0x16100, 0x1611D),
-    (0x16A70, 0x16ABE),
-    (0x16D40, 0x16D6C),
-    (0x18CFF, 0x18CFF),
-    (0x1B132, 0x1B132),
-    (0x1B155, 0x1B155),
-    (0x1DF25, 0x1DF2A),
-    (0x1E030, 0x1E06D),
-    (0x1E290, 0x1E2AD),
-    (0x1E4D0, 0x1E4EB),
-    (0x1E5D0, 0x1E5ED),
-    (0x1E5F0, 0x1E5F0),
-    (0x2B739, 0x2B739),
-    (0x2EBF0, 0x2EE5D),
-    (0x31350, 0x323AF),
-)
-
-
-def _is_letter(ch: str) -> bool:
-    """A letter as the newest Unicode database says, whatever this interpreter ships."""
-    if ch.isalpha():
-        return True
-    cp = ord(ch)
-    if cp < 0x1C89 or unicodedata.category(ch) != "Cn":
-        return False
-    return any(lo <= cp <= hi for lo, hi in _NEWER_LETTERS)
-
-
-def _is_latin_cp(cp: int, ceiling: int) -> bool:
-    # Basic Latin through Latin Extended-B (and IPA below `ceiling`), Latin Extended Additional,
-    # fullwidth A-Z and a-z.
-    return cp < ceiling or 0x1E00 <= cp <= 0x1EFF or 0xFF21 <= cp <= 0xFF3A or 0xFF41 <= cp <= 0xFF5A
-
-
-def _block_script(cp: int) -> str | None:
-    at = bisect.bisect_right(_BLOCK_STARTS, cp) - 1
-    if at >= 0 and cp <= _BLOCKS[at][1]:
-        return _BLOCKS[at][2]
-    return None
-
-
-def _letter_counts(text: str) -> tuple[dict[str, int], int]:
-    """Non-Latin letters per script in order of first appearance, and the Latin letter count."""
-    # One pass per request over up to MAX_CHARS characters: the per-character path is inlined
-    # (the Latin test of `_is_latin_cp`, the lookup of `_block_script`).
-    others: dict[str, int] = {}
-    latin = 0
-    starts, blocks, find = _BLOCK_STARTS, _BLOCKS, bisect.bisect_right
-    for ch in text:
-        if not ch.isalpha() and not _is_letter(ch):
-            continue
-        cp = ord(ch)
-        if cp < 0x02B0 or 0x1E00 <= cp <= 0x1EFF or 0xFF21 <= cp <= 0xFF3A or 0xFF41 <= cp <= 0xFF5A:
-            latin += 1
-            continue
-        at = find(starts, cp) - 1
-        # a letter of no listed block still is not Latin: "other" keeps it off English
-        name = blocks[at][2] if at >= 0 and cp <= blocks[at][1] else "other"
-        others[name] = others.get(name, 0) + 1
-    return others, latin
-
-
-def _dominant(others: dict[str, int], latin: int) -> str:
-    best, top = "unknown", 0
-    for name, n in others.items():
-        if n > top:
-            best, top = name, n
-    # a named script wins a tie with Latin
-    return "latin" if latin > top else best
-
-
-def _profile(others: dict[str, int], latin: int) -> dict[str, float]:
-    total = latin + sum(others.values())
-    if not total:
-        return {}
-    shares = {"latin": latin / total} if latin else {}
-    shares.update((name, n / total) for name, n in others.items() if n)
-    return shares
-
-
-def detect_script(text: str) -> str:
-    """The script most letters of `text` are written in, or "unknown" when it has none."""
-    return _dominant(*_letter_counts(text))
-
-
-def script_profile(text: str) -> dict[str, float]:
-    """Fraction of the letters of `text` in each script (Latin first, then as they appear)."""
-    return _profile(*_letter_counts(text))
-
-
-def _named_script(ch: str) -> str | None:
-    cp = ord(ch)
-    if _is_latin_cp(cp, 0x0250):
-        return None
-    return _block_script(cp)
-
-
-def _non_latin_words(text: str) -> list[str]:
-    """Runs of one named non-Latin script, 2+ letters, not capitalised (a name, a symbol or IPA
-    inside English prose is not a message in that script). Combining marks never split a run."""
-    words: list[str] = []
-    run: list[str] = []
-    run_script: str | None = None
-    for ch in text:
-        if unicodedata.combining(ch):
-            continue
-        script = _named_script(ch)
-        if script is not None and script == run_script:
-            run.append(ch)
-            continue
-        if run:
-            words.append("".join(run))
-        run, run_script = ([ch], script) if script is not None else ([], None)
-    if run:
-        words.append("".join(run))
-    return [w for w in words if len(w) >= 2 and not w[0].isupper()]
-
 
 def _non_latin_carries(fraction: float, letters: int) -> bool:
     return fraction >= NON_LATIN_FRACTION or (
@@ -273,145 +103,7 @@ def _non_latin_carries(fraction: float, letters: int) -> bool:
     )
 
 
-# ---------------------------------------------------------------- word lists (our own)
-
-
-def _words(text: str) -> frozenset[str]:
-    return frozenset(text.split())
-
-
-# Function words and common support-request words of each language. Which frequent words count,
-# and which stay out because a neighbour writes them too, is what decides a route, so those
-# choices follow the reference's (measured over `parity/lang/`, see its README): English leaves
-# out `a`, `de`, `en`, `no`, `me`, `he`, `or`, `so`, `also`, `an`, `am`, `by`, `her`, `thanks`;
-# the Romance lists leave out `de`, `a` and `no`; Dutch and Romanian keep a short core; Swedish
-# keeps the words Danish and Norwegian do not write the same way.
-_FUNCTION_WORDS: dict[str, frozenset[str]] = {
-    "en": _words(
-        """
-        the this that these those is are was were be been being have has does did done doing will
-        would shall should can could might must not and but if because while until than then when
-        where why how what which who whom with without within from into onto of to for at on in as
-        after before between through during down i you she it we they him his them my your yours
-        our their its there here please only very too never always already yet ever any some every
-        each many much few both nor doesn didn isn aren wasn weren haven hasn won wouldn couldn
-        dont doesnt didnt isnt wasnt havent wont ive youre thats whats
-        """
-    ),
-    "fr": _words(
-        """
-        le la les des une du au aux ce cette ces et ou mais donc est sont ont être je tu il elle
-        nous vous ils elles mon ton ma ta sa mes tes ses que qui pour dans sur avec pas plus très
-        bien tout tous toute fait veux veut peux peut dois doit deux trois jour jours mois fois
-        quand comment pourquoi alors merci bonjour suis ai avez avons été votre vos notre nos moi
-        chez aussi encore déjà jamais rien voudrais pouvez depuis après avant hier demain
-        """
-    ),
-    "de": _words(
-        """
-        der die das den dem ein eine einen einem einer und oder aber ist sind bin bist wurde werden
-        wird habe hat haben hatte ich wir mir mich dir dich uns sich mein meine meinen meinem meiner
-        diese dieser diesen dieses nicht mit für auf von zu zum zur im aus bei nach noch auch wie wo
-        wann warum welche bitte danke heute jetzt kann kannst können möchte muss gibt sehr schon nur
-        kein keine über ohne durch gegen unser in was
-        """
-    ),
-    "es": _words(
-        """
-        el la los las un una y que qué por para con sin como cómo cuando donde dónde porque aunque
-        pero es son está estoy soy fue fueron ser hay han hemos tiene tienen tengo puede pueden
-        quiero necesito se del al lo le les su sus mi tu nos yo ni dos tres este esta eso esto esa
-        ese todo nada algo más muy también ya nunca siempre sobre entre desde aquí hoy gracias
-        """
-    ),
-    "pt": _words(
-        """
-        o os as um uma e que para com por em do da dos das na nas nos ao aos pelo pela não nao é
-        são sao está estou estamos foi era ser sou tem tenho pode podem quero preciso gostaria eu
-        meu minha meus minhas seu sua nosso nossa você vocês voce voces vc vcs se mas como quando
-        onde porque mais muito já ja ainda agora hoje ontem depois antes então entao até tá pra
-        isso isto este esta aqui ali tudo nada dois três obrigado obrigada olá também tambem
-        consigo estava ficou fiz deu ninguém ninguem alguém alguem nenhum nenhuma
-        """
-    ),
-    "it": _words(
-        """
-        il lo la le gli un uno una e ed o che di da su per con tra fra non è si mi ci ne del della
-        dello dei degli delle nel nella nell negli sul sulla sulle dal dalla dallo dagli alla alle
-        agli col sono era stato stata ho hai ha abbiamo avete hanno devo deve devono voglio vorrei
-        mio mia tuo sua questo questa come quando dove perche perché anche più molto poco sempre
-        mai già ancora adesso oggi ieri grazie ciao scusa
-        """
-    ),
-    "nl": _words(
-        """
-        het een van is op te dat niet met voor zijn aan door maar ook naar deze worden wordt
-        """
-    ),
-    "sv": _words(
-        """
-        jag är och inte att från till också måste vill ska skulle behöver får gör göra här när två
-        mitt min mig om vi kommer upp utan nästa dessa detta säger hjälp hjälpa behover hjalp
-        hjalpa nar tva lösenord losenord återbetalning aterbetalning faktura kvittot appen fel paket
-        """
-    ),
-    "ro": _words(
-        """
-        și să este sunt care pentru din în dar după până fără ale lui fost acum vreau trebuie
-        foarte acest această acesta aceasta mi ți vă nu
-        """
-    ),
-    "bn": _words(
-        """
-        ami amar amake amra amader apni apnar apnake apnara tumi tomar tomake tomra tader ota eita
-        oita ekta ei oi ki keno kivabe kibhabe kothay kokhon kobe koto kintu jodi tahole ar theke
-        jonno sathe shathe diye niye moddhe kore korte korchi korsi korbo korechi koreche korun
-        koren korlam hobe hoyeche hoise hocche hoyni chai chaina lagbe parchi parbo parchina
-        peyechi paini dite dilam diyechi nai khub onek ekhon akhon ekhono abar ekbar duibar ajke
-        kalke taka bhalo valo kharap shomossa somossa dhonnobad bhai shob keu kichu bolte bolun
-        parben asbe jabe pabo ferot dorkar hoye geche gese
-        """
-    ),
-    "az": _words(
-        """
-        və ve bir bu üçün ucun ilə ile olan olub olmasa var yox yoxdur mən sən biz siz onlar daha
-        çox cox hər nə kimi görə sonra əgər eger deyil lakin amma ancaq artıq artiq də isə həm
-        yalnız yalniz
-        """
-    ),
-}
-# A word of several lists says "not English" without saying which language.
-_ALL_LISTED = Counter(w for words in _FUNCTION_WORDS.values() for w in words)
-# Words Danish and Norwegian share with Swedish: they say "Nordic", never "Swedish" by themselves.
-_NORDIC_SHARED = _words("hej ja nej jo tack mig min om kommer får skulle vi")
-_SHARED = frozenset(w for w, n in _ALL_LISTED.items() if n > 1) | _NORDIC_SHARED
-_ENGLISH_ONLY = _FUNCTION_WORDS["en"] - _SHARED
-# Foreign function words that are everyday English words too: a repeat of one is one piece of
-# evidence, not several ("do this, do that").
-_ENGLISH_LOOKALIKES = _words("come son do care todo im per plus") & frozenset(
-    w for lg, words in _FUNCTION_WORDS.items() if lg != "en" for w in words
-)
-# Two- and three-word Swedish requests that no other language writes this way.
-_SHORT_SWEDISH = _words(
-    """
-    lösenord losenord lösenordet losenordet glömt glomt glömde glomde behöver behover
-    återbetalning aterbetalning inloggning inloggningen betalningen fakturan kvitto kvittot
-    beställningen bestallningen leveransen prenumerationen abonnemanget felmeddelande
-    """
-)
-
-# Letters ordinary English text does not use (lowercase; text is lowercased before counting).
-_NON_ENGLISH_LETTERS = frozenset(
-    "àáâãäåæçèéêëìíîïñòóôõöøùúûüýÿœß"  # French, Spanish, Portuguese, Italian, German, Nordic
-    "ăşţșț"  # Romanian
-    "ąćęłńśźż"  # Polish
-    "čďěňřšťůž"  # Czech, Slovak
-    "őű"  # Hungarian
-    "ğı"  # Turkish
-    "āēģīķļņū"  # Latvian, Lithuanian
-    "đ"  # Croatian, Serbian Latin, Vietnamese
-    "ə"  # Azerbaijani
-)
+# ---------------------------------------------------------------- tokens
 
 _WORD = re.compile(r"[^\W\d_]+")
 # A token whose dot or @ sits between word characters names a thing (a domain, a mail address, a
@@ -477,7 +169,7 @@ def state_text(state: Any, max_chars: int = MAX_CHARS) -> str:
 
 def _diacritic_rate(text: str) -> float:
     lowered = text.lower()
-    return sum(ch in _NON_ENGLISH_LETTERS for ch in lowered) / max(1, len(lowered))
+    return sum(ch in NON_ENGLISH_LETTERS for ch in lowered) / max(1, len(lowered))
 
 
 def _english_outvotes_letters(words: list[str], rate: float) -> bool:
@@ -486,9 +178,9 @@ def _english_outvotes_letters(words: list[str], rate: float) -> bool:
     if rate >= ENGLISH_RESCUE_DIACRITIC_RATE:
         return False
     distinct = set(words)
-    if len(distinct & _ENGLISH_ONLY) < 2:
+    if len(distinct & ENGLISH_ONLY) < 2:
         return False
-    return sum(1 for w in distinct if not _NON_ENGLISH_LETTERS.isdisjoint(w)) <= 1
+    return sum(1 for w in distinct if not NON_ENGLISH_LETTERS.isdisjoint(w)) <= 1
 
 
 def _latin_profile(text: str, diagnostic: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -497,7 +189,7 @@ def _latin_profile(text: str, diagnostic: dict[str, Any] | None = None) -> dict[
     rate = _diacritic_rate(text)
     lettered = rate >= NON_EN_DIACRITIC_RATE
     distinct = set(words)
-    nordic = bool(distinct & _NORDIC_SHARED) and not distinct & _ENGLISH_ONLY
+    nordic = bool(distinct & NORDIC_SHARED) and not distinct & ENGLISH_ONLY
 
     def verdict(language: str | None, reason: str, hits: int, looks: bool) -> dict[str, Any]:
         if diagnostic is not None:
@@ -509,21 +201,21 @@ def _latin_profile(text: str, diagnostic: dict[str, Any] | None = None) -> dict[
             "looks_non_english": looks,
         }
 
-    if 1 < len(words) < 4 and distinct & _SHORT_SWEDISH:
+    if 1 < len(words) < 4 and distinct & SHORT_SWEDISH:
         return verdict("sv", "short_swedish", 0, lettered)
     if len(words) < 4:
         return verdict(None, "insufficient_words", 0, lettered or nordic)
 
     seen = Counter(words)
     scores = {
-        lg: sum(1 if w in _ENGLISH_LOOKALIKES else n for w, n in seen.items() if w in listed)
-        for lg, listed in _FUNCTION_WORDS.items()
+        lg: sum(1 if w in ENGLISH_LOOKALIKES else n for w, n in seen.items() if w in listed)
+        for lg, listed in FUNCTION_WORDS.items()
     }
     english = scores["en"]
     # Only a language with a word of its own may be named; shared words only add to its score.
     best_lg, best = None, 0
-    for lg, listed in _FUNCTION_WORDS.items():
-        if lg == "en" or not any(w not in _SHARED for w in distinct & listed):
+    for lg, listed in FUNCTION_WORDS.items():
+        if lg == "en" or not any(w not in SHARED for w in distinct & listed):
             continue
         if best_lg is None or scores[lg] > best:
             best_lg, best = lg, scores[lg]
@@ -566,7 +258,7 @@ def _caps_evidence(tokens: list[str], language: str, rate: float) -> bool:
         return False
     if rate >= NON_EN_DIACRITIC_RATE:
         return True
-    hits = {t.lower() for t in tokens} & _FUNCTION_WORDS.get(language, frozenset())
+    hits = {t.lower() for t in tokens} & FUNCTION_WORDS.get(language, frozenset())
     return any(len(w) >= SHOUTED_MIN_STOPWORD for w in hits)
 
 
@@ -579,13 +271,13 @@ def _blank_caps(text: str) -> str:
 
 def _analyse_text(text: str, diagnostic: dict[str, Any] | None = None) -> dict[str, Any]:
     """Detection of one flattened text, without the per-line and per-field rereads."""
-    others, latin = _letter_counts(text)
-    shares = _profile(others, latin)
-    script = _dominant(others, latin)
+    others, latin = letter_counts(text)
+    shares = script_shares(others, latin)
+    script = dominant_script(others, latin)
     non_latin = round(1.0 - shares.get("latin", 0.0), 4) if shares else 0.0
     non_latin_letters = round(non_latin * sum(ch.isalpha() for ch in text))
     carried = _non_latin_carries(non_latin, non_latin_letters)
-    if script == "latin" and carried and _non_latin_words(text):
+    if script == "latin" and carried and non_latin_words(text):
         script = max((s for s in shares if s != "latin"), key=lambda s: shares[s])
 
     def result(**fields: Any) -> dict[str, Any]:
@@ -658,7 +350,7 @@ def _line_language(line: str) -> str | None:
         return None
     if shouted and not _caps_evidence(tokens, language, float(view["diacritic_rate"])):
         return None
-    if len({t.lower() for t in tokens} & _FUNCTION_WORDS[language]) < 2:
+    if len({t.lower() for t in tokens} & FUNCTION_WORDS[language]) < 2:
         return None
     return language
 
@@ -706,7 +398,7 @@ def _foreign_value(text: str) -> tuple[dict[str, Any], int, str] | None:
             reason = "named_value"
         elif det["script"] not in ("latin", "unknown"):
             # a non-Latin name or symbol in an English field is not a message
-            if not (_non_latin_words(line) and sum(ch.isalpha() for ch in line) >= NON_LATIN_MIN_LETTERS):
+            if not (non_latin_words(line) and sum(ch.isalpha() for ch in line) >= NON_LATIN_MIN_LETTERS):
                 continue
             reason = "non_latin_value"
         elif det["diacritic_rate"] >= NON_EN_DIACRITIC_RATE and len(_WORD.findall(line)) >= 4:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from laya_onnx.core import lang
+from laya_onnx.core.lang_words import FUNCTION_WORDS
 from laya_onnx.parity.lang_corpus import CORPUS_DIR, load_corpus
 
 DEFAULTS = ("multilingual", "english")
@@ -102,7 +103,7 @@ def _word_differences(state: Any, reference_words: dict[str, set[str]]) -> list[
     """The words of the state that one side's list of a language counts and the other's does not."""
     words = Counter(_WORD.findall(lang.state_text(state).lower()))
     notes = []
-    for code, ours in lang._FUNCTION_WORDS.items():
+    for code, ours in FUNCTION_WORDS.items():
         theirs = reference_words.get(code, set())
         only_ours = sorted(w for w in words if w in ours and w not in theirs)
         only_theirs = sorted(w for w in words if w in theirs and w not in ours)

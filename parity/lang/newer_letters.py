@@ -1,4 +1,4 @@
-"""Print `laya_onnx.core.lang._NEWER_LETTERS`: the letters a Python 3.11 interpreter does not know.
+"""Print `laya_onnx.core.lang_scripts.NEWER_LETTERS`: the letters a Python 3.11 interpreter does not know.
 
 Run under CPython 3.11 (Unicode 14.0) with `unicodedataplus==16.0.0.post1` (Unicode 16.0), in a
 scratch venv (it is no dependency of laya-onnx):
