@@ -130,14 +130,18 @@ async def test_budget_validation(value, detail):
 
 @aio
 async def test_token_budget_env_caps_and_bad_values_fall_back(monkeypatch, caplog):
+    monkeypatch.setenv("LAYA_MAX_TOKEN_BUDGET", "2048")
     async with served() as c:
-        monkeypatch.setenv("LAYA_MAX_TOKEN_BUDGET", "2048")
         r, out = await post(c, URL, {**BODY, "max_len": 4096})
         assert out == {"detail": "max_len exceeds server limit (4096 > 2048)"}
-        monkeypatch.setenv("LAYA_MAX_TOKEN_BUDGET", "lots")
-        with caplog.at_level(logging.WARNING, "laya_onnx.serve"):
+        monkeypatch.setenv("LAYA_MAX_TOKEN_BUDGET", "4096")  # read once, when the app was built
+        r, out = await post(c, URL, {**BODY, "max_len": 4096})
+        assert out == {"detail": "max_len exceeds server limit (4096 > 2048)"}
+    monkeypatch.setenv("LAYA_MAX_TOKEN_BUDGET", "lots")
+    with caplog.at_level(logging.WARNING, "laya_onnx.serve"):
+        async with served() as c:
             r, _ = await post(c, URL, {**BODY, "max_len": 8192})
-        assert r.status == 200 and "invalid LAYA_MAX_TOKEN_BUDGET" in caplog.text
+    assert r.status == 200 and "invalid LAYA_MAX_TOKEN_BUDGET" in caplog.text
 
 
 @aio

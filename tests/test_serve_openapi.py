@@ -137,16 +137,17 @@ async def test_real_answers_validate_against_the_document(monkeypatch):
         r, body = await post(c, BATCH, {"states": ["a", "b"], "questions": BODY["questions"]})
         assert r.status == 200
         assert_valid(doc, "BatchResponse", body)
-        monkeypatch.setenv("LAYA_JEV_STRICT", "1")
-        r, body = await post(c, URL, BODY)
-        assert r.status == 200 and "routing" not in body
-        assert_valid(doc, "DecisionResponse", body)
-        monkeypatch.delenv("LAYA_JEV_STRICT")
         assert_valid(doc, "Health", await (await c.get("/health")).json())
         assert_valid(doc, "ModelList", await (await c.get("/v1/models")).json())
         r, body = await post(c, URL, b"{not json")
         assert r.status == 400
         assert_valid(doc, "Error", body)
+    monkeypatch.setenv("LAYA_JEV_STRICT", "1")  # read when the app is built
+    async with served(api_key=None) as c:
+        r, body = await post(c, URL, BODY)
+        assert r.status == 200 and "routing" not in body
+        assert_valid(doc, "DecisionResponse", body)
+    monkeypatch.delenv("LAYA_JEV_STRICT")
     async with served(api_key="k") as c:
         assert_valid(doc, "Health", await (await c.get("/health")).json())
         assert_valid(doc, "ModelList", await (await c.get("/v1/models")).json())

@@ -248,10 +248,10 @@ def test_wire_behaviour_matches_laya_serve(monkeypatch, tournament_group):
 
     async def compare():
         mismatches, registry_only, eliminated, n = [], 0, 0, 0
-        async with served() as ours:
-            with TestClient(reference.create_app(router)) as ref:
-                for strict in ("0", "1"):
-                    monkeypatch.setenv("LAYA_JEV_STRICT", strict)
+        for strict in ("0", "1"):
+            monkeypatch.setenv("LAYA_JEV_STRICT", strict)  # ours reads it when the app is built
+            async with served() as ours:
+                with TestClient(reference.create_app(router)) as ref:
                     for path, raw in _requests():
                         n += 1
                         data = raw.encode("utf-8", "surrogatepass")

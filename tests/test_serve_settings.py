@@ -89,6 +89,20 @@ def test_cli_serve_bad_port_exits_before_loading(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
+    ("name", "raw"),
+    [("LAYA_BATCH_WINDOW_MS", "soon"), ("LAYA_JEV_PROFILE", "openai"), ("LAYA_ROOT_PATH", "x")],
+)
+def test_cli_serve_bad_app_setting_exits_before_loading(monkeypatch, tmp_path, capsys, name, raw):
+    from laya_onnx.cli import main
+    from laya_onnx.cli.common import EXIT_USAGE
+
+    monkeypatch.setenv(name, raw)
+    assert main(["serve", str(tmp_path / "missing"), "--port", "1"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "invalid %s %r" % (name, raw) in err and "missing" not in err
+
+
+@pytest.mark.parametrize(
     ("raw", "max_loaded", "tournament_group"),
     [
         (None, None, 0),

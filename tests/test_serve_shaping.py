@@ -69,15 +69,16 @@ async def test_empty_questions_answer_empty():
 
 @aio
 async def test_strict_projection(monkeypatch):
-    async with served() as c:
-        for off in (None, "0", "no", ""):
-            if off is None:
-                monkeypatch.delenv("LAYA_JEV_STRICT", raising=False)
-            else:
-                monkeypatch.setenv("LAYA_JEV_STRICT", off)
+    for off in (None, "0", "no", ""):
+        if off is None:
+            monkeypatch.delenv("LAYA_JEV_STRICT", raising=False)
+        else:
+            monkeypatch.setenv("LAYA_JEV_STRICT", off)
+        async with served() as c:
             _, body = await post(c, URL, BODY)
             assert "routing" in body
-        monkeypatch.setenv("LAYA_JEV_STRICT", "1")
+    monkeypatch.setenv("LAYA_JEV_STRICT", "1")
+    async with served() as c:
         r, body = await post(c, URL, {**BODY, "min_confidence": 0.9})
         assert list(body) == ["model", "answers", "usage"]
         a = body["answers"]

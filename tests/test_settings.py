@@ -16,6 +16,7 @@ from laya_onnx.core.errors import ConfigError
 pytestmark = pytest.mark.usefixtures("no_laya_env")
 
 PACKAGE = Path(settings.__file__).resolve().parents[1]
+README = PACKAGE.parent / "serve" / "README.md"
 #: Readers that take any text: no value of theirs can be bad.
 TAKES_ANY_TEXT = {parsers.text, parsers.stripped, parsers.flag, parsers.name_list}
 #: One unreadable value per variable whose reader can refuse a value.
@@ -86,6 +87,16 @@ def test_the_check_sees_a_name_in_code_but_not_in_a_docstring(tmp_path):
     (pkg / "bad.py").write_text('import os\n\nN = os.environ.get("LAYA_THREADS")\nM = f"{N} LAYA_PORT"\n')
     found = variables_named_outside_the_table(pkg)
     assert [line.split(":")[:2] for line in found] == [["pkg/bad.py", "3"], ["pkg/bad.py", "4"]]
+
+
+def test_the_documentation_table_is_the_generated_one():
+    text = README.read_text(encoding="utf-8")
+    start = text.index("\n", text.index("<!-- settings table")) + 1
+    end = text.index("<!-- end of settings table -->")
+    assert text[start:end] == settings.markdown(), (
+        "serve/README.md's settings table is out of date: replace it with the output of "
+        "python -m laya_onnx.core.settings --markdown"
+    )
 
 
 def test_the_table_is_every_setting_once():

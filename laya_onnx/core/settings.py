@@ -224,7 +224,7 @@ PORT = _entry(
         parsers.int_range(1, 65535),
         8000,
         "refuse",
-        "bind port (the flag wins)",
+        "bind port, 1-65535 (the flag wins)",
         "serve",
         compat=True,
         flag="--port",
@@ -276,7 +276,7 @@ BODY_READ_TIMEOUT = _entry(
         parsers.seconds(),
         10.0,
         "ignore",
-        "seconds to deliver a body before 408",
+        "seconds (> 0) to deliver a body before 408",
         "serve",
         compat=True,
     )
@@ -287,7 +287,7 @@ MAX_TOKEN_BUDGET = _entry(
         parsers.positive_int,
         8192,
         "warn",
-        "cap on a request's `max_len` / `head_max_len`",
+        "cap on a request's `max_len` / `head_max_len` (a positive integer)",
         "serve",
         compat=True,
         fallback="falling back to 8192",
@@ -351,7 +351,7 @@ MAX_LOADED = _entry(
         parsers.positive_int,
         None,
         "ignore",
-        "several checkpoints: how many are resident at once",
+        "several checkpoints: how many are resident at once (a positive integer)",
         "serve",
         compat=True,
         shown_default="2",
@@ -424,7 +424,7 @@ IDLE_UNLOAD_SECONDS = _entry(
         parsers.idle_seconds,
         0.0,
         "warn",
-        "several checkpoints: after this long without a decision request every resident one is "
+        "several checkpoints: after this many seconds without a decision request every resident one is "
         "unloaded; the next request reloads its own",
         "serve",
         compat=True,
@@ -451,7 +451,7 @@ BATCH_WINDOW_MS = _entry(
         parsers.seconds(allow_zero=True, unit="milliseconds"),
         0.0,
         "refuse",
-        "micro-batching: a `/v1/systemone` request waits up to this long for others with the same "
+        "micro-batching, milliseconds >= 0: a `/v1/systemone` request waits up to this long for others with the same "
         "questions and the same `max_len`/`head_max_len`/`lang`/`min_confidence`; the group runs as "
         "one `predict_batch` (`laya_onnx/serve/microbatch.py`). Each caller gets its own answer (the "
         "one it would get alone, within fp32 rounding of the padding) or its own refusal: a group "
@@ -467,7 +467,7 @@ BATCH_MAX_REQUESTS = _entry(
         parsers.positive_int,
         32,
         "refuse",
-        "a micro-batch runs as soon as it holds this many requests",
+        "a micro-batch runs as soon as it holds this many requests (a positive integer)",
         "serve",
     )
 )
@@ -477,7 +477,7 @@ SHUTDOWN_GRACE_SECONDS = _entry(
         parsers.seconds(allow_zero=True),
         30.0,
         "refuse",
-        "seconds from SIGTERM/SIGINT to exit at most (the images set 8); see "
+        "seconds (>= 0) from SIGTERM/SIGINT to exit at most (the images set 8); see "
         "[Stopping](#stopping-sigterm-drains)",
         "serve",
     )
@@ -490,7 +490,7 @@ KEEPALIVE_TIMEOUT = _entry(
         parsers.seconds(),
         75.0,
         "refuse",
-        "seconds an idle connection (no request started) is kept open",
+        "seconds (> 0) an idle connection (no request started) is kept open",
         "serve",
     )
 )
@@ -500,7 +500,7 @@ HEADER_READ_TIMEOUT = _entry(
         parsers.seconds(),
         10.0,
         "refuse",
-        "seconds from a request's first byte to the end of its headers before a 408",
+        "seconds (> 0) from a request's first byte to the end of its headers before a 408",
         "serve",
     )
 )

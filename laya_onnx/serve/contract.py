@@ -117,7 +117,7 @@ class OneDecision:
     def payload(
         self, result: dict[str, Any], checkpoint: ServedCheckpoints, settings: Settings
     ) -> dict[str, Any]:
-        return _shape(settings, checkpoint.with_routing(result), settings.strict())
+        return _shape(settings, checkpoint.with_routing(result), settings.jev_strict)
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,7 @@ class BatchDecision:
     def payload(
         self, results: list[dict[str, Any]], checkpoint: ServedCheckpoints, settings: Settings
     ) -> dict[str, Any]:
-        strict = settings.strict()
+        strict = settings.jev_strict
         routed = [checkpoint.with_routing(r) for r in results]
         return {
             "results": [_shape(settings, r, strict) for r in routed],
@@ -155,7 +155,7 @@ def agent_controls(body: dict[str, Any], checkpoint: ServedCheckpoints, settings
     and `lang_guess` go to it too; one bundle has nothing to route, so they stop at the checks.
     """
     model = checkpoint.check_model(body.get("model"))
-    cap = settings.token_budget()
+    cap = settings.max_token_budget
     controls: dict[str, Any] = {}
     for key in ("max_len", "head_max_len"):
         value = v.budget(body, key, cap)
@@ -215,7 +215,7 @@ def parse_batch(
             len(states),
             len(questions),
             body.get("max_len"),
-            settings.batch_tokens(),
+            settings.max_batch_tokens,
             memory=v.pass_memory_of(agent),
         )
         if caller_size is not None:

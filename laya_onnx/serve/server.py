@@ -17,6 +17,7 @@ The order matters to an operator:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
@@ -34,7 +35,7 @@ from laya_onnx.core.errors import ConfigError
 from laya_onnx.serve.app import DRAIN, create_app
 from laya_onnx.serve.connection import LayaRequestHandler, handler_factory
 from laya_onnx.serve.logs import ACCESS_LOGGERS, configure_logging
-from laya_onnx.serve.settings import ServerLimits, resolve_host, resolve_port
+from laya_onnx.serve.settings import ServerLimits, Settings, resolve_host, resolve_port
 
 log = logging.getLogger("laya_onnx.serve")
 
@@ -49,6 +50,8 @@ class _Plan:
     """Everything decided before the model is loaded."""
 
     limits: ServerLimits
+    #: The app's settings, read here so a refused one stops the server before the model loads.
+    app_settings: Settings
     access_log: logging.Logger | None
     sockets: list[socket.socket]
 
@@ -103,14 +106,14 @@ def _cannot_listen(address: Any, exc: OSError) -> OSError:
     return OSError(exc.errno, "cannot listen on %s: %s" % (where, exc.strerror or exc))
 
 
-def _prepare(host: str | None, port: int | None) -> _Plan:
+def _prepare(host: str | None, port: int | None, overrides: dict[str, Any] | None = None) -> _Plan:
     host = resolve_host(host)
     port = resolve_port(port)
     level = settings.LOG_LEVEL.read()
     limits = ServerLimits.from_env()
-    settings.ROOT_PATH.read()  # refused here, before the model is loaded, rather than at create_app
+    app_settings = Settings.from_env(**(overrides or {}))
     access_log = configure_logging(level, limits.access_log)
-    return _Plan(limits=limits, access_log=access_log, sockets=_bind(host, port))
+    return _Plan(limits, app_settings, access_log, sockets=_bind(host, port))
 
 
 def is_models_dir(path: os.PathLike | str | None) -> bool:
@@ -177,12 +180,12 @@ def serve_agent(agent: Any, host: str | None = None, port: int | None = None, **
     For embedding a custom agent (and for the drain tests, which serve a deliberately slow one).
     `settings` go to `create_app`.
     """
-    _run(agent, _prepare(host, port), source=None, settings=settings)
+    _run(agent, _prepare(host, port, settings), source=None)
 
 
-def _run(agent: Any, plan: _Plan, source: str | None, settings: dict[str, Any] | None = None) -> None:
+def _run(agent: Any, plan: _Plan, source: str | None) -> None:
     try:
-        app = create_app(agent, **(settings or {}))
+        app = create_app(agent, **dataclasses.asdict(plan.app_settings))
     except BaseException:
         for sock in plan.sockets:
             sock.close()

@@ -63,6 +63,9 @@ _VARIABLES: dict[str, table.Setting[Any]] = {
     "max_concurrent": table.MAX_CONCURRENT,
     "body_read_timeout": table.BODY_READ_TIMEOUT,
     "root_path": table.ROOT_PATH,
+    "max_token_budget": table.MAX_TOKEN_BUDGET,
+    "max_batch_tokens": table.MAX_BATCH_TOKENS,
+    "jev_strict": table.JEV_STRICT,
     "tournament_group": table.TOURNAMENT_GROUP,
     "jev_profile": table.JEV_PROFILE,
     "batch_window_ms": table.BATCH_WINDOW_MS,
@@ -72,21 +75,20 @@ _VARIABLES: dict[str, table.Setting[Any]] = {
 
 @dataclass(frozen=True)
 class Settings:
-    """What one app instance runs with.
+    """What one app instance runs with, read once when the app is built (`create_app`).
 
-    `api_key`, `max_concurrent`, `body_read_timeout`, `root_path`, `tournament_group` and
-    `jev_profile` are fixed when the app is built. `max_token_budget`, `max_batch_tokens` and
-    `jev_strict` are read from the environment on every request unless given here, as laya-serve
-    reads them (http.md §4, "per request").
+    laya-serve reads its token budget, batch token budget and strict flag again on every request;
+    the environment of a running process does not change from outside, so reading them once
+    answers every request the same, and an unreadable value is reported once, at startup.
     """
 
     api_key: str | None = None
     max_concurrent: int = table.MAX_CONCURRENT.default
     body_read_timeout: float = table.BODY_READ_TIMEOUT.default
     root_path: str = ""
-    max_token_budget: int | None = None
-    max_batch_tokens: int | None = None
-    jev_strict: bool | None = None
+    max_token_budget: int = table.MAX_TOKEN_BUDGET.default
+    max_batch_tokens: int = table.MAX_BATCH_TOKENS.default
+    jev_strict: bool = False
     #: 0: narrow only choices over 100 options, with a group derived from the head budget.
     tournament_group: int = 0
     jev_profile: str | None = None
@@ -130,16 +132,7 @@ class Settings:
             values["api_key"] = None
         return cls(**values)
 
-    def token_budget(self) -> int:
-        return self.max_token_budget if self.max_token_budget is not None else table.MAX_TOKEN_BUDGET.read()
-
-    def batch_tokens(self) -> int:
-        return self.max_batch_tokens if self.max_batch_tokens is not None else table.MAX_BATCH_TOKENS.read()
-
     @property
     def jev(self) -> bool:
         """TypeSafe's Jev profile is on (error shapes, validation, confidence, `x_` fields)."""
         return self.jev_profile is not None
-
-    def strict(self) -> bool:
-        return self.jev_strict if self.jev_strict is not None else table.JEV_STRICT.read()
