@@ -41,3 +41,26 @@ def test_one_line_drops_the_prefixes_and_folds_whitespace():
     assert one_line("laya: a\n   b") == "a b"
     assert one_line(RuntimeWarning("laya-onnx: x")) == "x"
     assert one_line("plain") == "plain"
+
+
+def test_the_cli_reports_each_warning_once_as_one_line(bundle_factory, capfd, caplog, restored_warnings):
+    """`predict --providers cuda` on a CPU build: the fallback once, the random-weights bundle once,
+    as log lines, and no Python warning display on stderr (it used to print twice, once with
+    `cli.py:186:` and the source line)."""
+    import json
+
+    from laya_onnx.cli import main
+
+    request = json.dumps({"state": "x", "questions": {"r": {"type": "noul", "instructions": "R?"}}})
+    with caplog.at_level(logging.WARNING, logger="laya_onnx"):
+        assert (
+            main(
+                ["predict", str(bundle_factory("tiny-english")), "--providers", "cuda", "--request", request]
+            )
+            == 0
+        )
+    lines = [r.getMessage() for r in caplog.records if r.name == "laya_onnx"]
+    assert sum("CUDAExecutionProvider is not available" in line for line in lines) == 1
+    assert sum("holds random test weights" in line for line in lines) == 1
+    err = capfd.readouterr().err
+    assert "Warning:" not in err and ".py:" not in err and "ONNXAgent(" not in err

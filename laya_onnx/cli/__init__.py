@@ -18,6 +18,7 @@ from laya_onnx.cli import (
     bench,
     bench_memory,
     demo,
+    doctor,
     export,
     make_checkpoint,
     parity,
@@ -30,7 +31,19 @@ from laya_onnx.cli.common import EXIT_INTERRUPTED
 from laya_onnx.cli.errors import exit_status
 
 #: The commands, in the order `--help` lists them.
-COMMANDS = (make_checkpoint, export, predict, serve, score, parity, bench, serve_bench, bench_memory, demo)
+COMMANDS = (
+    make_checkpoint,
+    export,
+    predict,
+    serve,
+    score,
+    parity,
+    bench,
+    serve_bench,
+    bench_memory,
+    doctor,
+    demo,
+)
 
 DESCRIPTION = """\
 Run the Laya decision model (https://huggingface.co/convaiinnovations/laya) on ONNX Runtime,
@@ -69,8 +82,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def report_warnings() -> None:
+    """The library's warnings (a provider that fell back, a reduced-precision or random-weights
+    bundle, a state cut at max_len) as one `laya-onnx: warning: ...` line each on stderr, once,
+    without Python's file/line/source display (`laya_onnx.core.notices`)."""
+    import logging
+
+    from laya_onnx.core.notices import log_warnings
+
+    # A no-op where the host already configured logging (the server reconfigures it its own way)
+    logging.basicConfig(level=logging.WARNING, format="laya-onnx: %(levelname)s: %(message)s")
+    log_warnings()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    report_warnings()
     try:
         return args.run(args)
     except KeyboardInterrupt:

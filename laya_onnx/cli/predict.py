@@ -40,6 +40,13 @@ def run(args: argparse.Namespace) -> int:
     request = read_json_argument(args.request, "--request")
     if not isinstance(request, dict) or "state" not in request or "questions" not in request:
         raise UsageError("--request must be a JSON object with 'state' and 'questions'")
+    if request["questions"] == {}:
+        # The library answers no questions with no answers (as laya does); a command asked
+        # nothing has been given a request that cannot be what its user meant.
+        raise UsageError(
+            "--request has no questions: add at least one, e.g. "
+            '"questions": {"refund": {"type": "noul", "instructions": "Does the user ask for a refund?"}}'
+        )
     agent = ONNXAgent(
         args.bundle,
         providers=args.providers,
