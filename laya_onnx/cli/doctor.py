@@ -15,8 +15,6 @@ from typing import Any
 
 from laya_onnx.cli.common import EXIT_OK
 
-GIB = 1 << 30
-
 
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
