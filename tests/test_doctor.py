@@ -66,3 +66,33 @@ def test_predict_refuses_a_request_with_no_questions(bundle_factory, capsys):
     request = json.dumps({"state": "I was charged twice", "questions": {}})
     assert main(["predict", str(bundle_factory("tiny-english")), "--request", request]) == 2
     assert "--request has no questions: add at least one" in capsys.readouterr().err
+
+
+def test_refusals_point_to_what_answers_them():
+    """The text stays the reference's; the note (shown by the CLI) names the feature that answers."""
+    from laya_onnx.cli.errors import exit_status, install_hint
+    from laya_onnx.core.errors import InvalidRequest
+    from laya_onnx.core.sequences import add_note
+
+    refusal = InvalidRequest("question 'q': only 40 of its 150 option markers fit in max_len=512 ...")
+    add_note(
+        refusal, "A choice with many options can be answered by elimination: predict(..., tournament=True)."
+    )
+    status, message = exit_status(refusal)
+    assert (
+        status == 2
+        and message.endswith("predict(..., tournament=True).")
+        and str(refusal).startswith("question")
+    )
+    missing = ModuleNotFoundError("No module named 'ray'", name="ray")
+    assert "pip install 'laya-onnx[ray]'" in exit_status(missing)[1]
+    assert install_hint("numpy") == ""
+
+
+def test_the_demo_hint_is_the_command_as_typed(monkeypatch):
+    from laya_onnx.cli.common import invocation
+
+    monkeypatch.setattr("sys.argv", [".venv/bin/laya-onnx", "demo"])
+    assert invocation() == ".venv/bin/laya-onnx"
+    monkeypatch.setattr("sys.argv", ["/x/laya_onnx/__main__.py", "demo"])
+    assert invocation().endswith(" -m laya_onnx")

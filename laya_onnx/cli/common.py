@@ -17,6 +17,20 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 _UNDECODED = re.compile("[\ud800-\udfff]")
 
 
+def invocation() -> str:
+    """How this command was started, for a hint the user can paste as printed: the script's path as
+    typed (`.venv/bin/laya-onnx` works without an active venv), or `python -m laya_onnx`."""
+    import os
+    import shlex
+
+    script = sys.argv[0] if sys.argv else ""
+    if os.path.basename(script) == "laya-onnx":
+        return shlex.quote(script)
+    if script.endswith("__main__.py"):
+        return "%s -m laya_onnx" % shlex.quote(sys.executable)
+    return "laya-onnx"
+
+
 class UsageError(ValueError):
     """A command-line argument that cannot be used (exit 2)."""
 

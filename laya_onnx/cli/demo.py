@@ -11,7 +11,7 @@ import json
 import time
 from pathlib import Path
 
-from laya_onnx.cli.common import EXIT_OK
+from laya_onnx.cli.common import EXIT_OK, invocation
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -58,5 +58,5 @@ def run(args: argparse.Namespace) -> int:
         f"(a tiny random checkpoint: the answers exercise the pipeline, they mean nothing):"
     )
     print(json.dumps(result, indent=2, ensure_ascii=False))
-    print(f"\nserve it:  laya-onnx serve {bundle} --port 8000")
+    print(f"\nserve it:  {invocation()} serve {bundle} --port 8000")
     return EXIT_OK

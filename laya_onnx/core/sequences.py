@@ -221,11 +221,17 @@ def build_row(
     # Every marker lies inside the head, so all fit when the head does.
     markers = list(head.markers) if len(head.ids) <= max_len else [m for m in head.markers if m < max_len]
     if len(markers) != head.options["options"]:
-        raise InvalidRequest(
+        refusal = InvalidRequest(
             "question %r: only %d of its %d option markers fit in max_len=%d with "
             "head_max_len=%d spent on the question; lower head_max_len, raise max_len, "
             "or use fewer options" % (q.qid, len(markers), head.options["options"], max_len, head_max_len)
         )
+        # The text is laya's own (refusals must match it); the note names what answers it here.
+        add_note(
+            refusal,
+            "A choice with many options can be answered by elimination: predict(..., tournament=True).",
+        )
+        raise refusal
     stats = {
         "state_tokens": len(tokens),
         "state_tokens_used": len(kept),
@@ -233,6 +239,13 @@ def build_row(
         "truncated": len(kept) < len(tokens),
     }
     return Row(qid=q.qid, ids=ids, markers=markers, qtype=q.qtype, options=head.options, state_stats=stats)
+
+
+def add_note(exc: BaseException, note: str) -> None:
+    """`BaseException.add_note` (Python 3.11), also on 3.10: a hint beside a message that must stay
+    the reference's own text."""
+    notes = list(getattr(exc, "__notes__", None) or [])
+    exc.__notes__ = [*notes, note]  # type: ignore[attr-defined]
 
 
 def encode_state(
