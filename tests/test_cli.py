@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import argparse
 import errno
 import io
 import json
@@ -22,10 +23,20 @@ from laya_onnx.cli.errors import exit_status
 REQUEST = {"state": "I was charged twice", "questions": {"r": {"type": "noul", "instructions": "Refund?"}}}
 
 
+def _choices(parser):
+    sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    return {} if sub is None else sub.choices
+
+
 def _subcommands():
-    parser = build_parser()
-    sub = next(a for a in parser._actions if a.dest == "command")
-    return sub.choices
+    return _choices(build_parser())
+
+
+def _parsers(parser=None, path=()):
+    """Every parser that takes options, by its command words: ("bench", "http") and so on."""
+    for name, sub in _choices(parser or build_parser()).items():
+        yield (*path, name), sub
+        yield from _parsers(sub, (*path, name))
 
 
 def test_version(capsys):
@@ -35,11 +46,13 @@ def test_version(capsys):
     assert capsys.readouterr().out.strip() == f"laya-onnx {__version__}"
 
 
-@pytest.mark.parametrize("command", sorted(_subcommands()))
-def test_every_option_says_what_it_does(command):
-    parser = _subcommands()[command]
+_ALL_PARSERS = sorted(_parsers())
+
+
+@pytest.mark.parametrize("words, parser", _ALL_PARSERS, ids=[" ".join(words) for words, _ in _ALL_PARSERS])
+def test_every_option_says_what_it_does(words, parser):
     for action in parser._actions:
-        assert action.help and action.help.strip(), f"{command} {action.option_strings or action.dest}"
+        assert action.help and action.help.strip(), f"{words} {action.option_strings or action.dest}"
 
 
 def test_top_level_help_speaks_to_a_user(capsys):
@@ -58,7 +71,7 @@ BLOCKED_HELP = textwrap.dedent("""
 
     class Block:
         def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] in ("torch", "transformers", "onnx", "aiohttp", "laya"):
+            if name.split(".")[0] in ("torch", "transformers", "onnx", "onnxruntime", "aiohttp", "laya"):
                 raise ImportError("blocked in this test: " + name)
 
     sys.meta_path.insert(0, Block())
@@ -67,18 +80,59 @@ BLOCKED_HELP = textwrap.dedent("""
 """)
 
 
+def _blocked_help(*words):
+    proc = subprocess.run(
+        [sys.executable, "-c", BLOCKED_HELP, *words, "--help"], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
 def test_help_lists_the_presets_without_torch():
     from laya_onnx.checkpoints.presets import PRESETS
 
-    proc = subprocess.run(
-        [sys.executable, "-c", BLOCKED_HELP, "make-checkpoint", "--help"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
+    out = _blocked_help("make-checkpoint")
     for name in PRESETS:
-        assert name in proc.stdout
+        assert name in out
+
+
+def test_help_imports_neither_torch_nor_onnxruntime_nor_aiohttp():
+    from laya_onnx.bench.http import DEFAULT_DEADLINE_S
+
+    assert "0.15" in _blocked_help("export")  # the int8 gate, read from the exporter's table
+    assert f"default {DEFAULT_DEADLINE_S}" in _blocked_help("bench", "http")
+    for words in (("bench",), ("bench", "agent"), ("bench", "saturate"), ("bench", "memory"), ("serve",)):
+        _blocked_help(*words)
+
+
+def test_help_defaults_are_the_modules_own(monkeypatch):
+    """What --help says a default is comes from the constant the code runs with."""
+    from laya_onnx.bench import agent, http, memory, saturate
+    from laya_onnx.export import precision
+
+    monkeypatch.setattr(http, "DEFAULT_DEADLINE_S", 12.5)
+    monkeypatch.setattr(http, "DEFAULT_CLIENT_COUNTS", (2, 4))
+    monkeypatch.setattr(saturate, "DEFAULT_CLIENTS", 7)
+    monkeypatch.setattr(agent, "DEFAULT_REPEATS", 9)
+    monkeypatch.setattr(memory, "DEFAULT_TOKENS", 1234)
+    monkeypatch.setitem(precision.GATES, "int8", precision.Gate(max_abs_dp=0.33, min_agreement=0.77))
+    monkeypatch.setattr(
+        precision, "DEFAULT_INT8_PLAN", precision.Int8Plan(keep_fp32=("mlp.Wo",), weight_bits=7)
+    )
+    parsers = dict(_parsers())
+
+    def option(words, flag):
+        return next(a for a in parsers[words]._actions if flag in a.option_strings)
+
+    assert option(("bench", "http"), "--deadline").default == 12.5
+    assert option(("bench", "http"), "--clients").default == "2,4"
+    assert option(("bench", "saturate"), "--clients").default == 7
+    assert option(("bench", "agent"), "--repeats").default == 9
+    assert option(("bench", "memory"), "--tokens").default == 1234
+    assert "int8 0.33" in option(("export",), "--gate-max-dp").help
+    assert "int8 0.77" in option(("export",), "--gate-min-agreement").help
+    assert "(default: mlp.Wo)" in option(("export",), "--int8-keep-fp32").help
+    assert "(default: 7)" in option(("export",), "--int8-weight-bits").help
 
 
 # -- reading --request ---------------------------------------------------------------------------
@@ -223,10 +277,34 @@ def test_a_bug_keeps_its_traceback():
     assert exit_status(AttributeError("'NoneType' object has no attribute 'x'")) is None
 
 
-def test_bench_serve_refuses_bad_clients_and_deadline(capsys):
+def test_bench_http_refuses_bad_clients_and_deadline(capsys):
     # Refused before any request is sent: nothing listens on this URL.
     url = "http://127.0.0.1:9"
-    status, out = _run(capsys, ["bench", "--serve", url, "--clients", "0,8"])
-    assert status == EXIT_USAGE and "--clients must be a comma list" in out.err
-    status, out = _run(capsys, ["bench", "--serve", url, "--deadline", "0"])
+    for clients in ("0,8", "1,x", ","):
+        status, out = _run(capsys, ["bench", "http", url, "--clients", clients])
+        assert status == EXIT_USAGE
+        assert out.err.startswith("laya-onnx bench http: error: --clients must be a comma list")
+    status, out = _run(capsys, ["bench", "http", url, "--deadline", "0"])
     assert status == EXIT_USAGE and "--deadline must be a positive number of seconds" in out.err
+
+
+def test_bench_refuses_unknown_workloads_and_configurations(capsys, tmp_path):
+    status, out = _run(
+        capsys, ["bench", "agent", str(tmp_path), str(tmp_path), "--workloads", "readme-1x3,nope"]
+    )
+    assert status == EXIT_USAGE
+    assert out.err.startswith(
+        "laya-onnx bench agent: error: --workloads: unknown nope; choose from readme-1x3"
+    )
+    status, out = _run(capsys, ["bench", "memory", str(tmp_path), "--only", "after,nope"])
+    assert status == EXIT_USAGE
+    assert out.err.startswith("laya-onnx bench memory: error: --only: unknown nope; choose from after")
+
+
+@pytest.mark.parametrize("old", [["serve-bench", "B"], ["bench-memory", "B"], ["bench", "--serve", "URL"]])
+def test_every_measurement_is_under_bench(old, capsys):
+    assert set(_choices(_subcommands()["bench"])) == {"agent", "http", "saturate", "memory"}
+    assert not any("bench" in name and name != "bench" for name in _subcommands())
+    with pytest.raises(SystemExit) as exit_:
+        main(old)
+    assert exit_.value.code == EXIT_USAGE

@@ -1,4 +1,4 @@
-"""The server saturated: `serve-bench`'s machinery against an agent with a fixed pass time.
+"""The server saturated: `bench saturate`'s machinery against an agent with a fixed pass time.
 
 More clients than admission slots post for a few seconds while `/health` is polled; the
 figures (throughput, 503s, /health p50/p99, gateway overhead) are printed — `pytest -s` shows
@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("aiohttp")
 pytest.importorskip("prometheus_client")
 
-from laya_onnx.bench.http import bench_app
+from laya_onnx.bench.saturate import bench_app
 from laya_onnx.serve import create_app
 from laya_onnx.serve.metrics import METRICS
 from tests.serve_support import FakeAgent, Q

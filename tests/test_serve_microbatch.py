@@ -168,7 +168,7 @@ async def test_int8_callers_get_exactly_their_alone_answer(lowered, bundle_facto
 
 
 @aio
-async def test_bench_serve_mode_drives_a_running_server_at_each_client_count():
+async def test_bench_http_drives_a_running_server_at_each_client_count():
     agent = FakeAgent()
     async with listening(agent, batch_window_ms=20, max_concurrent=8) as live:
         url = "http://127.0.0.1:%d" % live.port

@@ -1,4 +1,4 @@
-"""`laya-onnx bench`: speed against the reference, as ratios measured in one run, interleaved.
+"""`laya-onnx bench agent`: speed against the reference, as ratios measured in one run, interleaved.
 
 Absolute times drift 20-30% on shared machines within minutes; alternating ours and the
 reference call by call and reporting the ratio of medians cancels most of that drift. Every
@@ -64,6 +64,8 @@ WORKLOADS: dict[str, tuple[list[Any], dict[str, Any], str]] = {
     ),
 }
 DEFAULT_WORKLOADS = ("readme-1x3", "state80-1x3", "short-1x1", "batch-32x3")
+#: Timed calls per runtime and workload.
+DEFAULT_REPEATS = 10
 REFERENCE = "reference"
 
 
@@ -198,7 +200,7 @@ def child_peak_rss(
 def run_bench(
     checkpoint: str | Path,
     bundles: str | Path | Sequence[str | Path],
-    repeats: int = 10,
+    repeats: int = DEFAULT_REPEATS,
     threads: int | None = None,
     workloads: Sequence[str] | None = None,
     rss: bool = True,

@@ -1,8 +1,8 @@
-"""`laya-onnx serve-bench`: the server under saturation, measured from outside and from inside.
+"""`laya-onnx bench http URL`: a running server under load, and the HTTP clients every server
+measurement runs.
 
-The server runs on this process's event loop, on 127.0.0.1; the load comes from two child
-processes (this module run with `python -m`), so client-side work never competes with the
-server for the interpreter lock:
+The clients run in child processes (this module run with `python -m`), so client-side work never
+competes with a server in the parent for the interpreter lock:
 
   * `load`: N clients post the same decision body as fast as they are answered, each request
     with a deadline; a 503 is counted (with or without `Retry-After`) and retried after a
@@ -10,13 +10,9 @@ server for the interpreter lock:
     server stays saturated;
   * `probe`: one client polls `/health` at a fixed interval and times every answer.
 
-Phases: `sequential` (one client: the gateway's own cost with nothing queued), then
-`saturated` (N clients). Inside the server a recording middleware takes, for every successful
-decision, the wall time of our code, the wait for the inference worker and the pass itself;
-the gateway overhead is wall − wait − pass: routing, auth, admission, body read, checks,
-shaping, rendering and the hand-off to and from the worker thread.
-
-Figures are printed, never asserted: timing on a shared machine is not a pass/fail test.
+aiohttp (the serve extra) is imported where a client runs, so `laya-onnx bench --help` reads the
+defaults here without it. Figures are printed, never asserted: timing on a shared machine is not
+a pass/fail test.
 """
 
 from __future__ import annotations
@@ -28,14 +24,10 @@ import math
 import sys
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector, web
-
 from laya_onnx.bench.sample import README_REQUEST
-from laya_onnx.core import settings as core_settings
-from laya_onnx.serve.keys import INFERENCE_MS, QUEUE_WAIT_MS
 
 DECISION_PATH = "/v1/systemone"
 HEALTH_PATH = "/health"
@@ -45,8 +37,9 @@ DEFAULT_DEADLINE_S = 10.0
 #: retries sooner so the admission bound is what it measures, not the clients' patience).
 DEFAULT_RETRY_PAUSE_S = 0.05
 DEFAULT_PROBE_INTERVAL_S = 0.02
-#: Time given to the two children to start their interpreters before their common window opens.
-CHILD_START_S = 3.0
+#: `drive_server`: the concurrent client counts, one run each, and each run's length.
+DEFAULT_CLIENT_COUNTS = (1, 8, 32)
+DEFAULT_SECONDS = 10.0
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -70,9 +63,6 @@ def summary_ms(values: list[float]) -> dict[str, Any]:
     }
 
 
-# -- client side (child processes) --------------------------------------------------------
-
-
 async def _wait_until(epoch: float | None) -> None:
     """Both children start their windows at the same wall-clock instant, whichever of them
     finished starting its interpreter first."""
@@ -90,6 +80,8 @@ async def generate_load(
     start_at: float | None = None,
 ) -> dict[str, Any]:
     """`clients` concurrent posters for `seconds`; every request answered, refused or timed out."""
+    from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector
+
     await _wait_until(start_at)
     statuses: Counter[int] = Counter()
     errors: Counter[str] = Counter()
@@ -99,7 +91,7 @@ async def generate_load(
     stop_at = loop.time() + seconds
     headers = {"Content-Type": "application/json"}
 
-    async def client(session: ClientSession) -> None:
+    async def client(session: Any) -> None:
         nonlocal no_retry_after, hung
         while loop.time() < stop_at:
             start = time.perf_counter()
@@ -147,6 +139,8 @@ async def probe_health(
     start_at: float | None = None,
 ) -> dict[str, Any]:
     """Time `GET /health` every `interval_s` for `seconds`."""
+    from aiohttp import ClientSession, ClientTimeout
+
     await _wait_until(start_at)
     statuses: Counter[int] = Counter()
     latencies: list[float] = []
@@ -171,40 +165,8 @@ async def probe_health(
     }
 
 
-# -- server side ----------------------------------------------------------------------------
-
-
-def record_decisions(app: web.Application) -> list[dict[str, float]]:
-    """Add an outermost middleware that records every successful decision's timings (ms).
-
-    Must run before the app starts (aiohttp freezes the middleware list then).
-    """
-    samples: list[dict[str, float]] = []
-
-    @web.middleware
-    async def recorder(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]):
-        start = time.perf_counter()
-        response = await handler(request)
-        inference, queue = request.get(INFERENCE_MS), request.get(QUEUE_WAIT_MS)
-        if response.status == 200 and inference is not None and queue is not None:
-            wall = (time.perf_counter() - start) * 1000.0
-            samples.append({"wall": wall, "queue": queue, "inference": inference})
-        return response
-
-    app.middlewares.insert(0, recorder)
-    return samples
-
-
-def server_figures(samples: list[dict[str, float]]) -> dict[str, Any]:
-    return {
-        "wall_ms": summary_ms([s["wall"] for s in samples]),
-        "queue_wait_ms": summary_ms([s["queue"] for s in samples]),
-        "inference_ms": summary_ms([s["inference"] for s in samples]),
-        "gateway_overhead_ms": summary_ms([s["wall"] - s["queue"] - s["inference"] for s in samples]),
-    }
-
-
-async def _child(*args: str, stdin: bytes | None = None, timeout: float) -> dict[str, Any]:
+async def run_child(*args: str, stdin: bytes | None = None, timeout: float) -> dict[str, Any]:
+    """Run this module as a child process (`load` or `probe`, see `_main`) and read its JSON."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -225,82 +187,15 @@ async def _child(*args: str, stdin: bytes | None = None, timeout: float) -> dict
     return json.loads(out)
 
 
-async def bench_app(
-    app: web.Application,
-    body: Any,
-    clients: int = 16,
-    seconds: float = 5.0,
-    sequential_seconds: float = 2.0,
-    deadline_s: float = DEFAULT_DEADLINE_S,
-) -> dict[str, Any]:
-    """Serve `app` on 127.0.0.1 and run both phases against it; returns every figure."""
-    samples = record_decisions(app)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    url = "http://127.0.0.1:%d" % port
-    payload = json.dumps(body).encode("utf-8")
-    # Generous: a child's interpreter start plus its window plus one deadline.
-    limit = 30.0 + deadline_s
-    out: dict[str, Any] = {"clients": clients}
-    try:
-        window = [url, "1", str(sequential_seconds), str(deadline_s), "0"]
-        seq = await _child("load", *window, stdin=payload, timeout=limit + sequential_seconds)
-        out["sequential"] = {"client": seq, "server": server_figures(samples)}
-        samples.clear()
-        start_at = str(time.time() + CHILD_START_S)
-        load, probe = await asyncio.gather(
-            _child(
-                "load",
-                url,
-                str(clients),
-                str(seconds),
-                str(deadline_s),
-                start_at,
-                stdin=payload,
-                timeout=limit + seconds,
-            ),
-            _child("probe", url, str(seconds), str(deadline_s), start_at, timeout=limit + seconds),
-        )
-        out["saturated"] = {"client": load, "health": probe, "server": server_figures(samples)}
-    finally:
-        await runner.cleanup()
-    return out
-
-
-def run_serve_bench(
-    bundle: str,
-    clients: int = 16,
-    seconds: float = 5.0,
-    max_concurrent: int | None = None,
-    providers: list[str] | None = None,
-    threads: int | None = None,
-) -> dict[str, Any]:
-    """`laya-onnx serve-bench`: the README request against `bundle`, served in this process."""
-    from laya_onnx import ONNXAgent
-    from laya_onnx.serve.app import create_app
-
-    options: dict[str, Any] = {"threads": threads} if threads else {}
-    agent = ONNXAgent(bundle, providers=providers, **options)
-    settings = {"max_concurrent": max_concurrent} if max_concurrent else {}
-    app = create_app(agent, **settings)
-    figures = asyncio.run(bench_app(app, README_REQUEST, clients=clients, seconds=seconds))
-    figures["providers"] = agent.providers
-    figures["max_concurrent"] = max_concurrent or core_settings.MAX_CONCURRENT.env
-    return figures
-
-
 def drive_server(
     url: str,
-    clients: list[int],
-    seconds: float = 10.0,
+    clients: Sequence[int] = DEFAULT_CLIENT_COUNTS,
+    seconds: float = DEFAULT_SECONDS,
     body: Any = None,
     deadline_s: float = DEFAULT_DEADLINE_S,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """`laya-onnx bench --serve URL`: load a server that is already running (another process,
+    """`laya-onnx bench http URL`: load a server that is already running (another process,
     started with the settings under test) with each client count in turn, posting `body`
     (default the README request) for `seconds` each; throughput and latency per count."""
 

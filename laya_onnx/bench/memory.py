@@ -6,7 +6,7 @@ The scenario is the memory report's (`POST /v1/systemone/batch` with 2 states of
 is its own: idle RSS after loading and a warm-up request, peak RSS during `repeats` calls, RSS
 after them, and the median call time.
 
-    laya-onnx bench-memory BUNDLE [--unfused BUNDLE] [--checkpoint CKPT] [--tokens 4096] [--arena]
+    laya-onnx bench memory BUNDLE [--unfused BUNDLE] [--checkpoint CKPT] [--tokens 4096] [--arena]
 
 Configurations: `after` (BUNDLE as the runtime now runs it: budgeted passes, arena released
 after large calls), `before` (the `--unfused` bundle with no budget and the arena kept: the
@@ -28,6 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from laya_onnx.bench.sample import README_REQUEST
+
+#: Every configuration, in the order they run (see the module doc).
+CONFIGS = ("after", "before", "unfused+release", "reference")
+#: The batch: states, words per state, the request's max_len; and timed calls per configuration.
+DEFAULT_STATES = 2
+DEFAULT_WORDS = 7000
+DEFAULT_TOKENS = 4096
+DEFAULT_REPEATS = 3
 
 QUESTIONS = {
     "pick": {
@@ -82,10 +90,10 @@ def run_memory_bench(
     *,
     unfused: os.PathLike | str | None = None,
     checkpoint: os.PathLike | str | None = None,
-    states: int = 2,
-    words: int = 7000,
-    tokens: int = 4096,
-    repeats: int = 3,
+    states: int = DEFAULT_STATES,
+    words: int = DEFAULT_WORDS,
+    tokens: int = DEFAULT_TOKENS,
+    repeats: int = DEFAULT_REPEATS,
     only: list[str] | None = None,
     timeout: float = 900.0,
 ) -> dict[str, Any]:
@@ -98,7 +106,7 @@ def run_memory_bench(
     if only is not None:
         unknown = sorted(set(only) - {name for name, _ in configs})
         if unknown:
-            raise ValueError(f"bench-memory: no configuration {unknown} with the bundles given")
+            raise ValueError(f"bench memory: no configuration {unknown} with the bundles given")
         configs = [(name, path) for name, path in configs if name in only]
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parents[2])
@@ -109,7 +117,7 @@ def run_memory_bench(
         cmd += [str(states), str(words), str(tokens), str(repeats)]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
         if proc.returncode != 0:
-            raise RuntimeError(f"bench-memory {config} failed: {proc.stderr.strip()[-2000:]}")
+            raise RuntimeError(f"bench memory {config} failed: {proc.stderr.strip()[-2000:]}")
         rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     return {"states": states, "words": words, "max_len": tokens, "repeats": repeats, "results": rows}
 
@@ -158,7 +166,7 @@ def _arena_child(config: str, graph: str, small_runs: int, large_runs: int) -> d
     import onnxruntime as ort
 
     from laya_onnx.core.bundle import GRAPH_OUTPUTS
-    from laya_onnx.core.memory import _probe_feeds, process_memory
+    from laya_onnx.core.memory import probe_feeds, process_memory
     from laya_onnx.core.session import GraphSession, trim_heap
 
     if config in ("runtime", "release-every-pass"):
@@ -179,12 +187,12 @@ def _arena_child(config: str, graph: str, small_runs: int, large_runs: int) -> d
             if config == "arena-off" and large:
                 trim_heap()
 
-    run(_probe_feeds(1, 8), False)
+    run(probe_feeds(1, 8), False)
     idle = process_memory()["VmRSS"]
     out: dict[str, Any] = {"config": config}
     for name, runs in (("small", small_runs), ("large", large_runs)):
         rows, length = ARENA_SHAPES[name]
-        feeds = _probe_feeds(rows, length)
+        feeds = probe_feeds(rows, length)
         run(feeds, name == "large")  # first run of a shape: one-off costs
         cpu = []
         for _ in range(runs):

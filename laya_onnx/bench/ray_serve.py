@@ -3,7 +3,7 @@
     python -m laya_onnx.bench.ray_serve BUNDLE [--config serve/ray/serve-config.yaml]
         [--replicas 2] [--clients 16] [--seconds 8] [--rounds 3]
 
-Both fronts are up for the whole run; each round loads one, then the other, with loadbench's
+Both fronts are up for the whole run; each round loads one, then the other, with `laya_onnx.bench.http`'s
 load generator (a child process posting the README request as fast as it is answered, 503s
 retried), so the ratio of each round is taken under the same box noise. The Ray side is the
 config file (its port, bundle and replica count replaced), on a local Ray instance with this
@@ -27,7 +27,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from laya_onnx.bench.http import DEFAULT_DEADLINE_S, _child
+from laya_onnx.bench.http import DEFAULT_DEADLINE_S, run_child
 from laya_onnx.bench.sample import README_REQUEST
 from laya_onnx.core import settings
 
@@ -80,7 +80,7 @@ def _descendants(root: int) -> list[int]:
 
 def _load(url: str, payload: bytes, clients: int, seconds: float) -> dict[str, Any]:
     window = [url, str(clients), str(seconds), str(DEFAULT_DEADLINE_S), "0"]
-    return asyncio.run(_child("load", *window, stdin=payload, timeout=60.0 + seconds + DEFAULT_DEADLINE_S))
+    return asyncio.run(run_child("load", *window, stdin=payload, timeout=60.0 + seconds + DEFAULT_DEADLINE_S))
 
 
 def _ray_config(config: Path, bundle: str, port: int, replicas: int, out: Path) -> Path:

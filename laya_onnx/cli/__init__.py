@@ -14,36 +14,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from laya_onnx.cli import (
-    bench,
-    bench_memory,
-    demo,
-    doctor,
-    export,
-    make_checkpoint,
-    parity,
-    predict,
-    score,
-    serve,
-    serve_bench,
-)
+from laya_onnx.cli import bench, demo, doctor, export, make_checkpoint, parity, predict, score, serve
 from laya_onnx.cli.common import EXIT_INTERRUPTED
 from laya_onnx.cli.errors import exit_status
 
 #: The commands, in the order `--help` lists them.
-COMMANDS = (
-    make_checkpoint,
-    export,
-    predict,
-    serve,
-    score,
-    parity,
-    bench,
-    serve_bench,
-    bench_memory,
-    doctor,
-    demo,
-)
+COMMANDS = (make_checkpoint, export, predict, serve, score, parity, bench, doctor, demo)
 
 DESCRIPTION = """\
 Run the Laya decision model (https://huggingface.co/convaiinnovations/laya) on ONNX Runtime,
@@ -78,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"laya-onnx {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
-        command.add_parser(sub).set_defaults(run=command.run)
+        parser = command.add_parser(sub)
+        parser.set_defaults(run=command.run, prog=parser.prog)
     return p
 
 
@@ -110,5 +87,5 @@ def main(argv: list[str] | None = None) -> int:
         if reported is None:
             raise
         status, message = reported
-        print(f"laya-onnx {args.command}: {message}", file=sys.stderr)
+        print(f"{args.prog}: {message}", file=sys.stderr)
         return status

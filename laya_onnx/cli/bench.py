@@ -1,83 +1,298 @@
-"""`laya-onnx bench`: bundles against the reference laya.Agent, or a running server under load."""
+"""`laya-onnx bench MEASUREMENT`: every measurement, one subcommand each.
+
+  agent     bundles against the reference laya.Agent, interleaved (`laya_onnx.bench.agent`)
+  http      a server already running, under 1..N concurrent clients (`laya_onnx.bench.http`)
+  saturate  a bundle served in this process and saturated (`laya_onnx.bench.saturate`)
+  memory    peak RSS and time of a long-state batch (`laya_onnx.bench.memory`)
+
+The defaults the options show are those modules' own constants; the modules import torch,
+onnxruntime and aiohttp only where a measurement runs, so `--help` loads none of them.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
 
-from laya_onnx.cli.common import UsageError, emit_report
+from laya_onnx.cli.common import EXIT_OK, UsageError, add_bundle_and_providers, emit_report
+from laya_onnx.core import settings
 
 
-def add_parser(sub) -> argparse.ArgumentParser:
-    p = sub.add_parser(
-        "bench",
-        help="time bundles against the reference laya.Agent, or load a running server (needs the dev extra)",
+class Measurement(NamedTuple):
+    add_parser: Callable[[Any], argparse.ArgumentParser]
+    run: Callable[[argparse.Namespace], int]
+
+
+def _comma_list(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+# -- agent ----------------------------------------------------------------------------------
+def _add_agent(group) -> argparse.ArgumentParser:
+    from laya_onnx.bench.agent import DEFAULT_REPEATS, DEFAULT_WORKLOADS, WORKLOADS
+
+    p = group.add_parser(
+        "agent",
+        help="time bundles against the reference laya.Agent, call by call (needs the dev extra)",
         description="Time the reference laya.Agent (torch, CPU) and each bundle call by call, "
         "interleaved, through the public API, on fixed workloads: medians, ratios and their range, "
         "our Python part beside the session run, peak RSS (the bench process, and each runtime "
-        "alone in a child process). With --serve URL: drive a running server with 1, 8 and 32 "
-        "concurrent clients instead (throughput, p50/p99).",
+        "alone in a child process).",
     )
+    p.add_argument("checkpoint", metavar="CHECKPOINT", help="the checkpoint the bundles were exported from")
+    p.add_argument("bundles", nargs="+", metavar="BUNDLE", help="one or more bundles exported from it")
     p.add_argument(
-        "models",
-        nargs="*",
-        metavar="CHECKPOINT BUNDLE [BUNDLE ...]",
-        help="the checkpoint, then one or more bundles exported from it",
+        "--repeats",
+        type=int,
+        default=DEFAULT_REPEATS,
+        help="timed calls per runtime and workload (default %(default)s)",
     )
-    p.add_argument("--repeats", type=int, default=10, help="timed calls per runtime and workload")
     p.add_argument(
         "--threads", type=int, default=None, help="threads for both runtimes (default: torch's count)"
     )
+    others = [name for name in WORKLOADS if name not in DEFAULT_WORKLOADS]
     p.add_argument(
         "--workloads",
+        type=_comma_list,
         default=None,
-        help="comma list of workloads (default readme-1x3,state80-1x3,short-1x1,batch-32x3; "
-        "also batch-8x3, long-1x3)",
+        help="comma list of workloads (default %s; also %s)"
+        % (",".join(DEFAULT_WORKLOADS), ", ".join(others)),
     )
     p.add_argument("--json", default=None, metavar="PATH", help="write the report here as JSON")
     p.add_argument(
         "--no-rss", action="store_true", help="skip each runtime's peak RSS alone (child processes)"
     )
-    p.add_argument("--serve", default=None, metavar="URL", help="drive the server at URL instead")
-    p.add_argument("--clients", default="1,8,32", help="with --serve: comma list of concurrent client counts")
-    p.add_argument("--seconds", type=float, default=10.0, help="with --serve: seconds per client count")
-    p.add_argument(
-        "--deadline",
-        type=float,
-        default=10.0,
-        help="with --serve: seconds a request may take before it counts as hung (a large bundle "
-        "with many clients and no batch window queues for longer)",
-    )
     return p
 
 
-def run(args: argparse.Namespace) -> int:
-    if args.serve:
-        return _run_serve(args)
-    if len(args.models) < 2:
-        raise UsageError("bench needs CHECKPOINT BUNDLE [BUNDLE ...] (or --serve URL)")
-    from laya_onnx.bench.agent import run_bench
+def _run_agent(args: argparse.Namespace) -> int:
+    from laya_onnx.bench.agent import WORKLOADS, run_bench
 
+    unknown = [name for name in args.workloads or () if name not in WORKLOADS]
+    if unknown:
+        raise UsageError(
+            "--workloads: unknown %s; choose from %s" % (", ".join(unknown), ", ".join(WORKLOADS))
+        )
+    if args.repeats < 1:
+        raise UsageError("--repeats must be at least 1")
     report = run_bench(
-        args.models[0],
-        args.models[1:],
+        args.checkpoint,
+        args.bundles,
         repeats=args.repeats,
         threads=args.threads,
-        workloads=args.workloads.split(",") if args.workloads else None,
+        workloads=args.workloads,
         rss=not args.no_rss,
         progress=print,
     )
     return emit_report(report, args.json)
 
 
-def _run_serve(args: argparse.Namespace) -> int:
-    from laya_onnx.bench.http import drive_server
+# -- http -----------------------------------------------------------------------------------
+def _add_http(group) -> argparse.ArgumentParser:
+    from laya_onnx.bench.http import DEFAULT_CLIENT_COUNTS, DEFAULT_DEADLINE_S, DEFAULT_SECONDS
 
-    clients = [int(c) for c in args.clients.split(",") if c.strip()]
+    p = group.add_parser(
+        "http",
+        help="load a server that is already running: throughput and p50/p99 per client count",
+        description="Drive the server at URL (started elsewhere, with the settings under test) with "
+        "each count of concurrent clients in turn, posting the README request: answers per second, "
+        "latency p50/p99, statuses.",
+    )
+    p.add_argument("url", metavar="URL", help="the server's base URL, e.g. http://127.0.0.1:8000")
+    p.add_argument(
+        "--clients",
+        default=",".join(str(n) for n in DEFAULT_CLIENT_COUNTS),
+        help="comma list of concurrent client counts, one run each (default %(default)s)",
+    )
+    p.add_argument(
+        "--seconds",
+        type=float,
+        default=DEFAULT_SECONDS,
+        help="seconds per client count (default %(default)s)",
+    )
+    p.add_argument(
+        "--deadline",
+        type=float,
+        default=DEFAULT_DEADLINE_S,
+        help="seconds a request may take before it counts as hung (default %(default)s; a large "
+        "bundle with many clients and no batch window queues for longer)",
+    )
+    p.add_argument("--json", default=None, metavar="PATH", help="write the report here as JSON")
+    return p
+
+
+def _run_http(args: argparse.Namespace) -> int:
+    try:
+        clients = [int(c) for c in _comma_list(args.clients)]
+    except ValueError:
+        clients = []
     if not clients or min(clients) < 1:
         raise UsageError("--clients must be a comma list of positive integers, got %r" % (args.clients,))
+    if not args.seconds > 0:
+        raise UsageError("--seconds must be a positive number, got %r" % (args.seconds,))
     if not args.deadline > 0:
         raise UsageError("--deadline must be a positive number of seconds, got %r" % (args.deadline,))
+    from laya_onnx.bench.http import drive_server
+
     report = drive_server(
-        args.serve, clients=clients, seconds=args.seconds, deadline_s=args.deadline, progress=print
+        args.url, clients=clients, seconds=args.seconds, deadline_s=args.deadline, progress=print
     )
     return emit_report(report, args.json)
+
+
+# -- saturate -------------------------------------------------------------------------------
+def _add_saturate(group) -> argparse.ArgumentParser:
+    from laya_onnx.bench.saturate import DEFAULT_CLIENTS, DEFAULT_SECONDS
+
+    p = group.add_parser(
+        "saturate",
+        help="serve a bundle on 127.0.0.1 and saturate it: throughput, 503s, /health latency, gateway overhead",
+        description="Serve the bundle in-process on 127.0.0.1 and load it from child processes: one "
+        "client, then --clients posting the README request while /health is polled; print JSON figures.",
+    )
+    add_bundle_and_providers(p)
+    p.add_argument(
+        "--clients",
+        type=int,
+        default=DEFAULT_CLIENTS,
+        help="concurrent clients in the saturated phase (default %(default)s)",
+    )
+    p.add_argument(
+        "--seconds",
+        type=float,
+        default=DEFAULT_SECONDS,
+        help="length of the saturated phase in seconds (default %(default)s)",
+    )
+    settings.add_arguments(p, settings.MAX_CONCURRENT, settings.THREADS)
+    return p
+
+
+def _run_saturate(args: argparse.Namespace) -> int:
+    if args.clients < 1:
+        raise UsageError("--clients must be at least 1, got %r" % (args.clients,))
+    if not args.seconds > 0:
+        raise UsageError("--seconds must be a positive number, got %r" % (args.seconds,))
+    from laya_onnx.bench.saturate import run_saturate
+
+    figures = run_saturate(
+        args.bundle,
+        clients=args.clients,
+        seconds=args.seconds,
+        max_concurrent=args.max_concurrent,
+        providers=args.providers,
+        threads=args.threads,
+    )
+    print(json.dumps(figures, indent=2))
+    return EXIT_OK
+
+
+# -- memory ---------------------------------------------------------------------------------
+def _add_memory(group) -> argparse.ArgumentParser:
+    from laya_onnx.bench import memory
+
+    p = group.add_parser(
+        "memory",
+        help="peak RSS and time of a long-state batch, one fresh process per runtime configuration",
+        description="Run a batch of long states (the memory report's scenario, scaled by --tokens) "
+        "through the bundle, and optionally through an --attention unfused bundle (as the runtime "
+        "ran before: no pass budget, arena kept) and the reference laya.Agent, each in its own "
+        "process, and print idle, peak and after RSS and the median call time.",
+    )
+    p.add_argument("bundle", help="the bundle as exported now (fused attention)")
+    p.add_argument("--unfused", default=None, help="an --attention unfused bundle of the same checkpoint")
+    p.add_argument("--checkpoint", default=None, help="also run the reference laya.Agent (dev extra)")
+    p.add_argument(
+        "--states", type=int, default=memory.DEFAULT_STATES, help="states in the batch (default %(default)s)"
+    )
+    p.add_argument(
+        "--words",
+        type=int,
+        default=memory.DEFAULT_WORDS,
+        help='each state is "w0 w1 ... w{words-1}" (default %(default)s)',
+    )
+    p.add_argument(
+        "--tokens",
+        type=int,
+        default=memory.DEFAULT_TOKENS,
+        help="max_len of the request (default %(default)s)",
+    )
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=memory.DEFAULT_REPEATS,
+        help="timed calls per configuration (default %(default)s)",
+    )
+    p.add_argument(
+        "--only", type=_comma_list, default=None, help="comma list of: " + ",".join(memory.CONFIGS)
+    )
+    p.add_argument("--json", action="store_true", help="also print the report as JSON")
+    p.add_argument(
+        "--arena", action="store_true", help="first compare CPU-arena configurations (speed and RSS)"
+    )
+    return p
+
+
+def _run_memory(args: argparse.Namespace) -> int:
+    from laya_onnx.bench import memory
+
+    unknown = [name for name in args.only or () if name not in memory.CONFIGS]
+    if unknown:
+        raise UsageError(
+            "--only: unknown %s; choose from %s" % (", ".join(unknown), ", ".join(memory.CONFIGS))
+        )
+    for option in ("states", "words", "tokens", "repeats"):
+        if getattr(args, option) < 1:
+            raise UsageError("--%s must be at least 1" % option)
+    if args.unfused:
+        speed = memory.run_graph_speed(args.bundle, args.unfused)
+        print("CPU ms per call (1 thread, median, interleaved): " + json.dumps(speed))
+    if args.arena:
+        from laya_onnx.core.bundle import GRAPH_FILE
+
+        arena = memory.run_arena_bench(Path(args.bundle) / GRAPH_FILE)
+        print(memory.format_arena_table(arena))
+        if args.json:
+            print(json.dumps(arena, indent=2))
+    report = memory.run_memory_bench(
+        args.bundle,
+        unfused=args.unfused,
+        checkpoint=args.checkpoint,
+        states=args.states,
+        words=args.words,
+        tokens=args.tokens,
+        repeats=args.repeats,
+        only=args.only,
+    )
+    print(memory.format_table(report))
+    if args.json:
+        print(json.dumps(report, indent=2))
+    return EXIT_OK
+
+
+MEASUREMENTS = {
+    "agent": Measurement(_add_agent, _run_agent),
+    "http": Measurement(_add_http, _run_http),
+    "saturate": Measurement(_add_saturate, _run_saturate),
+    "memory": Measurement(_add_memory, _run_memory),
+}
+
+
+def add_parser(sub) -> argparse.ArgumentParser:
+    p = sub.add_parser(
+        "bench",
+        help="measure: a bundle against the reference, a server under load or saturated, memory",
+        description="Every measurement, one subcommand each; 'laya-onnx bench MEASUREMENT --help' "
+        "describes its options. Figures are printed (or written as JSON), never asserted.",
+    )
+    group = p.add_subparsers(dest="measurement", required=True, metavar="MEASUREMENT", help="what to measure")
+    for measurement in MEASUREMENTS.values():
+        leaf = measurement.add_parser(group)
+        leaf.set_defaults(prog=leaf.prog)  # errors name the measurement: "laya-onnx bench http: ..."
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    return MEASUREMENTS[args.measurement].run(args)

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from laya_onnx.cli.common import EXIT_OK, invocation
 
+DEFAULT_PRESET = "tiny-english"
+
 
 def add_parser(sub) -> argparse.ArgumentParser:
     from laya_onnx.checkpoints.presets import PRESETS  # torch-free: the names only
@@ -26,10 +28,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--workdir", default="work/demo", help="where the checkpoint and bundle go")
     p.add_argument(
         "--preset",
-        default="tiny-english",
+        default=DEFAULT_PRESET,
         choices=sorted(PRESETS),
         metavar="PRESET",
-        help="checkpoint preset (default tiny-english; see make-checkpoint --help): "
+        help="checkpoint preset (default %(default)s; see make-checkpoint --help): "
         + "; ".join(sorted(PRESETS)),
     )
     return p

@@ -101,25 +101,32 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def _add_precision_options(p: argparse.ArgumentParser) -> None:
+    # precision.py imports numpy only: the defaults below are the exporter's own, read without torch
+    from laya_onnx.export.precision import DEFAULT_INT8_PLAN, DEFAULT_PRECISION, GATES, PRECISIONS
+
+    def per_precision(field: str) -> str:
+        return ", ".join(f"{name} {getattr(gate, field)}" for name, gate in GATES.items())
+
     p.add_argument(
         "--precision",
-        choices=["fp32", "fp16", "int8"],
-        default="fp32",
-        help="fp32 (default); fp16: the encoder's GEMMs in fp16 for CUDA; int8: batch-invariant "
-        "per-row int8 for CPU. Both are gated against fp32 torch on the export cases and the parity "
-        "suite (max |dp|, decision agreement) and refused below the gate",
+        choices=PRECISIONS,
+        default=DEFAULT_PRECISION,
+        help="the graph's precision (default %(default)s): fp32 as traced; fp16: the encoder's GEMMs "
+        "in fp16 for CUDA; int8: batch-invariant per-row int8 for CPU. Both are gated against fp32 torch on the export cases "
+        "and the parity suite (max |dp|, decision agreement) and refused below the gate",
     )
     p.add_argument(
         "--gate-max-dp",
         type=float,
         default=None,
-        help="the gate's max |dp| vs fp32 torch (default: fp16 0.01, int8 0.15)",
+        help="the gate's max |dp| vs fp32 torch (default: %s)" % per_precision("max_abs_dp"),
     )
     p.add_argument(
         "--gate-min-agreement",
         type=float,
         default=None,
-        help="the gate's least share of decisions agreeing with fp32 torch (default: fp16 0.995, int8 0.9)",
+        help="the gate's least share of decisions agreeing with fp32 torch (default: %s)"
+        % per_precision("min_agreement"),
     )
     p.add_argument(
         "--int8-keep-fp32",
@@ -127,7 +134,7 @@ def _add_precision_options(p: argparse.ArgumentParser) -> None:
         metavar="MODULES",
         help="int8: comma-separated encoder modules whose MatMuls stay fp32, by kind (attn.Wqkv, "
         "attn.Wo, mlp.Wi, mlp.Wo), layer (layers.0) or both (layers.0.mlp.Wo); '' lowers all "
-        "(default: attn.Wqkv)",
+        "(default: %s)" % ",".join(DEFAULT_INT8_PLAN.keep_fp32),
     )
     p.add_argument(
         "--int8-weight-bits",
@@ -135,7 +142,7 @@ def _add_precision_options(p: argparse.ArgumentParser) -> None:
         choices=[7, 8],
         default=None,
         help="int8: 7-bit weights (u8 x s8, the fastest on CPUs without VNNI) or 8-bit (u8 x u8, "
-        "exact everywhere, half the weight rounding) (default: 8)",
+        "exact everywhere, half the weight rounding) (default: %s)" % DEFAULT_INT8_PLAN.weight_bits,
     )
 
 

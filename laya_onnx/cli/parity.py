@@ -9,6 +9,8 @@ from laya_onnx.cli.common import EXIT_FAILED, EXIT_OK, add_checkpoint_and_bundle
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
+    from laya_onnx.core.judge import DEFAULT_ACT_TOLERANCE, DEFAULT_TOLERANCE  # the rule's own
+
     p = sub.add_parser(
         "parity",
         help="compare a bundle's answers with the reference laya.Agent (needs the dev extra)",
@@ -19,9 +21,15 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument(
         "--suite", default="core", help="a suite shipped in laya_onnx/parity/suites, or a JSON path"
     )
-    p.add_argument("--tolerance", type=float, help="max |Δ| between unrounded probabilities (default 1e-5)")
     p.add_argument(
-        "--act-tolerance", type=float, help="max |Δ| between unrounded act probabilities (default 5e-5)"
+        "--tolerance",
+        type=float,
+        help="max |Δ| between unrounded probabilities (default %s)" % DEFAULT_TOLERANCE,
+    )
+    p.add_argument(
+        "--act-tolerance",
+        type=float,
+        help="max |Δ| between unrounded act probabilities (default %s)" % DEFAULT_ACT_TOLERANCE,
     )
     p.add_argument("--report", default=None, help="write the JSON report here")
     return p

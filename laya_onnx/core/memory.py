@@ -43,7 +43,7 @@ FIT_MARGIN = 1.10
 #: A call whose largest pass is estimated at this or more hands the arena's free memory back to
 #: the OS after its last pass (`GraphSession.run(release_memory=True)`). Below it the arena is
 #: kept: the next pass re-faults what was released (tiny-english, 1 thread, one 2048-token row:
-#: 124 -> 161 ms fused, 197 -> 296 ms unfused; `laya-onnx bench-memory --arena`), which small
+#: 124 -> 161 ms fused, 197 -> 296 ms unfused; `laya-onnx bench memory --arena`), which small
 #: passes should not pay, and what they keep is at most about this much.
 ARENA_RELEASE_BYTES = 64 * MiB
 
@@ -281,7 +281,7 @@ def fit_pass_memory(
     return PassMemoryModel(per_token=a, per_token_sq=b, fixed=c, source=source)
 
 
-def _probe_feeds(rows: int, length: int) -> dict[str, np.ndarray]:
+def probe_feeds(rows: int, length: int) -> dict[str, np.ndarray]:
     """Graph inputs of the given shape; token id 1 exists in every vocabulary and the content
     does not change how much memory a pass takes."""
     from laya_onnx.core.bundle import GRAPH_INPUTS
@@ -307,20 +307,27 @@ def process_memory() -> dict[str, int]:
     return out
 
 
-def _probe(graph: str, rows: int, length: int, threads: int | None) -> dict[str, Any]:
+def probe_pass(graph: str, rows: int, length: int, threads: int | None) -> dict[str, Any]:
     """Run one pass in this (fresh) process; the peak growth over the warmed-up idle RSS."""
     import time
 
     from laya_onnx.core.session import GraphSession
 
     session = GraphSession(graph, providers=["CPUExecutionProvider"], threads=threads)
-    session.run(_probe_feeds(1, 8))  # session start-up and first-run allocations are idle cost
+    session.run(probe_feeds(1, 8))  # session start-up and first-run allocations are idle cost
     before = process_memory()["VmRSS"]
     started = time.perf_counter()
-    session.run(_probe_feeds(rows, length))
+    session.run(probe_feeds(rows, length))
     seconds = time.perf_counter() - started
     peak = process_memory()["VmHWM"]
     return {"rows": rows, "length": length, "bytes": max(0, peak - before), "seconds": round(seconds, 3)}
+
+
+#: What each probe's fresh interpreter runs: `probe_pass`, its figures as one JSON line.
+_PROBE_CHILD = (
+    "import json, sys; from laya_onnx.core.memory import probe_pass; "
+    "print(json.dumps(probe_pass(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]) or None)))"
+)
 
 
 def measure_pass_memory(
@@ -348,9 +355,7 @@ def measure_pass_memory(
             so_far = fit_pass_memory([(s["rows"], s["length"], s["bytes"]) for s in results], margin=1.0)
             if so_far.estimate(rows, length) > cap:
                 continue
-        cmd = [sys.executable, "-m", "laya_onnx.core.memory", str(graph), str(rows), str(length)]
-        if threads:
-            cmd.append(str(int(threads)))
+        cmd = [sys.executable, "-c", _PROBE_CHILD, str(graph), str(rows), str(length), str(int(threads or 0))]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
         if proc.returncode != 0:
             raise RuntimeError(
@@ -358,21 +363,6 @@ def measure_pass_memory(
             )
         results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     return results
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m laya_onnx.core.memory GRAPH ROWS LENGTH [THREADS]`: one probe, one JSON line."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) not in (3, 4):
-        print("usage: python -m laya_onnx.core.memory GRAPH ROWS LENGTH [THREADS]", file=sys.stderr)
-        return 2
-    threads = int(args[3]) if len(args) == 4 else None
-    print(json.dumps(_probe(args[0], int(args[1]), int(args[2]), threads)))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
 
 
 __all__ = [
@@ -387,5 +377,8 @@ __all__ = [
     "fit_pass_memory",
     "measure_pass_memory",
     "parse_bytes",
+    "probe_feeds",
+    "probe_pass",
+    "process_memory",
     "resolve_max_pass_memory",
 ]

@@ -1,11 +1,22 @@
 """The torch side of laya-onnx: our DecisionModel and the checkpoint -> bundle exporter.
 
 Needs the `export` extra (torch, transformers, safetensors, onnx, onnxscript). The runtime
-never imports this package.
+never imports this package. The names below load the exporter (and torch) on first use, so the
+command line reads `precision`'s gates and plans for its help without torch.
 """
 
-from laya_onnx.export.exporter import ExportError, ValidationError, export_bundle, validate_graph
-from laya_onnx.export.model import DecisionModel, load_decision_model
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from laya_onnx.export.exporter import ExportError, ValidationError, export_bundle, validate_graph
+    from laya_onnx.export.model import DecisionModel, load_decision_model
+
+_LAZY = {
+    **dict.fromkeys(("ExportError", "ValidationError", "export_bundle", "validate_graph"), "exporter"),
+    **dict.fromkeys(("DecisionModel", "load_decision_model"), "model"),
+}
 
 __all__ = [
     "DecisionModel",
@@ -15,3 +26,11 @@ __all__ = [
     "load_decision_model",
     "validate_graph",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(f"laya_onnx.export.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'laya_onnx.export' has no attribute {name!r}")

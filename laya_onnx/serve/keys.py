@@ -1,7 +1,8 @@
 """Typed request-scoped keys, and the facts `app.infer` leaves on a decision request.
 
 The timing headers (`timing_middleware`), the metrics (`metrics_middleware`) and the bench's
-recorder (`loadbench`) read them after the handler returned, so handlers never call any of those.
+recorder (`laya_onnx.bench.saturate`) read them after the handler returned, so handlers never
+call any of those.
 """
 
 from __future__ import annotations
