@@ -36,7 +36,8 @@ import numpy as np
 
 from laya_onnx.core import settings
 from laya_onnx.core.errors import PassTooLarge
-from laya_onnx.core.settings import DEFAULT_MAX_PASS_MEMORY, GiB, KiB, MiB, parse_bytes
+from laya_onnx.core.parsers import GiB, KiB, MiB
+from laya_onnx.core.settings import DEFAULT_MAX_PASS_MEMORY, parse_bytes
 
 #: Headroom on top of the worst measured/fitted ratio, for allocator noise between runs.
 FIT_MARGIN = 1.10

@@ -18,6 +18,10 @@ compared byte for byte). What a value that cannot be read does (`on_bad`):
   variables (`compat`) do this, exactly where laya-serve does, so a configuration that starts
   laya-serve starts this server with the same limits.
 
+A new setting is one entry below (refused when unreadable, unless laya-serve reads it too), then
+the README table regenerated; tests/test_settings.py asks for an unreadable example of every
+entry whose reader can refuse one.
+
 Why a dataclass table and not pydantic-settings: the core reads four of these variables and must
 stay light (stdlib + numpy + onnxruntime; pydantic is a serve-only dependency), and what the table
 has to express is mostly outside what pydantic-settings models: laya-serve's per-variable
@@ -125,9 +129,6 @@ def _entry(setting: Setting[T]) -> Setting[T]:
     return setting
 
 
-KiB, MiB, GiB = parsers.KiB, parsers.MiB, parsers.GiB
-
-
 def parse_bytes(value: Any, what: str | None = None) -> int:
     """A positive byte count: an int, or text such as `2G`, `512M`, `1.5GiB`, `300000000`.
 
@@ -187,7 +188,7 @@ REVISION = _entry(
 #: seconds on tiny-english and tens of seconds on the full-size encoder (attention work grows with
 #: the same length**2 as its memory), and five such servers (weights + a full pass each) still
 #: leave room; the default lets every built-in request and a 4096-token tiny-english row through.
-DEFAULT_MAX_PASS_MEMORY = 2 * GiB
+DEFAULT_MAX_PASS_MEMORY = 2 * parsers.GiB
 MAX_PASS_MEMORY = _entry(
     Setting[int](
         "LAYA_MAX_PASS_MEMORY",
