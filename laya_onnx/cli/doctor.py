@@ -62,8 +62,9 @@ def advice(
     budget = DEFAULT_MAX_PASS_MEMORY
     if memory.get("available"):
         budget = min(budget, memory["available"] // 4)
-    out["pass_budget"] = (
-        "%s (LAYA_MAX_PASS_MEMORY: at most the default, a quarter of free memory)" % format_bytes(budget)
+    out["pass_budget"] = "%s (%s: at most the default, a quarter of free memory)" % (
+        format_bytes(budget),
+        settings.MAX_PASS_MEMORY.env,
     )
     if bundle is not None:
         if bundle["random_weights"]:
