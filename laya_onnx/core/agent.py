@@ -8,10 +8,8 @@ Nothing here imports torch, transformers or aiohttp.
 from __future__ import annotations
 
 import os
-import threading
 import warnings
 from collections.abc import Sequence
-from functools import partial
 from typing import Any
 
 from laya_onnx.core import structured
@@ -26,16 +24,7 @@ from laya_onnx.core.calibration import Calibration, CallLogits, act_probabilitie
 from laya_onnx.core.calibration_file import apply_calibration, bundle_calibration, warn_if_other_checkpoint
 from laya_onnx.core.calibration_file import load_calibration as load_calibration_file
 from laya_onnx.core.errors import InvalidRequest, InvalidRequestType
-from laya_onnx.core.gate import apply_confidence_gate, check_min_confidence
-from laya_onnx.core.hooks import (
-    HookRegistry,
-    PredictContext,
-    call_lifecycle,
-    compose_hooks,
-    dispatch,
-    normalise_hooks,
-    validate_timeout,
-)
+from laya_onnx.core.hooks import HookRegistry, PredictContext
 from laya_onnx.core.hub import BUNDLE_FILES, fetch_checkpoint
 from laya_onnx.core.memory import (
     ARENA_RELEASE_BYTES,
@@ -45,6 +34,7 @@ from laya_onnx.core.memory import (
     split_rows,
 )
 from laya_onnx.core.names import random_weights_preset
+from laya_onnx.core.options import CallOptions
 from laya_onnx.core.question_cache import QuestionCache
 from laya_onnx.core.questions import normalize_questions, require_questions_dict
 from laya_onnx.core.sequences import check_option_layout, collate, encode_state, option_spans
@@ -117,12 +107,9 @@ class ONNXAgent(HookRegistry):
             raise ValueError("bucket_rows must be a positive integer, 0 or None, got %r" % (bucket_rows,))
         self.bucket_rows = bucket_rows or 0
         self.max_pass_memory = resolve_max_pass_memory(max_pass_memory)
-        self.hooks = normalise_hooks(hooks, on_predict_start, on_predict_end)
-        self.hooks_raise = bool(hooks_raise)
-        self.hooks_concurrent = bool(hooks_concurrent)
-        self.hooks_timeout = validate_timeout(hooks_timeout)
-        self._hooks_lock = None if hooks_concurrent else threading.RLock()
-        self._hooks_mutex = threading.Lock()
+        self._install_hooks(
+            hooks, on_predict_start, on_predict_end, hooks_raise, hooks_concurrent, hooks_timeout
+        )
         # A local directory, or a bundle published on the Hub (`org/name[/subfolder]`, pinned with
         # `revision` or $LAYA_REVISION; HF_HUB_OFFLINE=1 reads the local cache only).
         located = fetch_checkpoint(bundle, revision=revision, token=token, files=BUNDLE_FILES, what="bundle")
@@ -244,20 +231,17 @@ class ONNXAgent(HookRegistry):
         options keep all their tokens in `head_max_len` and runs no round when every choice
         already does. Each round is one more `predict` call, hooks included.
         """
-        return self.predict_batch(
-            [state],
-            questions,
-            lang=lang,
+        call = CallOptions.resolve(
+            self,
             hooks=hooks,
             on_predict_start=on_predict_start,
             on_predict_end=on_predict_end,
             hooks_raise=hooks_raise,
             hooks_timeout=hooks_timeout,
-            max_len=max_len,
-            head_max_len=head_max_len,
             min_confidence=min_confidence,
-            tournament=tournament,
-        )[0]
+        )
+        budgets: dict[str, Any] = dict(lang=lang, max_len=max_len, head_max_len=head_max_len)
+        return self.run_call([state], questions, call, tournament=tournament, **budgets)[0]
 
     system_one = predict
 
@@ -311,28 +295,47 @@ class ONNXAgent(HookRegistry):
         tournament's passes depend on that state's finalists; each round is a plain `predict`),
         so `batch_size` and `sort_by_length` have nothing to apply to.
         """
+        call = CallOptions.resolve(
+            self,
+            hooks=hooks,
+            on_predict_start=on_predict_start,
+            on_predict_end=on_predict_end,
+            hooks_raise=hooks_raise,
+            hooks_timeout=hooks_timeout,
+            min_confidence=min_confidence,
+        )
+        budgets: dict[str, Any] = dict(lang=lang, max_len=max_len, head_max_len=head_max_len)
+        sizing: dict[str, Any] = dict(batch_size=batch_size, sort_by_length=sort_by_length)
+        return self.run_call(states, questions, call, tournament=tournament, **budgets, **sizing)
+
+    def run_call(
+        self,
+        states: Sequence[State],
+        questions: Any,
+        call: CallOptions,
+        *,
+        tournament: Any = None,
+        lang: str | None = None,
+        max_len: int | None = None,
+        head_max_len: int | None = None,
+        batch_size: int | None = None,
+        sort_by_length: bool = False,
+    ) -> list[dict[str, Any]]:
+        """One call whose options are resolved (`laya_onnx.core.options`): its hook lifecycle
+        around the inference, one `PredictContext` for all its states. A `tournament` that
+        narrows runs per state instead, each round one such call."""
         group = self._tournament_group(tournament, questions, head_max_len)
         if group is not None:
             if isinstance(states, (str, bytes, dict)):
                 raise InvalidRequestType(
                     "predict_batch expects a list of states; pass a single state to predict()/system_one()."
                 )
-            per_state = dict(
-                lang=lang,
-                hooks=hooks,
-                on_predict_start=on_predict_start,
-                on_predict_end=on_predict_end,
-                hooks_raise=hooks_raise,
-                hooks_timeout=hooks_timeout,
-                max_len=max_len,
-                head_max_len=head_max_len,
-                min_confidence=min_confidence,
-            )
-            return [run_tournament(self.predict, s, questions, group, **per_state) for s in states]
-        mc = check_min_confidence(min_confidence) if min_confidence is not None else None
-        active = compose_hooks(self.hooks, hooks, on_predict_start, on_predict_end)
-        raise_errors = self.hooks_raise if hooks_raise is None else bool(hooks_raise)
-        timeout = self.hooks_timeout if hooks_timeout is None else validate_timeout(hooks_timeout)
+
+            def one_round(state: State, round_questions: Any) -> dict[str, Any]:
+                budgets: dict[str, Any] = dict(lang=lang, max_len=max_len, head_max_len=head_max_len)
+                return self.run_call([state], round_questions, call, **budgets)[0]
+
+            return [run_tournament(one_round, s, questions, group) for s in states]
         ctx = PredictContext(
             states=states,
             questions=questions,
@@ -341,12 +344,8 @@ class ONNXAgent(HookRegistry):
             max_len=max_len,
             head_max_len=head_max_len,
         )
-
-        def fire(event: str) -> None:
-            dispatch(active, event, ctx, raise_errors=raise_errors, lock=self._hooks_lock, timeout=timeout)
-
-        with call_lifecycle(ctx, fire, partial(apply_confidence_gate, mc=mc)):
-            fire("on_predict_start")
+        with call.lifecycle([ctx]):
+            call.fire("on_predict_start", ctx)
             if ctx.results is None:
                 ctx.results = self._checked_infer(
                     ctx, lang=lang, batch_size=batch_size, sort_by_length=sort_by_length
@@ -391,20 +390,24 @@ class ONNXAgent(HookRegistry):
         probabilities are the deciding window's, not a calibrated number for the whole document.
         Rules, warnings and refusals: `laya_onnx.core.windows`.
         """
-        return scan_long(
+        call = CallOptions.resolve(
             self,
-            state,
-            questions,
-            window=window,
-            stride=stride,
-            aggregate_mode=aggregate,
-            batch_size=batch_size,
-            lang=lang,
             hooks=hooks,
             on_predict_start=on_predict_start,
             on_predict_end=on_predict_end,
             hooks_raise=hooks_raise,
             hooks_timeout=hooks_timeout,
+        )
+        return scan_long(
+            self,
+            state,
+            questions,
+            call,
+            window=window,
+            stride=stride,
+            aggregate_mode=aggregate,
+            batch_size=batch_size,
+            lang=lang,
         )
 
     def _checked_infer(

@@ -410,38 +410,101 @@ def dispatch(
 
 
 @contextmanager
-def call_lifecycle(ctx: PredictContext, fire: Callable[[str], Any], finish: Callable[[list[Any]], Any]):
-    """The end of one public call, as laya runs it, around the code that answers it: a failure
-    goes to `on_error` (a failing error hook is chained, the original raised); afterwards, failed
-    or not, `elapsed_ms` and `usage` are set, `finish(results)` (the gate) runs, then
-    `on_predict_end` (whose own failure is raised only when nothing else failed)."""
+def call_lifecycle(
+    contexts: Sequence[PredictContext],
+    fire: Callable[[str, PredictContext], Any],
+    finish: Callable[[list[Any]], Any],
+    group: bool = False,
+):
+    """The end of a public call's requests, as laya runs it, around the code that answers them.
+
+    A failure fails every context with it and goes to `on_error` (a failing error hook is
+    chained onto it, the original raised). Afterwards, failed or not, every context gets
+    `elapsed_ms`, `usage` and `finish(results)` (the gate), then `on_predict_end`, in reverse of
+    the order they started (a hook that sets something in start and resets it in end unwinds the
+    last one first). Every context gets its end hooks even when another's raise; the first such
+    failure is raised afterwards, and only when nothing else failed.
+
+    `contexts` may grow inside the block (requests start one by one). `group` is a Router batch's
+    checkpoint group, whose requests all started before any ends (laya's order): `usage` is summed
+    on success only, before any end hook, so a malformed usage block fails the group like any
+    other error, and `on_error` runs in the end loop, just before each `on_predict_end`. Without
+    it `on_error` runs as soon as the call fails.
+    """
     try:
         yield
+        if group:
+            usages = [aggregate_usage(ctx.results or []) for ctx in contexts]
+            for ctx, usage in zip(contexts, usages, strict=True):
+                ctx.usage = usage
     except BaseException as exc:
-        ctx.error = exc
-        try:
-            fire("on_error")
-        except BaseException as hook_exc:
-            exc.__context__ = hook_exc
+        for ctx in contexts:
+            ctx.error = exc
+            if not group:
+                try:
+                    fire("on_error", ctx)
+                except BaseException as hook_exc:
+                    exc.__context__ = hook_exc
         raise
     finally:
-        ctx.elapsed_ms = (time.perf_counter() - ctx.started_at) * 1000.0
+        _end_contexts(contexts, fire, finish, group)
+
+
+def _end_contexts(
+    contexts: Sequence[PredictContext],
+    fire: Callable[[str, PredictContext], Any],
+    finish: Callable[[list[Any]], Any],
+    group: bool,
+) -> None:
+    now = time.perf_counter()
+    for ctx in contexts:
+        ctx.elapsed_ms = (now - ctx.started_at) * 1000.0
         if ctx.results is not None:
-            ctx.usage = aggregate_usage(ctx.results)
+            if not group:
+                ctx.usage = aggregate_usage(ctx.results)
             finish(ctx.results)
-        try:
-            fire("on_predict_end")
-        except BaseException as hook_exc:
-            if ctx.error is None:
-                raise
-            ctx.error.__context__ = hook_exc  # the original failure wins
+    first: BaseException | None = None
+    for ctx in reversed(contexts):
+        failed = ctx.error is not None
+        for event in ("on_error", "on_predict_end") if group and failed else ("on_predict_end",):
+            try:
+                fire(event, ctx)
+            except BaseException as hook_exc:
+                if ctx.error is not None:
+                    ctx.error.__context__ = hook_exc  # the original failure wins
+                elif first is None:
+                    first = hook_exc
+    if first is not None:
+        raise first
 
 
 class HookRegistry:
-    """A runtime-mutable hook list; a call in flight keeps the snapshot it started with."""
+    """A runtime-mutable hook list and the policy its hooks run under (laya's constructor
+    arguments); a call in flight keeps the snapshot it started with."""
 
     hooks: list[Any] = []
+    hooks_raise: bool = True
+    hooks_concurrent: bool = True
+    hooks_timeout: float | None = None
+    #: Held around every hook call when built with `hooks_concurrent=False`.
+    hooks_lock: threading.RLock | None = None
     _hooks_mutex: threading.Lock | None = None
+
+    def _install_hooks(
+        self,
+        hooks: Any,
+        on_predict_start: Any,
+        on_predict_end: Any,
+        hooks_raise: bool,
+        hooks_concurrent: bool,
+        hooks_timeout: float | None,
+    ) -> None:
+        self.hooks = normalise_hooks(hooks, on_predict_start, on_predict_end)
+        self.hooks_raise = bool(hooks_raise)
+        self.hooks_concurrent = bool(hooks_concurrent)
+        self.hooks_timeout = validate_timeout(hooks_timeout)
+        self.hooks_lock = None if hooks_concurrent else threading.RLock()
+        self._hooks_mutex = threading.Lock()
 
     def _mutex(self) -> threading.Lock:
         if self._hooks_mutex is None:

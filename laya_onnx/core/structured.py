@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from laya_onnx.core.errors import InvalidRequest, InvalidRequestType
-from laya_onnx.core.gate import apply_confidence_gate, check_min_confidence, finite_number
+from laya_onnx.core.gate import apply_confidence_gate, finite_number
+from laya_onnx.core.options import resolve_min_confidence
 
 MAX_PROPERTIES = 32
 MAX_OPTIONS = 32
@@ -334,7 +335,7 @@ def decide(
     `runner.predict`. `return_details=True` returns a `DecisionResult`.
     """
     _check_one_of(schema, questions)
-    mc = check_min_confidence(min_confidence) if min_confidence is not None else None
+    mc = resolve_min_confidence(min_confidence)
     fields, asked = _questions(schema, questions)
     if mc is not None:
         predict_kwargs["min_confidence"] = mc
@@ -364,7 +365,7 @@ def decide_batch(
     _check_one_of(schema, questions)
     if isinstance(states, (str, bytes)) or not isinstance(states, Sequence):
         raise InvalidRequestType("states must be a sequence of states, not %s" % type(states).__name__)
-    mc = check_min_confidence(min_confidence) if min_confidence is not None else None
+    mc = resolve_min_confidence(min_confidence)
     fields, asked = _questions(schema, questions)
     predict_batch = getattr(runner, "predict_batch", None)
     if predict_batch is None:

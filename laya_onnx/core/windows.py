@@ -3,7 +3,7 @@
 laya 0.4.15's `predict_long` semantics (core.md §6.2): the window is sized from the agent's config
 (never per-call budgets) and capped at the room the tightest question leaves; the state is
 tokenized once, split into windows decoded back to text, and every window is answered by one
-`predict_batch` call (so windows share forward passes). Per question the deciding window is the
+call (so windows share forward passes). Per question the deciding window is the
 one with the highest P(true) for a noul, the highest `answer_confidence` for a choice or score;
 its answer is returned with `answer["window"]`, and the windows' usage blocks are merged.
 
@@ -23,6 +23,7 @@ from laya_onnx.core.calibration import MODEL_NAME
 from laya_onnx.core.errors import InvalidRequest, InvalidRequestType
 from laya_onnx.core.gate import apply_confidence_gate
 from laya_onnx.core.hooks import aggregate_usage
+from laya_onnx.core.options import CallOptions
 from laya_onnx.core.questions import Question, normalize_questions, require_questions_dict, to_question
 from laya_onnx.core.sequences import state_ids, state_room
 from laya_onnx.core.tokenizer import LayaTokenizer
@@ -156,11 +157,10 @@ class StartProbe:
     """The last start hook of a scan: records what the hook chain left for inference to run on.
 
     Only records, never judges: a check raised from inside the chain would fall under the
-    caller's `hooks_raise`/`hooks_timeout`. `ran` stays False when no hook chain was dispatched.
+    caller's `hooks_raise`/`hooks_timeout`.
     """
 
     def __init__(self) -> None:
-        self.ran = False
         self.answered = False
         self.states: list[Any] | None = None
         self.question_types: dict[Any, Any] | None = None
@@ -169,7 +169,6 @@ class StartProbe:
         self.questions: dict[Any, Any] = {}
 
     def on_predict_start(self, ctx) -> None:
-        self.ran = True
         self.answered = ctx.results is not None
         self.states = list(ctx.states)
         if ctx.results is None and isinstance(ctx.questions, dict):
@@ -249,7 +248,6 @@ def aggregate(
     results: Sequence[dict[str, Any]],
     question_types: Mapping[Any, Any],
     asked: Mapping[Any, Any],
-    probe_saw_questions: bool,
     attribution: tuple[list[int], int, int] | None,
 ) -> dict[str, Any]:
     """One document answer from per-window results; `attribution` is (starts, size, n_tokens), or
@@ -259,7 +257,7 @@ def aggregate(
         missing = sum(qid not in r["answers"] for r in results)
         if missing:
             # End hooks may drop a question a start hook added, never one the caller asked.
-            if missing == len(results) and qid not in asked and probe_saw_questions:
+            if missing == len(results) and qid not in asked:
                 continue
             raise ValueError(
                 "predict_long: answer %r is missing from %d of %d windows after prediction hooks"
@@ -282,28 +280,19 @@ def aggregate(
     return result
 
 
-def with_probe(on_predict_start: Any, probe: StartProbe) -> list[Any]:
-    """The caller's start hooks with the probe last (per-call hooks run after installed ones)."""
-    if on_predict_start is None:
-        return [probe.on_predict_start]
-    listed = list(on_predict_start) if isinstance(on_predict_start, (list, tuple)) else [on_predict_start]
-    return listed + [probe.on_predict_start]
-
-
 def predict_long(
     agent,
     state: Any,
     questions: dict[Any, Any],
+    call: CallOptions,
     window: int | None = None,
     stride: int | None = None,
     aggregate_mode: str = "auto",
     batch_size: int | None = None,
     lang: str | None = None,
-    *,
-    on_predict_start: Any = None,
-    **hook_kwargs: Any,
 ) -> dict[str, Any]:
-    """`ONNXAgent.predict_long` (see its docstring); `agent` answers through its public calls."""
+    """`ONNXAgent.predict_long` (see its docstring): every answer is one `agent.run_call` under
+    the caller's resolved options, with the probe as the last hook."""
     if state is None:
         raise InvalidRequestType("state must not be None; pass a string, dict, or list")
     require_questions_dict(questions)
@@ -317,10 +306,10 @@ def predict_long(
     asked = copy.deepcopy(questions)
     ids = state_ids(tok, state)
     probe = StartProbe()
-    hook_kwargs["on_predict_start"] = with_probe(on_predict_start, probe)
+    call = call.with_hook(probe)
     explicit = bool(window and window > 0)
     if len(ids) <= (plan.size if explicit else plan.room):
-        single = dict(agent.predict(state, questions, lang=lang, **hook_kwargs))
+        single = dict(agent.run_call([state], questions, call, lang=lang)[0])
         check_scan_budget(tok, probe, max(plan.size, len(ids)), max_len, head_max_len, asked)
         single["usage"] = {**(single.get("usage") or {}), "windows": 0 if probe.answered else 1}
         return single
@@ -328,7 +317,7 @@ def predict_long(
     texts, starts = split_windows(tok, ids, plan.size, plan.step)
     cap = window_batch_cap(len(texts), plan.size, default_window(max_len, head_max_len), batch_size)
     # A copy, so a start hook that edits ctx.states in place cannot shift `starts`.
-    results = agent.predict_batch(list(texts), questions, batch_size=cap, lang=lang, **hook_kwargs)
+    results = agent.run_call(list(texts), questions, call, batch_size=cap, lang=lang)
     check_scan_budget(tok, probe, plan.size, max_len, head_max_len, asked)
     if probe.answered:
         if len(results) != 1:
@@ -360,8 +349,8 @@ def predict_long(
             stacklevel=3,
         )
         return {"model": MODEL_NAME, "answers": {}, "usage": {**aggregate_usage(results), "windows": 0}}
-    question_types = probe.question_types
-    if question_types is None:  # a replaced predict_batch that dispatched no hooks
-        question_types = {qid: qdef["type"] for qid, qdef in questions.items()}
+    # The probe is the last start hook and no hook answered, so it saw the questions inference
+    # accepted (a dict).
+    assert probe.question_types is not None
     attribution = None if rewritten else (starts, plan.size, len(ids))
-    return aggregate(results, question_types, asked, probe.question_types is not None, attribution)
+    return aggregate(results, probe.question_types, asked, attribution)

@@ -1,9 +1,10 @@
 """The Router's answers: route, load, then answer on the chosen agent, hooks around it all.
 
-`predict` is one call with laya's hook lifecycle around route + inference; `predict_batch` routes
-every request, then runs them grouped by checkpoint, question set, token budgets and (for an
-agent with per-language temperatures) language, each request with its own hook lifecycle;
-`predict_long` is `predict` whose inference is the routed agent's window scan.
+`answer` is one call (`Router.predict`, or `predict_long` with the window scan as its inference)
+under laya's hook lifecycle around route + inference; `answer_batch` routes every request, then
+runs them grouped by checkpoint, question set, token budgets and (for an agent with per-language
+temperatures) language, each checkpoint group under one lifecycle. The hooks and the gate are the
+call's `CallOptions`, resolved once by the Router.
 """
 
 from __future__ import annotations
@@ -11,19 +12,12 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from functools import partial
 from typing import Any
 
 from laya_onnx.core.errors import InvalidRequestType
-from laya_onnx.core.gate import apply_confidence_gate, check_min_confidence
-from laya_onnx.core.hooks import (
-    PredictContext,
-    aggregate_usage,
-    call_lifecycle,
-    compose_hooks,
-    skipping_default_hooks,
-    validate_timeout,
-)
+from laya_onnx.core.hooks import PredictContext, skipping_default_hooks
+from laya_onnx.core.options import CallOptions
+from laya_onnx.core.router import policy
 
 Scan = Callable[[PredictContext, Any], dict[str, Any]]
 
@@ -34,16 +28,19 @@ def question_schema(questions: Any) -> str:
     return json.dumps(questions, sort_keys=False, ensure_ascii=False, default=str)
 
 
+def check_call(state: Any, questions: Any) -> None:
+    """Refuse what no route or hook could answer: no state, or questions that are not a dict."""
+    if state is None:
+        raise InvalidRequestType("state must not be None; pass a string, dict, or list")
+    if not isinstance(questions, dict):
+        raise InvalidRequestType(
+            "questions must be a dict of question id -> definition, got %s" % type(questions).__name__
+        )
+
+
 def _budgets(ctx: PredictContext) -> dict[str, int]:
     """The token budgets a start hook left set (an agent attached by hand may take neither)."""
     return {k: v for k, v in (("max_len", ctx.max_len), ("head_max_len", ctx.head_max_len)) if v is not None}
-
-
-def _detected_lang(lang: Any, decision: Any) -> Any:
-    """The caller's `lang`, else the language detection found while routing."""
-    if lang is None:
-        lang = (decision.get("detection") or {}).get("language") or None
-    return lang
 
 
 def answer(
@@ -51,48 +48,27 @@ def answer(
     state: Any,
     questions: Any,
     routing: dict[str, Any],
-    active: list[Any],
-    call_hooks: Any,
-    hooks_raise: bool | None,
-    hooks_timeout: float | None,
+    call: CallOptions,
     *,
     max_len: int | None = None,
     head_max_len: int | None = None,
-    min_confidence: Any = None,
     scan: Scan | None = None,
 ) -> dict[str, Any]:
-    """`Router.predict`; `scan(ctx, lang)` replaces the one-window answer (`predict_long`)."""
-    if state is None:
-        raise InvalidRequestType("state must not be None; pass a string, dict, or list")
-    if not isinstance(questions, dict):
-        raise InvalidRequestType(
-            "questions must be a dict of question id -> definition, got %s" % type(questions).__name__
-        )
-    mc = check_min_confidence(min_confidence) if min_confidence is not None else None
-    raise_errors = router.hooks_raise if hooks_raise is None else bool(hooks_raise)
-    timeout = router.hooks_timeout if hooks_timeout is None else validate_timeout(hooks_timeout)
+    """`Router.predict`; `scan(ctx, lang)` replaces the one-window answer (`predict_long`).
+    `elapsed_ms` counts from the start hooks, after route and load (laya's)."""
     ctx = PredictContext(
         states=[state], questions=questions, router=router, max_len=max_len, head_max_len=head_max_len
     )
-
-    def fire(event: str) -> None:
-        router._dispatch(active, event, ctx, raise_errors=raise_errors, timeout=timeout)
-
-    with call_lifecycle(ctx, fire, partial(apply_confidence_gate, mc=mc)):
-        decision = router.route(
-            state,
-            questions,
-            **routing,
-            hooks=call_hooks,
-            hooks_raise=hooks_raise,
-            hooks_timeout=hooks_timeout,
-        )
+    with call.lifecycle([ctx]):
+        decision = policy.route(router, state, questions, routing, call)
         ctx.decision = dict(decision)
         ctx.model = decision["model"]
         ctx.agent = agent = router.load(decision["model"])
-        lang = _detected_lang(routing["lang"], decision)
+        lang = routing["lang"]
+        if lang is None:
+            lang = (decision.get("detection") or {}).get("language") or None
         ctx.started_at = time.perf_counter()
-        fire("on_predict_start")
+        call.fire("on_predict_start", ctx)
         if ctx.results is None:
             with skipping_default_hooks():
                 if scan is not None:
@@ -139,31 +115,21 @@ def window_scan(window: Any, stride: Any, aggregate: str, batch_size: Any) -> Sc
 def answer_batch(
     router: Any,
     requests: Sequence[dict[str, Any]],
+    call: CallOptions,
     batch_size: int | None,
-    hooks_timeout: float | None,
-    min_confidence: Any,
     sort_by_length: bool,
-    *,
-    hooks: Any,
-    on_predict_start: Any,
-    on_predict_end: Any,
-    hooks_raise: bool | None,
 ) -> list[dict[str, Any]]:
-    """`Router.predict_batch`: start hooks per request before grouping, end hooks in reverse start
-    order per checkpoint group; results in input order."""
-    mc = check_min_confidence(min_confidence) if min_confidence is not None else None
-    decisions = router.route_batch(requests, hooks_timeout, hooks=hooks, hooks_raise=hooks_raise)
+    """`Router.predict_batch`: start hooks per request before grouping, end hooks in reverse
+    start order per checkpoint group; results in input order."""
+    decisions = policy.route_all(router, requests, call)
     groups: dict[str, list[int]] = {}
     for i, decision in enumerate(decisions):
         groups.setdefault(router.resolve(decision["model"]), []).append(i)
-    active = compose_hooks(router.hooks, hooks, on_predict_start, on_predict_end)
-    raise_errors = router.hooks_raise if hooks_raise is None else bool(hooks_raise)
-    timeout = router.hooks_timeout if hooks_timeout is None else validate_timeout(hooks_timeout)
     results: list[Any] = [None] * len(decisions)
     for name, indices in groups.items():
         agent = router.load(name)
         started: list[PredictContext] = []
-        try:
+        with call.lifecycle(started, group=True):
             for i in indices:
                 ctx = PredictContext(
                     states=[requests[i]["state"]],
@@ -176,7 +142,7 @@ def answer_batch(
                     head_max_len=requests[i].get("head_max_len"),
                 )
                 started.append(ctx)
-                router._dispatch(active, "on_predict_start", ctx, raise_errors=raise_errors, timeout=timeout)
+                call.fire("on_predict_start", ctx)
             for items, kwargs in _passes(agent, indices, started, requests, decisions):
                 if sort_by_length:
                     kwargs["sort_by_length"] = True
@@ -195,18 +161,6 @@ def answer_batch(
                 for (i, ctx), result in zip(items, answers, strict=True):
                     result["routing"] = dict(decisions[i])
                     ctx.results = [result]
-            for ctx in started:
-                ctx.usage = aggregate_usage(ctx.results or [])
-        except BaseException as exc:
-            for ctx in started:
-                if ctx.results:
-                    apply_confidence_gate(ctx.results, mc)
-            _end(router, active, started, raise_errors, timeout, exc)
-            raise
-        for ctx in started:
-            if ctx.results:
-                apply_confidence_gate(ctx.results, mc)
-        _end(router, active, started, raise_errors, timeout)
         for i, ctx in zip(indices, started, strict=True):
             results[i] = ctx.results[0] if ctx.results else None
     return results
@@ -234,26 +188,3 @@ def _passes(agent, indices, started, requests, decisions):
         key = (question_schema(ctx.questions), ctx.max_len, ctx.head_max_len, lang)
         groups.setdefault(key, ([], kwargs))[0].append((i, ctx))
     return list(groups.values())
-
-
-def _end(router, active, contexts, raise_errors, timeout, error: BaseException | None = None) -> None:
-    """End a checkpoint group's requests in reverse start order; each gets its end hook even
-    when another's raises (the first such failure is raised afterwards)."""
-    now = time.perf_counter()
-    for ctx in contexts:
-        ctx.elapsed_ms = (now - ctx.started_at) * 1000.0
-        if error is not None:
-            ctx.error = error
-    first: BaseException | None = None
-    for ctx in reversed(contexts):
-        events = ("on_error", "on_predict_end") if ctx.error is not None else ("on_predict_end",)
-        for event in events:
-            try:
-                router._dispatch(active, event, ctx, raise_errors=raise_errors, timeout=timeout)
-            except BaseException as hook_exc:
-                if ctx.error is not None:
-                    ctx.error.__context__ = hook_exc
-                elif first is None:
-                    first = hook_exc
-    if first is not None:
-        raise first

@@ -3,7 +3,8 @@
 First match wins: `model=` > `task=` > the typed-decisions workflow of the question ids (only with
 `auto_task_detection=True`) > `lang=` > `lang_guess` (per call, then the Router's) > language
 detection (`laya_onnx.core.lang.analyse`) > `default`. The decision is the `routing` block of
-every answer, keys in laya's order, reasons in laya's words. Nothing here loads or runs a model.
+every answer, keys in laya's order, reasons in laya's words; `on_route` hooks see it and may
+replace it. Nothing here loads or runs a model.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from laya_onnx.core.errors import InvalidRequest, InvalidRequestType
+from laya_onnx.core.hooks import PredictContext
 from laya_onnx.core.lang import analyse, english_from_code, route_detection
+from laya_onnx.core.options import CallOptions
 from laya_onnx.core.router.registry import ENGLISH, MULTILINGUAL, TYPED_DECISIONS
 
 #: Question-id sets of the four workflows typed-decisions was fine-tuned on (laya router.py).
@@ -140,3 +143,27 @@ def check_request(i: int, request: Any) -> None:
 def routing_of(request: dict[str, Any]) -> dict[str, Any]:
     """The routing pins of one request of a batch (absent ones as None)."""
     return {key: request.get(key) for key in ROUTING_KEYS}
+
+
+def route(
+    router: Any, state: Any, questions: Any, routing: dict[str, Any], call: CallOptions, explain: bool = False
+) -> Any:
+    """`decide_route` by the `routing` pins, then the call's `on_route` hooks, which may replace it."""
+    decision = decide_route(router, state, questions, **routing, explain=explain)
+    ctx = PredictContext(states=[state], questions=questions or {}, decision=decision, router=router)
+    call.fire("on_route", ctx)
+    return ctx.decision
+
+
+def route_all(
+    router: Any, requests: Sequence[dict[str, Any]], call: CallOptions, explain: bool = False
+) -> list[Any]:
+    """Every request of a batch routed in order, each checked just before it is routed."""
+    check_batch(requests)
+    decisions = []
+    for i, request in enumerate(requests):
+        check_request(i, request)
+        decisions.append(
+            route(router, request["state"], request["questions"], routing_of(request), call, explain)
+        )
+    return decisions

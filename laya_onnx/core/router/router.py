@@ -15,19 +15,12 @@ Torch-free: the agents are `ONNXAgent`s; nothing here imports torch, transformer
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from laya_onnx.core.errors import InvalidRequest
-from laya_onnx.core.hooks import (
-    HookRegistry,
-    PredictContext,
-    compose_hooks,
-    dispatch,
-    normalise_hooks,
-    validate_timeout,
-)
+from laya_onnx.core.hooks import HookRegistry, PredictContext
+from laya_onnx.core.options import CallOptions
 from laya_onnx.core.router import answering, policy
 from laya_onnx.core.router.pool import DEFAULT_MAX_LOADED, Pool
 from laya_onnx.core.router.registry import DEFAULT_CHECKPOINT, Registry, Source, source_text
@@ -44,10 +37,6 @@ class Router(HookRegistry):
     `lang_temperatures`, `threads`, `max_pass_memory`); `providers`, `revision`/`revisions` and
     `token` are the Router's own. `agent_factory(source, name, **kwargs)` replaces `ONNXAgent`.
     """
-
-    hooks_raise = True
-    hooks_timeout: float | None = None
-    _hooks_lock: Any = None
 
     def __init__(
         self,
@@ -71,11 +60,9 @@ class Router(HookRegistry):
         agent_kwargs: Mapping[str, Any] | None = None,
         agent_factory: Callable[..., Any] | None = None,
     ):
-        self.hooks = normalise_hooks(hooks, on_predict_start, on_predict_end)
-        self.hooks_raise = bool(hooks_raise)
-        self.hooks_timeout = validate_timeout(hooks_timeout)
-        self._hooks_lock = None if hooks_concurrent else threading.RLock()
-        self._hooks_mutex = threading.Lock()
+        self._install_hooks(
+            hooks, on_predict_start, on_predict_end, hooks_raise, hooks_concurrent, hooks_timeout
+        )
         self._names = Registry()
         self._names.add_all(models, stacklevel=2)
         self.providers = list(providers) if providers is not None else None
@@ -156,17 +143,7 @@ class Router(HookRegistry):
     def _notify(self, event: str, name: str, agent: Any) -> None:
         """`on_load` / `on_evict` for the installed hooks (and the process defaults)."""
         ctx = PredictContext(states=[], questions={}, model=name, agent=agent, router=self)
-        self._dispatch(compose_hooks(self.hooks), event, ctx)
-
-    def _dispatch(self, hooks: list[Any], event: str, ctx: PredictContext, raise_errors=None, timeout=None):
-        dispatch(
-            hooks,
-            event,
-            ctx,
-            raise_errors=self.hooks_raise if raise_errors is None else raise_errors,
-            lock=self._hooks_lock,
-            timeout=self.hooks_timeout if timeout is None else timeout,
-        )
+        CallOptions.resolve(self).fire(event, ctx)
 
     def attach(self, name: str, agent: Any) -> Any:
         """Serve an agent built elsewhere under `name` (registered without a source if new)."""
@@ -223,16 +200,9 @@ class Router(HookRegistry):
     ) -> Any:
         """Decide the checkpoint; `on_route` hooks see `ctx.decision` and may replace it."""
         policy.check_questions(questions)
-        decision = policy.decide_route(self, state, questions, model, task, lang, lang_guess, explain)
-        ctx = PredictContext(states=[state], questions=questions or {}, decision=decision, router=self)
-        self._dispatch(
-            compose_hooks(self.hooks, hooks),
-            "on_route",
-            ctx,
-            raise_errors=hooks_raise,
-            timeout=None if hooks_timeout is None else validate_timeout(hooks_timeout),
-        )
-        return ctx.decision
+        call = CallOptions.resolve(self, hooks=hooks, hooks_raise=hooks_raise, hooks_timeout=hooks_timeout)
+        routing = dict(model=model, task=task, lang=lang, lang_guess=lang_guess)
+        return policy.route(self, state, questions, routing, call, explain)
 
     def route_batch(
         self,
@@ -245,21 +215,10 @@ class Router(HookRegistry):
     ) -> list[Any]:
         """Route every request of a batch (in order) without loading anything."""
         policy.check_batch(requests)
-        decisions = []
-        for i, request in enumerate(requests):
-            policy.check_request(i, request)
-            decisions.append(
-                self.route(
-                    request["state"],
-                    request["questions"],
-                    **policy.routing_of(request),
-                    hooks=hooks,
-                    hooks_raise=hooks_raise,
-                    hooks_timeout=hooks_timeout,
-                    explain=explain,
-                )
-            )
-        return decisions
+        if not requests:  # nothing routes, so no hook argument is read (laya's)
+            return []
+        call = CallOptions.resolve(self, hooks=hooks, hooks_raise=hooks_raise, hooks_timeout=hooks_timeout)
+        return policy.route_all(self, requests, call, explain)
 
     # -- answering ------------------------------------------------------------------------------
     def predict(
@@ -283,18 +242,19 @@ class Router(HookRegistry):
 
         Router-level start/end hooks wrap route + inference and see `ctx.decision`.
         """
-        return answering.answer(
+        answering.check_call(state, questions)
+        call = CallOptions.resolve(
             self,
-            state,
-            questions,
-            dict(model=model, task=task, lang=lang, lang_guess=lang_guess),
-            compose_hooks(self.hooks, hooks, on_predict_start, on_predict_end),
-            hooks,
-            hooks_raise,
-            hooks_timeout,
-            max_len=max_len,
-            head_max_len=head_max_len,
+            hooks=hooks,
+            on_predict_start=on_predict_start,
+            on_predict_end=on_predict_end,
+            hooks_raise=hooks_raise,
+            hooks_timeout=hooks_timeout,
             min_confidence=min_confidence,
+        )
+        routing = dict(model=model, task=task, lang=lang, lang_guess=lang_guess)
+        return answering.answer(
+            self, state, questions, routing, call, max_len=max_len, head_max_len=head_max_len
         )
 
     system_one = predict
@@ -319,18 +279,18 @@ class Router(HookRegistry):
     ) -> dict[str, Any]:
         """Route as `predict` does, then scan every window of the state with the routed agent's
         `predict_long`; the scan runs after the start hooks, so a hook that answers wins."""
-        per_call = normalise_hooks(hooks, on_predict_start, on_predict_end)
-        return answering.answer(
+        answering.check_call(state, questions)
+        call = CallOptions.resolve(
             self,
-            state,
-            questions,
-            dict(model=model, task=task, lang=lang, lang_guess=lang_guess),
-            compose_hooks(self.hooks, per_call),
-            per_call,
-            hooks_raise,
-            hooks_timeout,
-            scan=answering.window_scan(window, stride, aggregate, batch_size),
+            hooks=hooks,
+            on_predict_start=on_predict_start,
+            on_predict_end=on_predict_end,
+            hooks_raise=hooks_raise,
+            hooks_timeout=hooks_timeout,
         )
+        routing = dict(model=model, task=task, lang=lang, lang_guess=lang_guess)
+        scan = answering.window_scan(window, stride, aggregate, batch_size)
+        return answering.answer(self, state, questions, routing, call, scan=scan)
 
     def decide(
         self,
@@ -398,18 +358,16 @@ class Router(HookRegistry):
         `lang_guess`, `max_len`, `head_max_len`. Start hooks run per request before grouping, end
         hooks in reverse start order per checkpoint group.
         """
-        return answering.answer_batch(
+        call = CallOptions.resolve(
             self,
-            requests,
-            batch_size,
-            hooks_timeout,
-            min_confidence,
-            sort_by_length,
             hooks=hooks,
             on_predict_start=on_predict_start,
             on_predict_end=on_predict_end,
             hooks_raise=hooks_raise,
+            hooks_timeout=hooks_timeout,
+            min_confidence=min_confidence,
         )
+        return answering.answer_batch(self, requests, call, batch_size, sort_by_length)
 
     predict_many = predict_batch
 
