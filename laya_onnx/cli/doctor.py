@@ -73,6 +73,8 @@ def advice(
             )
         elif bundle["precision"] == "int8" and not cpu.vnni:
             out["bundle"] = "int8 without VNNI here: exact but slow; an fp32 bundle is about as fast"
+        elif bundle["precision"] == "bf16" and not cpu.bf16:
+            out["bundle"] = "bf16 without bf16 in this CPU: it runs fp32 on onnxruntime"
         elif bundle["precision"] == "fp16" and providers.get(CUDA) != "attached":
             out["bundle"] = "fp16 is for CUDA; on this CPU it runs at fp32 speed"
         if memory.get("available") and bundle["size_bytes"] * 2 > memory["available"]:

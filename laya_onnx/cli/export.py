@@ -112,7 +112,9 @@ def _add_precision_options(p: argparse.ArgumentParser) -> None:
         choices=PRECISIONS,
         default=DEFAULT_PRECISION,
         help="the graph's precision (default %(default)s): fp32 as traced; fp16: the encoder's GEMMs "
-        "in fp16 for CUDA; int8: batch-invariant per-row int8 for CPU. Both are gated against fp32 torch on the export cases "
+        "in fp16 for CUDA; int8: batch-invariant per-row int8 for CPU; bf16: the fp32 graph run by "
+        "OpenVINO in bf16 on CPUs with AVX512-BF16 or AMX (the openvino extra). Each is gated against "
+        "fp32 torch on the export cases "
         "and the parity suite (max |dp|, decision agreement) and refused below the gate",
     )
     p.add_argument(
@@ -153,7 +155,7 @@ def precision_gate(args: argparse.Namespace):
     from laya_onnx.export.precision import GATES, Gate
 
     if args.precision not in GATES:
-        raise UsageError("--gate-max-dp and --gate-min-agreement apply to --precision fp16 or int8")
+        raise UsageError("--gate-max-dp and --gate-min-agreement apply to --precision fp16, int8 or bf16")
     default = GATES[args.precision]
     max_dp = default.max_abs_dp if args.gate_max_dp is None else args.gate_max_dp
     agreement = default.min_agreement if args.gate_min_agreement is None else args.gate_min_agreement

@@ -34,11 +34,12 @@ from laya_onnx.core.memory import (
     split_rows,
 )
 from laya_onnx.core.names import random_weights_preset
+from laya_onnx.core.openvino_session import open_session
 from laya_onnx.core.options import CallOptions
 from laya_onnx.core.question_cache import QuestionCache
 from laya_onnx.core.questions import normalize_questions, require_questions_dict
 from laya_onnx.core.sequences import check_option_layout, collate, encode_state, option_spans
-from laya_onnx.core.session import FallbackEntry, GraphSession, ProviderSpec, resolve_threads
+from laya_onnx.core.session import FallbackEntry, ProviderSpec, resolve_threads
 from laya_onnx.core.tokenizer import LayaTokenizer
 from laya_onnx.core.tournament import check_group_size, fitting_group_size, run_tournament
 from laya_onnx.core.windows import predict_long as scan_long
@@ -130,8 +131,13 @@ class ONNXAgent(HookRegistry):
         #: Intra-op threads: the `threads` argument, else $LAYA_THREADS, else None (onnxruntime's
         #: default). Read once, here.
         self.threads = resolve_threads(threads)
-        self.session = GraphSession(
+        #: "fp32", "fp16", "int8" or "bf16" (`laya-onnx export --precision`); `precision_record`
+        #: holds its gate and the agreement with fp32 torch measured at export.
+        self.precision_record: dict[str, Any] = self.bundle.precision
+        self.precision: str = self.precision_record["precision"]
+        self.session = open_session(
             str(self.bundle.graph_path),
+            self.precision,
             providers=providers,
             threads=self.threads,
             strict=strict_providers,
@@ -142,10 +148,6 @@ class ONNXAgent(HookRegistry):
         self.max_pass_memory = device_pass_budget(
             self.max_pass_memory, self.session.device_memory_limit, weights
         )
-        #: "fp32", "fp16" or "int8" (`laya-onnx export --precision`); `precision_record` holds its
-        #: gate and the agreement with fp32 torch measured at export.
-        self.precision_record: dict[str, Any] = self.bundle.precision
-        self.precision: str = self.precision_record["precision"]
         if self.precision != "fp32":
             warnings.warn(
                 f"laya-onnx: bundle {str(self.bundle.root)!r} runs in "

@@ -169,7 +169,7 @@ def write_manifest(root: Path, **sections: Any) -> dict[str, Any]:
 
 
 class ReducedPrecisionWarning(UserWarning):
-    """A bundle whose graph is not fp32 (laya-onnx export --precision fp16|int8) was loaded."""
+    """A bundle whose graph is not fp32 (laya-onnx export --precision fp16|int8|bf16) was loaded."""
 
 
 class RandomWeightsWarning(UserWarning):

@@ -320,6 +320,10 @@ class GraphSession:
             self._path, sess_options=session_options(self._threads), providers=listed, enable_fallback=0
         )
 
+    def record_fallback(self, provider: str, reason: str) -> None:
+        """Count and report that `provider` is not running (the reason is kept as the latest)."""
+        self._fallback(provider, reason)
+
     def _fallback(self, provider: str, reason: str) -> None:
         with self._fallbacks_lock:
             counter = self.info.fallbacks.setdefault(provider, FallbackCounter())

@@ -1,4 +1,5 @@
-"""The export's precision step: lower the validated fp32 graph (`precision.py`) and gate it.
+"""The export's precision step: lower the validated fp32 graph (`precision.py`) and gate it
+(bf16 keeps the graph and gates OpenVINO's bf16 computation of it).
 
 A reduced-precision graph is judged against fp32 **torch** on two suites, each request encoded by
 the runtime core and decoded by the core decoder, exactly as for the fp32 validation:
@@ -32,6 +33,14 @@ from laya_onnx.export.precision import (
 )
 
 DEFAULT_SUITE = "core"
+#: What a bf16 bundle's manifest says it runs: the fp32 graph, computed in bf16 by OpenVINO.
+BF16_RECORD: dict[str, Any] = {
+    "rewrite": None,
+    "matmuls": 0,
+    "runtime": "OpenVINO CPU plugin, inference precision bf16 (the graph is the fp32 one; a CPU "
+    "without bf16 or without the openvino package runs it fp32 on onnxruntime)",
+    "measured_on": "the graph on OpenVINO at bf16 on this CPU",
+}
 #: The parity rule's value tolerances are meant for fp32; the gate reads its measurements only.
 _MEASURE_ONLY = 1.0
 
@@ -97,6 +106,18 @@ def measure_agreement(session, suite: Suite, calibration) -> dict[str, Any]:
     }
 
 
+class _OpenVINOOutputs:
+    """An `OpenVINOSession` behind onnxruntime's `run(output_names, feeds)`, for `measure_agreement`."""
+
+    def __init__(self, graph: Path):
+        from laya_onnx.core.openvino_session import OpenVINOSession
+
+        self._session = OpenVINOSession(str(graph))
+
+    def run(self, names: list[str], feeds: dict[str, Any]) -> tuple:
+        return self._session.run(feeds)
+
+
 def passes(measured: dict[str, Any], gate: Gate) -> bool:
     return measured["max_abs_dp"] <= gate.max_abs_dp and measured["agreement"] >= gate.min_agreement
 
@@ -114,6 +135,13 @@ class PrecisionStep:
         self.precision = check_precision(precision)
         if self.precision == "fp32":
             raise ValueError("fp32 is the exported graph itself; there is nothing to lower")
+        if self.precision == "bf16":
+            from laya_onnx.core.openvino_session import bf16_unavailable
+
+            # its gate measures OpenVINO's bf16 here: a machine that would compute fp32 cannot
+            reason = bf16_unavailable()
+            if reason is not None:
+                raise ValueError(f"a bf16 bundle is exported and gated on a CPU that runs bf16: {reason}")
         check_int8_plan(self.precision, plan)
         self.plan = plan
         self.gate = gate or GATES[self.precision]
@@ -184,7 +212,7 @@ class PrecisionStep:
     def _measure(self, graph: Path, calibration, suites: list[Suite]) -> dict[str, Any]:
         from laya_onnx.export.exporter import _session
 
-        session = _session(graph)
+        session = _OpenVINOOutputs(graph) if self.precision == "bf16" else _session(graph)
         return {s.name: measure_agreement(session, s, calibration) for s in suites}
 
     def apply(
@@ -205,7 +233,10 @@ class PrecisionStep:
         from laya_onnx.export.exporter import ValidationError
 
         record: dict[str, Any] = {"precision": self.precision}
-        if self.precision == "fp16":
+        if self.precision == "bf16":
+            record.update(BF16_RECORD)
+            measured = self._measure(graph, calibration, self.suites)
+        elif self.precision == "fp16":
             emulation = graph.parent / "fp16-emulation" / graph.name  # its own external data
             self._lower(graph, emulation, external_data_threshold, emulate=True)
             measured = self._measure(emulation, calibration, self.suites)

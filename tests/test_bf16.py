@@ -1,0 +1,157 @@
+"""bf16 bundles: `export_bundle(precision="bf16")` gates OpenVINO's bf16 computation of the fp32
+graph against fp32 torch; `ONNXAgent` runs it on OpenVINO where the CPU has bf16 and falls back,
+counted and said, to fp32 onnxruntime where it has not."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+
+from laya_onnx.core.bundle import ReducedPrecisionWarning
+from laya_onnx.core.machine import Cpu
+from laya_onnx.core.openvino_session import OPENVINO, bf16_unavailable
+
+STATE = "I was charged twice for my subscription this month and nobody answers my emails."
+QUESTIONS = {
+    "team": {"type": "choice", "instructions": "Which team?", "criteria": ["billing", "tech", "sales"]},
+    "refund": {"type": "noul", "instructions": "Should we refund?"},
+}
+NO_BF16 = Cpu(model="a CPU without bf16", flags=frozenset({"avx2", "avx512f"}), cores=2)
+
+needs_bf16 = pytest.mark.skipif(
+    bf16_unavailable() is not None, reason=f"bf16 cannot run here: {bf16_unavailable()}"
+)
+
+
+def _agent(bundle, **kwargs):
+    from laya_onnx.core.agent import ONNXAgent
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ReducedPrecisionWarning)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return ONNXAgent(bundle, **kwargs)
+
+
+def _probabilities(result) -> np.ndarray:
+    out = []
+    for answer in result["answers"].values():
+        out += list((answer.get("probabilities") or {}).values())
+        if "p_yes" in answer:
+            out.append(answer["p_yes"])
+    return np.array(out, dtype=np.float64)
+
+
+def test_a_cpu_without_bf16_or_openvino_is_named():
+    assert "has no bf16 in hardware" in (bf16_unavailable(NO_BF16) or "")
+    with_bf16 = Cpu(model="x", flags=frozenset({"avx512_bf16"}), cores=2)
+    try:
+        import openvino  # noqa: F401
+    except ImportError:
+        assert "pip install 'laya-onnx[openvino]'" in (bf16_unavailable(with_bf16) or "")
+    else:
+        assert bf16_unavailable(with_bf16) is None
+
+
+@pytest.mark.torch
+@needs_bf16
+def test_bf16_bundle_manifest_gate_and_answers(lowered, bundle_factory):
+    from laya_onnx.export.precision import GATES
+
+    bundle = lowered("tiny-english", "bf16")
+    record = json.loads((bundle / "manifest.json").read_text())["precision"]
+    gate = GATES["bf16"]
+    assert record["precision"] == "bf16" and record["passed"] is True and record["rewrite"] is None
+    assert record["gate"] == gate.as_dict() and "OpenVINO" in record["runtime"]
+    assert set(record["suites"]) == {"export-cases", "parity-core"}
+    for name, m in record["suites"].items():
+        assert m["requests"] > 5 and m["agreement"] >= gate.min_agreement, name
+        # measured in bf16: an fp32 computation is within 1e-5 of torch
+        assert 1e-4 < m["max_abs_dp"] <= gate.max_abs_dp, name
+    # the graph is the fp32 one, byte for byte
+    assert (bundle / "laya.onnx").read_bytes() == (bundle_factory("tiny-english") / "laya.onnx").read_bytes()
+
+    with pytest.warns(ReducedPrecisionWarning, match=r"runs in bf16 \(not fp32; export-cases: "):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            from laya_onnx.core.agent import ONNXAgent
+
+            agent = ONNXAgent(bundle)
+    assert agent.precision == "bf16" and agent.providers == [OPENVINO] and agent.fallbacks == {}
+    exact = _agent(bundle_factory("tiny-english"))
+    ours, theirs = agent.predict(STATE, QUESTIONS), exact.predict(STATE, QUESTIONS)
+    dp = np.abs(_probabilities(ours) - _probabilities(theirs))
+    assert 0 < dp.max() <= gate.max_abs_dp
+
+
+def test_a_bf16_bundle_on_a_cpu_without_bf16_runs_fp32_and_says_so(bundle_factory, monkeypatch):
+    import laya_onnx.core.openvino_session as ovs
+    from laya_onnx.core.session import ProviderUnavailable
+
+    bundle = bundle_factory("tiny-english")
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["precision"] = {"precision": "bf16", "rewrite": None, "suites": {}}
+    monkeypatch.setattr(ovs, "read_cpu", lambda: NO_BF16)
+    staged = _stage(bundle, manifest)
+    with pytest.warns(RuntimeWarning, match="bf16 bundle runs fp32 on onnxruntime.*has no bf16 in hardware"):
+        agent = _agent_warned(staged)
+    assert agent.precision == "bf16" and agent.providers == ["CPUExecutionProvider"]
+    assert agent.fallbacks[OPENVINO]["count"] == 1
+    assert "a CPU without bf16" in agent.fallbacks[OPENVINO]["last_reason"]
+    exact = _agent(bundle)
+    assert np.array_equal(
+        _probabilities(agent.predict(STATE, QUESTIONS)), _probabilities(exact.predict(STATE, QUESTIONS))
+    )
+    with pytest.raises(ProviderUnavailable, match="cannot run at bf16 here"):
+        _agent(staged, strict_providers=True)
+
+
+def _stage(bundle, manifest):
+    """A copy of `bundle` with `manifest` (its files' digests unchanged)."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    out = Path(tempfile.mkdtemp(prefix="bf16-")) / bundle.name
+    shutil.copytree(bundle, out)
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    return out
+
+
+def _agent_warned(bundle):
+    from laya_onnx.core.agent import ONNXAgent
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ReducedPrecisionWarning)
+        return ONNXAgent(bundle)
+
+
+def test_bf16_export_is_refused_where_bf16_cannot_run(monkeypatch):
+    import laya_onnx.core.openvino_session as ovs
+    from laya_onnx.export.ladder import PrecisionStep
+
+    monkeypatch.setattr(ovs, "read_cpu", lambda: NO_BF16)
+    with pytest.raises(ValueError, match="exported and gated on a CPU that runs bf16: .*no bf16 in hardware"):
+        PrecisionStep("bf16")
+
+
+def test_the_bf16_runtime_path_imports_without_torch():
+    script = textwrap.dedent("""
+        import sys
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in ("torch", "transformers"):
+                    raise ImportError(name)
+        sys.meta_path.insert(0, Block())
+        import laya_onnx.core.openvino_session as ovs
+        ovs.bf16_unavailable()
+        print(sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "transformers")))
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
