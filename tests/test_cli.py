@@ -17,7 +17,7 @@ import pytest
 
 from laya_onnx import __version__
 from laya_onnx.cli import build_parser, main
-from laya_onnx.cli.common import EXIT_FAILED, EXIT_USAGE, CommandFailed, UsageError, read_json_argument
+from laya_onnx.cli.common import EXIT_FAILED, EXIT_USAGE, UsageError, read_json_argument
 from laya_onnx.cli.errors import exit_status
 
 REQUEST = {"state": "I was charged twice", "questions": {"r": {"type": "noul", "instructions": "Refund?"}}}
@@ -254,27 +254,143 @@ def test_argparse_usage_errors_exit_2(capsys):
     assert exit_.value.code == EXIT_USAGE
 
 
-@pytest.mark.parametrize(
-    "exc, status",
-    [
-        (CommandFailed("mismatch"), EXIT_FAILED),
-        (RuntimeError("CUDA failure 2: out of memory"), EXIT_FAILED),
+def _own_errors():
+    """One instance of each of the package's error types, with the exit status it means."""
+    from onnxruntime.capi.onnxruntime_pybind11_state import Fail
+
+    from laya_onnx.core.bundle import BundleError, OutputExistsError
+    from laya_onnx.core.calibration_file import CalibrationFileError
+    from laya_onnx.core.errors import (
+        ConfigError,
+        InvalidRequest,
+        InvalidRequestType,
+        PassTooLarge,
+        SourceNotFound,
+    )
+    from laya_onnx.core.session import ProviderError, ProviderUnavailable
+    from laya_onnx.core.structured import SchemaError
+    from laya_onnx.core.tokenizer import TokenizerError
+    from laya_onnx.export.errors import CheckpointError, ExportError, ValidationError
+    from laya_onnx.score.scorer import ScoreError
+
+    return [
+        (UsageError("--clients must be ..."), EXIT_USAGE),
+        (InvalidRequest("question 'r': no 'instructions'"), EXIT_USAGE),
+        (InvalidRequestType("questions must be a dict"), EXIT_USAGE),
+        (PassTooLarge("one row needs 3 GiB"), EXIT_USAGE),
+        (SchemaError("bad schema"), EXIT_USAGE),
+        (SourceNotFound("checkpoint 'x': no such directory"), EXIT_USAGE),
+        (ConfigError("invalid --port 70000"), EXIT_USAGE),
+        (BundleError("bundle 'b' has no manifest.json"), EXIT_USAGE),
+        (OutputExistsError("out"), EXIT_USAGE),
+        (TokenizerError("bad tokenizer"), EXIT_USAGE),
+        (ProviderError("unknown execution provider 'Foo'"), EXIT_USAGE),
+        (CalibrationFileError("bad calibration"), EXIT_USAGE),
+        (ExportError("opset must be >= 14"), EXIT_USAGE),
+        (CheckpointError("checkpoint 'c' has no model.safetensors"), EXIT_USAGE),
+        (ScoreError("unknown format '.csv'"), EXIT_USAGE),
+        (ModuleNotFoundError("No module named 'torch'", name="torch"), EXIT_USAGE),
+        (ValidationError("ONNX Runtime disagrees with torch"), EXIT_FAILED),
+        (ProviderUnavailable("CUDA did not attach"), EXIT_FAILED),
         (OSError(errno.ENOSPC, "No space left on device"), EXIT_FAILED),
         (OSError(errno.EADDRINUSE, "address already in use"), EXIT_FAILED),
-        (FileNotFoundError("checkpoint 'x': no such directory"), EXIT_USAGE),
-        (PermissionError(errno.EACCES, "Permission denied"), EXIT_USAGE),
-        (ValueError("bad"), EXIT_USAGE),
-        (TypeError("bad"), EXIT_USAGE),
-        (ModuleNotFoundError("No module named 'torch'", name="torch"), EXIT_USAGE),
-    ],
-    ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else str(v),
+        (PermissionError(errno.EACCES, "Permission denied"), EXIT_FAILED),
+        (Fail("CUDA failure 2: out of memory"), EXIT_FAILED),
+    ]
+
+
+@pytest.mark.parametrize(
+    "exc, status", _own_errors(), ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else str(v)
 )
-def test_exit_status_classes(exc, status):
+def test_the_packages_own_errors_have_their_status(exc, status):
     assert exit_status(exc)[0] == status
 
 
-def test_a_bug_keeps_its_traceback():
-    assert exit_status(AttributeError("'NoneType' object has no attribute 'x'")) is None
+@pytest.mark.parametrize(
+    "exc",
+    [
+        ValueError("could not broadcast input array from shape (3,) into shape (2,)"),
+        TypeError("'NoneType' object is not subscriptable"),
+        RuntimeError("dictionary changed size during iteration"),
+        AttributeError("'NoneType' object has no attribute 'x'"),
+        KeyError("input_ids"),
+        ModuleNotFoundError("No module named 'laya_onnx.nope'", name="laya_onnx.nope"),
+    ],
+    ids=lambda v: type(v).__name__,
+)
+def test_anything_else_is_a_bug(exc):
+    assert exit_status(exc) is None
+
+
+def test_every_error_type_the_package_defines_is_classified():
+    """A new error type must say what it means for the user: listed here, or internal on purpose."""
+    import importlib
+    import inspect
+    import pkgutil
+
+    import laya_onnx
+    from laya_onnx.cli.errors import FAILURES, USER_ERRORS
+
+    # raised inside the server and answered as HTTP (or never leave their module)
+    internal = {
+        "laya_onnx.serve.errors.ApiError",
+        "laya_onnx.serve.wire.NonFiniteNumber",
+        "laya_onnx.core.question_cache._Uncacheable",
+        "laya_onnx.export.graph_file.GraphWriteError",  # the trace disagrees with the model: a bug
+    }
+    listed = set(USER_ERRORS) | set(FAILURES)
+    for name in listed:
+        module, _, attr = name.rpartition(".")
+        cls = getattr(importlib.import_module(module), attr)
+        assert issubclass(cls, BaseException) and f"{cls.__module__}.{cls.__qualname__}" == name
+    skip = ("laya_onnx.serve.ray", "laya_onnx.score.ray", "laya_onnx.bench.ray", "laya_onnx.parity.")
+    for info in pkgutil.walk_packages(laya_onnx.__path__, "laya_onnx."):
+        if info.name.startswith(skip) or info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if cls.__module__ != info.name or not issubclass(cls, Exception) or issubclass(cls, Warning):
+                continue
+            name = f"{cls.__module__}.{cls.__qualname__}"
+            covered = any(f"{c.__module__}.{c.__qualname__}" in listed | internal for c in cls.__mro__)
+            assert covered, f"{name}: add it to laya_onnx.cli.errors (USER_ERRORS or FAILURES)"
+
+
+def _raises(exc):
+    def run(*args, **kwargs):
+        raise exc
+
+    return run
+
+
+def test_a_bug_is_one_line_saying_so_and_how_to_see_the_traceback(monkeypatch, capsys):
+    from laya_onnx.bench import http
+
+    monkeypatch.setattr(http, "drive_server", _raises(KeyError("latency_ms_200")))
+    monkeypatch.setattr(sys, "argv", ["laya-onnx"])  # the hint repeats the command as it was typed
+    status, out = _run(capsys, ["bench", "http", "http://127.0.0.1:9", "--seconds", "1"])
+    assert status == EXIT_FAILED and "Traceback" not in out.err
+    assert out.err.strip() == (
+        "laya-onnx bench http: internal error, a bug in laya-onnx: KeyError: 'latency_ms_200' "
+        "(run 'laya-onnx --traceback bench http ...' again to see where it happened)"
+    )
+
+    status, out = _run(capsys, ["--traceback", "bench", "http", "http://127.0.0.1:9", "--seconds", "1"])
+    assert status == EXIT_FAILED
+    assert out.err.startswith("Traceback (most recent call last):") and "in drive_server" not in out.err
+    assert "raise exc" in out.err and out.err.strip().splitlines()[-1].startswith(
+        "laya-onnx bench http: internal error"
+    )
+
+
+def test_traceback_keeps_an_errors_status(monkeypatch, capsys):
+    from laya_onnx.bench import http
+    from laya_onnx.core.errors import InvalidRequest
+
+    monkeypatch.setattr(http, "drive_server", _raises(InvalidRequest("no such thing")))
+    status, out = _run(capsys, ["--traceback", "bench", "http", "http://127.0.0.1:9"])
+    assert status == EXIT_USAGE and "Traceback (most recent call last):" in out.err
+    assert out.err.strip().splitlines()[-1] == "laya-onnx bench http: error: no such thing"
 
 
 def test_bench_http_refuses_bad_clients_and_deadline(capsys):

@@ -5,18 +5,20 @@ the layer it runs only inside `run`: the runtime core is torch-free, so `predict
 work on a box without torch, and `--help` imports neither torch nor onnxruntime.
 
 Exit status, the same for every command: 0 success; 1 the command ran and failed (a parity or
-export-validation mismatch, an I/O or onnxruntime failure); 2 bad input, usage or configuration
-(argparse's own code for a bad option); 130 interrupted.
+export-validation mismatch, an I/O or onnxruntime failure) or met a bug; 2 bad input, usage or
+configuration (argparse's own code for a bad option); 130 interrupted. Which error types mean
+which: `laya_onnx.cli.errors`.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 
 from laya_onnx.cli import bench, demo, doctor, export, make_checkpoint, parity, predict, score, serve
-from laya_onnx.cli.common import EXIT_INTERRUPTED
-from laya_onnx.cli.errors import exit_status
+from laya_onnx.cli.common import EXIT_FAILED, EXIT_INTERRUPTED
+from laya_onnx.cli.errors import bug_message, exit_status
 
 #: The commands, in the order `--help` lists them.
 COMMANDS = (make_checkpoint, export, predict, serve, score, parity, bench, doctor, demo)
@@ -38,8 +40,9 @@ examples:
 'laya-onnx COMMAND --help' describes each command's options.
 
 exit status: 0 success; 1 the command ran and failed (a parity or export-validation mismatch,
-an I/O or onnxruntime failure); 2 bad input, usage or configuration (a bad option or request,
-a missing file, a missing extra); 130 interrupted."""
+an I/O or onnxruntime failure), or hit a bug in laya-onnx (--traceback shows where); 2 bad input,
+usage or configuration (a bad option or request, a missing file, a missing extra); 130
+interrupted."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -52,6 +55,11 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"laya-onnx {__version__}")
+    p.add_argument(
+        "--traceback",
+        action="store_true",
+        help="on an error, print Python's traceback before the one-line report (for a bug report)",
+    )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         parser = command.add_parser(sub)
@@ -83,9 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     except (Exception, SystemExit) as exc:
         if isinstance(exc, SystemExit) and not isinstance(exc.code, str):
             raise
-        reported = exit_status(exc)
-        if reported is None:
-            raise
-        status, message = reported
+        if args.traceback:
+            traceback.print_exc()
+        status, message = exit_status(exc) or (EXIT_FAILED, bug_message(exc, args.prog))
         print(f"{args.prog}: {message}", file=sys.stderr)
         return status

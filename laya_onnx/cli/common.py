@@ -26,17 +26,13 @@ def invocation() -> str:
     script = sys.argv[0] if sys.argv else ""
     if os.path.basename(script) == "laya-onnx":
         return shlex.quote(script)
-    if script.endswith("__main__.py"):
+    if script.endswith(os.path.join("laya_onnx", "__main__.py")):  # not another tool's -m
         return "%s -m laya_onnx" % shlex.quote(sys.executable)
     return "laya-onnx"
 
 
 class UsageError(ValueError):
     """A command-line argument that cannot be used (exit 2)."""
-
-
-class CommandFailed(Exception):
-    """The command ran and its outcome is a failure (exit 1)."""
 
 
 def read_json_argument(value: str, option: str) -> Any:

@@ -1,10 +1,44 @@
-"""How the command line reports an exception: an exit status and one line."""
+"""How the command line reports an exception: an exit status and one line.
+
+The package's own error types are listed here, and only here, by what they mean for the user:
+
+  * `USER_ERRORS` (exit 2, "error: ..."): input the user can fix, a bad option, request, file,
+    setting, bundle or checkpoint;
+  * `FAILURES` (exit 1, "failed: ..."): the command ran and could not succeed, a mismatch it
+    measured or the machine it ran on (a full disk, a port in use, an onnxruntime failure).
+
+Anything else is a bug in laya-onnx: exit 1 and one line that says so and how to see where it
+happened (`laya-onnx --traceback COMMAND ...` prints Python's traceback as well). A type is
+named by its module and name, matched along the exception's classes, so classifying imports
+nothing: a command that never loaded torch does not load it to report an error.
+"""
 
 from __future__ import annotations
 
-import sys
+from laya_onnx.cli.common import EXIT_FAILED, EXIT_USAGE, invocation
 
-from laya_onnx.cli.common import EXIT_FAILED, EXIT_USAGE, CommandFailed
+#: Input the user can fix: exit 2. Each entry covers its subclasses.
+USER_ERRORS = (
+    "laya_onnx.cli.common.UsageError",
+    # InvalidRequest, InvalidRequestType, PassTooLarge, SchemaError, SourceNotFound, SourceNotADirectory
+    "laya_onnx.core.errors.LayaInputError",
+    "laya_onnx.core.errors.ConfigError",
+    "laya_onnx.core.bundle.BundleError",
+    "laya_onnx.core.bundle.OutputExistsError",
+    "laya_onnx.core.tokenizer.TokenizerError",
+    "laya_onnx.core.session.ProviderError",
+    "laya_onnx.core.calibration_file.CalibrationFileError",
+    "laya_onnx.export.errors.ExportError",  # CheckpointError; ValidationError is a failure
+    "laya_onnx.score.scorer.ScoreError",
+)
+
+#: The command ran and could not succeed: exit 1.
+FAILURES = (
+    "laya_onnx.export.errors.ValidationError",
+    "laya_onnx.core.session.ProviderUnavailable",
+    "builtins.OSError",
+    "builtins.MemoryError",
+)
 
 #: The extra that brings each optional module, for the install line a missing import prints.
 EXTRA_OF = {
@@ -22,9 +56,6 @@ EXTRA_OF = {
     "laya": "dev",
 }
 
-# Paths a user names on the command line; their absence is the user's to fix, not a failure.
-_BAD_PATH = (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError)
-
 
 def install_hint(module: str | None) -> str:
     """`; install it with: pip install 'laya-onnx[EXTRA]'` for a module an extra brings."""
@@ -40,27 +71,42 @@ def with_notes(message: str, exc: BaseException) -> str:
     return " ".join([message, *(str(n) for n in notes)])
 
 
-def exit_status(exc: BaseException) -> tuple[int, str] | None:
-    """(status, message) for an exception the CLI reports in one line; None: let it propagate."""
-    from laya_onnx.core.bundle import OutputExistsError
+def listed_status(exc: BaseException) -> int | None:
+    """The exit status the first of `exc`'s classes that is listed means (its most specific
+    listed type decides: ValidationError is an ExportError, SourceNotFound a FileNotFoundError)."""
+    for cls in type(exc).__mro__:
+        name = f"{cls.__module__}.{cls.__qualname__}"
+        if name in USER_ERRORS:
+            return EXIT_USAGE
+        if name in FAILURES:
+            return EXIT_FAILED
+    return None
 
-    if isinstance(exc, CommandFailed):
-        return EXIT_FAILED, f"failed: {exc}"
+
+def exit_status(exc: BaseException) -> tuple[int, str] | None:
+    """(status, message) for an error the package reports in one line; None: a bug."""
+    from laya_onnx.core.bundle import OutputExistsError  # torch-free, and small
+
+    status = listed_status(exc)
+    if status == EXIT_FAILED or type(exc).__module__.startswith("onnxruntime"):
+        own = type(exc).__module__.startswith("laya_onnx")
+        return EXIT_FAILED, "failed: " + (str(exc) if own else f"{type(exc).__name__}: {exc}")
     if isinstance(exc, OutputExistsError):
         return EXIT_USAGE, f"error: {exc.advice('--force')}"  # the CLI's word for force=True
-    if isinstance(exc, SystemExit):
-        # The serve layer exits with its own message for a bundle it cannot load.
-        return EXIT_USAGE, "error: " + str(exc.code).removeprefix("laya-onnx: ")
-    if isinstance(exc, ImportError):
-        return EXIT_USAGE, f"error: {exc}{install_hint(exc.name)}"
-    hub_errors = sys.modules.get("huggingface_hub.errors")
-    bad_hub_reference = hub_errors is not None and isinstance(
-        exc, (hub_errors.RepositoryNotFoundError, hub_errors.RevisionNotFoundError)
-    )
-    # ValueError and TypeError cover the caller-mistake types (InvalidRequest, BundleError,
-    # TokenizerError, ProviderError, UsageError, the exporter's refusals).
-    if isinstance(exc, (ValueError, TypeError, *_BAD_PATH)) or bad_hub_reference:
+    if status == EXIT_USAGE:
         return EXIT_USAGE, with_notes(f"error: {exc}", exc)
-    if isinstance(exc, (OSError, RuntimeError)) or type(exc).__module__.startswith("onnxruntime"):
-        return EXIT_FAILED, f"failed: {type(exc).__name__}: {exc}"
-    return None  # anything else is a bug: Python's traceback (and exit 1) says where
+    if isinstance(exc, SystemExit) and isinstance(exc.code, str):
+        # The serve layer exits with its own message for a bundle it cannot load.
+        return EXIT_USAGE, "error: " + exc.code.removeprefix("laya-onnx: ")
+    if isinstance(exc, ImportError) and install_hint(exc.name):
+        return EXIT_USAGE, f"error: {exc}{install_hint(exc.name)}"  # an extra not installed
+    return None
+
+
+def bug_message(exc: BaseException, prog: str) -> str:
+    """The one line for an exception the package does not report as an error of its own."""
+    again = prog.replace("laya-onnx", f"{invocation()} --traceback", 1)
+    return (
+        f"internal error, a bug in laya-onnx: {type(exc).__name__}: {exc} "
+        f"(run '{again} ...' again to see where it happened)"
+    )

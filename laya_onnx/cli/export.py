@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from laya_onnx.cli.common import EXIT_OK, CommandFailed, UsageError
+from laya_onnx.cli.common import EXIT_OK, UsageError
 
 
 def _mebibytes(value: str) -> int:
@@ -180,7 +180,7 @@ def int8_plan(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from laya_onnx.export import ValidationError, export_bundle
+    from laya_onnx.export import export_bundle
 
     options = dict(
         revision=args.revision,
@@ -198,26 +198,21 @@ def run(args: argparse.Namespace) -> int:
 
     if args.external_data_threshold is not None:
         options["external_data_threshold"] = args.external_data_threshold * 2**20
-    try:
-        if args.all:
-            from laya_onnx.export.models_dir import HUB, export_models_dir
+    if args.all:
+        from laya_onnx.export.models_dir import HUB, export_models_dir
 
-            if args.name is not None:
-                raise UsageError("--name does not apply to --all (each bundle answers to its own name)")
-            if args.calibration is not None:
-                raise UsageError(
-                    "--calibration does not apply to --all (a file is fitted for one checkpoint)"
-                )
-            source = HUB if args.hub else args.checkpoint
-            if args.hub and args.checkpoint is not None:
-                raise UsageError("give either a CHECKPOINT repo or --hub with --all, not both")
-            export_models_dir(Path(args.output), source, **options)
-        elif args.checkpoint is None or args.hub:
-            raise UsageError("export needs a CHECKPOINT (or --all to write the three of a models directory)")
-        else:
-            export_bundle(
-                args.checkpoint, Path(args.output), name=args.name, calibration=args.calibration, **options
-            )
-    except ValidationError as exc:
-        raise CommandFailed(str(exc)) from None
+        if args.name is not None:
+            raise UsageError("--name does not apply to --all (each bundle answers to its own name)")
+        if args.calibration is not None:
+            raise UsageError("--calibration does not apply to --all (a file is fitted for one checkpoint)")
+        source = HUB if args.hub else args.checkpoint
+        if args.hub and args.checkpoint is not None:
+            raise UsageError("give either a CHECKPOINT repo or --hub with --all, not both")
+        export_models_dir(Path(args.output), source, **options)
+    elif args.checkpoint is None or args.hub:
+        raise UsageError("export needs a CHECKPOINT (or --all to write the three of a models directory)")
+    else:
+        export_bundle(
+            args.checkpoint, Path(args.output), name=args.name, calibration=args.calibration, **options
+        )
     return EXIT_OK

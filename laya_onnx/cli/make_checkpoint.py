@@ -6,7 +6,7 @@ import argparse
 import textwrap
 from pathlib import Path
 
-from laya_onnx.cli.common import EXIT_OK
+from laya_onnx.cli.common import EXIT_OK, UsageError
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
@@ -39,6 +39,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.seed < 0:
+        raise UsageError(f"--seed must be a whole number >= 0, got {args.seed}")
     from laya_onnx.checkpoints import make_checkpoint
 
     out = make_checkpoint(args.preset, Path(args.output), seed=args.seed, force=args.force)

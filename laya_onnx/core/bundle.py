@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from laya_onnx.core.errors import InvalidRequest
+
 GRAPH_FILE = "laya.onnx"
 #: The graph's weights when they are stored as ONNX external data (large graphs), beside GRAPH_FILE.
 GRAPH_DATA_FILE = "laya.onnx.data"
@@ -126,7 +128,7 @@ def check_output_dir(out_dir: os.PathLike, force: bool) -> None:
     out = Path(out_dir)
     if out.exists():
         if not out.is_dir():
-            raise ValueError(f"output {str(out)!r} exists and is not a directory")
+            raise InvalidRequest(f"output {str(out)!r} exists and is not a directory")
         if not force and any(out.iterdir()):
             raise OutputExistsError(out)
 

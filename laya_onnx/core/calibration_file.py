@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from laya_onnx.core.calibration import TEMP_MAX, TEMP_MIN, Calibration, clamp_temperatures
+from laya_onnx.core.errors import SourceNotFound
 
 #: The calibration file inside a bundle (`laya-onnx export --calibration FILE` copies it there).
 BUNDLE_CALIBRATION_FILE = "calibration.json"
@@ -144,7 +145,7 @@ def load_calibration(path: str | os.PathLike) -> CalibrationPayload:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise FileNotFoundError(f"calibration file {str(path)!r} does not exist") from None
+        raise SourceNotFound(f"calibration file {str(path)!r} does not exist") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise CalibrationFileError(f"calibration file {str(path)!r} cannot be read: {exc}") from None
     try:

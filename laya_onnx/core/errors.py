@@ -57,8 +57,13 @@ class PassTooLarge(InvalidRequest):
 
 
 class SourceNotFound(LayaInputError, FileNotFoundError):
-    """A checkpoint or bundle argument that is neither a local directory nor on the Hub; the
-    message says which was looked for, and the nearest local names where there are some."""
+    """A path or name the caller gave (a checkpoint, a bundle, a models directory, a calibration
+    file) that is not there, locally or on the Hub; the message says where it was looked for, and
+    the nearest local names where there are some."""
+
+
+class SourceNotADirectory(LayaInputError, NotADirectoryError):
+    """A checkpoint or bundle argument that names a file where a directory is expected."""
 
 
 class ConfigError(ValueError):
@@ -87,6 +92,8 @@ __all__ = [
     "InvalidRequestType",
     "LayaInputError",
     "PassTooLarge",
+    "SourceNotADirectory",
+    "SourceNotFound",
     "caller_value",
     "reference_kind",
 ]

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from laya_onnx.core import settings
-from laya_onnx.core.errors import SourceNotFound
+from laya_onnx.core.errors import ConfigError, InvalidRequest, SourceNotADirectory, SourceNotFound
 from laya_onnx.core.names import published_name
 
 #: Reviewed commit SHAs of the published checkpoints (laya 0.4.15 revisions.py). Opt-in only.
@@ -72,11 +72,11 @@ def resolve_revision(repo_id: str, revision: str | None = None) -> str | None:
     if sha is not None:
         return sha
     if revision:
-        raise ValueError(
+        raise ConfigError(
             f"revision={revision!r} asks for the reviewed commit, but {repo_id!r} has no "
             "reviewed SHA pinned; pass a commit, branch or tag in revision= instead"
         )
-    raise ValueError(
+    raise ConfigError(
         f"{settings.REVISION.env}={REVIEWED}, but {repo_id!r} has no reviewed SHA pinned; "
         f"set {settings.REVISION.env} to a commit or unset it"
     )
@@ -114,7 +114,7 @@ def split_repo_id(arg: str) -> tuple[str, str | None]:
     """`org/name[/subfolder...]` -> (`org/name`, subfolder or None); ValueError otherwise."""
     m = _REPO_RE.match(arg.strip())
     if not m or any(part in ("", ".", "..") for part in (m.group("sub") or "x").split("/")):
-        raise ValueError(
+        raise InvalidRequest(
             f"{arg!r} is neither an existing directory nor a Hub repo id ('org/name' or 'org/name/subfolder')"
         )
     return m.group("repo"), m.group("sub")
@@ -170,7 +170,7 @@ def fetch_checkpoint(
     if os.path.exists(text):
         path = Path(text)
         if not path.is_dir():
-            raise NotADirectoryError(f"checkpoint {text!r} is a file; expected a checkpoint directory")
+            raise SourceNotADirectory(f"checkpoint {text!r} is a file; expected a checkpoint directory")
         return CheckpointSource(path=path)
     if looks_like_path(text):
         raise missing_directory(text, what)
@@ -199,7 +199,7 @@ def fetch_checkpoint(
     commit = snapshot_revision(root) or requested
     path = root / sub if sub else root
     if sub and not path.is_dir():
-        raise FileNotFoundError(f"Subfolder {sub!r} not found in {repo!r}.")
+        raise SourceNotFound(f"Subfolder {sub!r} not found in {repo!r}.")
     return CheckpointSource(path=path, repo=repo, subfolder=sub, revision=commit)
 
 

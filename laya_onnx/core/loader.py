@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from laya_onnx.core import settings
-from laya_onnx.core.errors import InvalidRequest
+from laya_onnx.core.errors import InvalidRequest, SourceNotFound
 from laya_onnx.core.names import ALIASES, PUBLISHED_CHECKPOINTS, canonical_name, published_name
 
 
@@ -65,7 +65,7 @@ def resolve_bundle(
                 "models_dir= or set %s (`laya-onnx export --all MODELS_DIR` writes one), or pass "
                 "the bundle's path" % (arg, settings.MODELS_DIR.env)
             )
-        raise FileNotFoundError(
+        raise SourceNotFound(
             "load(%r): no bundle for %r in the models directory %s (expected %s)"
             % (arg, name, root, root / name)
         )

@@ -24,6 +24,7 @@ import numpy as np
 
 from laya_onnx.core import settings
 from laya_onnx.core.bundle import GRAPH_INPUTS, GRAPH_OUTPUTS
+from laya_onnx.core.errors import ConfigError
 
 log = logging.getLogger("laya_onnx.core.session")
 
@@ -147,7 +148,7 @@ def resolve_threads(threads: int | None = None) -> int | None:
     ValueError naming it; a bad environment value is logged and ignored, as laya-serve does."""
     if threads is not None:
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise ValueError("threads must be a positive integer or None, got %r" % (threads,))
+            raise ConfigError("threads must be a positive integer or None, got %r" % (threads,))
         return threads
     return settings.THREADS.read()
 

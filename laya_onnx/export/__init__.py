@@ -10,11 +10,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from laya_onnx.export.exporter import ExportError, ValidationError, export_bundle, validate_graph
+    from laya_onnx.export.errors import ExportError, ValidationError
+    from laya_onnx.export.exporter import export_bundle, validate_graph
     from laya_onnx.export.model import DecisionModel, load_decision_model
 
 _LAZY = {
-    **dict.fromkeys(("ExportError", "ValidationError", "export_bundle", "validate_graph"), "exporter"),
+    **dict.fromkeys(("ExportError", "ValidationError"), "errors"),
+    **dict.fromkeys(("export_bundle", "validate_graph"), "exporter"),
     **dict.fromkeys(("DecisionModel", "load_decision_model"), "model"),
 }
 

@@ -44,6 +44,7 @@ from laya_onnx.core.bundle import (
 )
 from laya_onnx.core.calibration_file import BUNDLE_CALIBRATION_FILE, load_calibration
 from laya_onnx.core.session import CPU, session_options
+from laya_onnx.export.errors import ExportError, ValidationError
 from laya_onnx.export.precision import DEFAULT_PRECISION, check_int8_plan, check_precision
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
@@ -54,14 +55,6 @@ DYNAMO_MIN_OPSET = 18
 #: The TorchScript exporter writes fused attention (one MultiHeadAttention node per layer, masks
 #: built once); "unfused" keeps transformers' op-by-op SDPA graph, the only one dynamo writes.
 DEFAULT_ATTENTION = "fused"
-
-
-class ExportError(ValueError):
-    """The export could not produce a bundle (nothing was written)."""
-
-
-class ValidationError(ExportError):
-    """ONNX Runtime disagrees with torch beyond the tolerance; nothing was written."""
 
 
 class _Steps:

@@ -23,6 +23,7 @@ from typing import Any
 
 from laya_onnx.core.bundle import DEFAULT_EXTERNAL_DATA_THRESHOLD, GRAPH_DATA_FILE
 from laya_onnx.export.cases import Call, encode_calls
+from laya_onnx.export.errors import ExportError, ValidationError
 from laya_onnx.export.precision import (
     GATES,
     Gate,
@@ -141,7 +142,7 @@ class PrecisionStep:
             # its gate measures OpenVINO's bf16 here: a machine that would compute fp32 cannot
             reason = bf16_unavailable()
             if reason is not None:
-                raise ValueError(f"a bf16 bundle is exported and gated on a CPU that runs bf16: {reason}")
+                raise ExportError(f"a bf16 bundle is exported and gated on a CPU that runs bf16: {reason}")
         check_int8_plan(self.precision, plan)
         self.plan = plan
         self.gate = gate or GATES[self.precision]
@@ -230,8 +231,6 @@ class PrecisionStep:
         too (`cpu_ep`), which proves it loads and runs. Raises `ValidationError` (nothing written)
         when any suite misses the gate.
         """
-        from laya_onnx.export.exporter import ValidationError
-
         record: dict[str, Any] = {"precision": self.precision}
         if self.precision == "bf16":
             record.update(BF16_RECORD)

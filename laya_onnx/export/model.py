@@ -36,6 +36,7 @@ from torch import nn
 from laya_onnx.core.bundle import CONFIG_FILE, WEIGHTS_FILE, read_json_object
 from laya_onnx.core.questions import QTYPES  # row order of `type_emb`
 from laya_onnx.core.sequences import check_option_layout
+from laya_onnx.export.errors import CheckpointError
 
 if TYPE_CHECKING:
     from transformers import ModernBertModel
@@ -346,7 +347,7 @@ def load_encoder_config(encoder_dir: Path):
 
     encoder_dir = Path(encoder_dir)
     if not (encoder_dir / "config.json").is_file():
-        raise ValueError(f"checkpoint has no encoder config at {str(encoder_dir / 'config.json')!r}")
+        raise CheckpointError(f"checkpoint has no encoder config at {str(encoder_dir / 'config.json')!r}")
     ecfg = AutoConfig.from_pretrained(str(encoder_dir))
     apply_rope_parameters(ecfg)
     return ecfg
@@ -387,7 +388,7 @@ def _listing(items: list[str], limit: int = 8) -> str:
 def check_state_dict_shapes(
     expected: dict[str, tuple[int, ...]], found: dict[str, tuple[int, ...]], where: str
 ) -> None:
-    """Raise ValueError naming `where` and every missing / unexpected / mismatched key."""
+    """Raise CheckpointError naming `where` and every missing / unexpected / mismatched key."""
     missing = sorted(k for k in expected if k not in found)
     unexpected = sorted(k for k in found if k not in expected)
     mismatched = sorted(
@@ -404,7 +405,7 @@ def check_state_dict_shapes(
         parts.append(f"{len(unexpected)} unexpected key(s): {_listing(unexpected)}")
     if mismatched:
         parts.append(f"{len(mismatched)} shape mismatch(es): {_listing(mismatched)}")
-    raise ValueError(
+    raise CheckpointError(
         f"checkpoint {where!r} does not match the decision model its configs describe: "
         + "; ".join(parts)
         + ". Is this a Laya checkpoint, and do rl_agent_config.json / encoder/config.json belong to these weights?"
@@ -414,12 +415,17 @@ def check_state_dict_shapes(
 def read_checkpoint_config(checkpoint_dir: Path) -> dict[str, Any]:
     path = Path(checkpoint_dir) / CONFIG_FILE
     if not path.is_file():
-        raise ValueError(f"checkpoint {str(checkpoint_dir)!r} has no {CONFIG_FILE}; is it a Laya checkpoint?")
-    cfg = read_json_object(path, f"checkpoint {str(checkpoint_dir)!r}")
-    check_option_layout(cfg, f"checkpoint {str(checkpoint_dir)!r}")
+        raise CheckpointError(
+            f"checkpoint {str(checkpoint_dir)!r} has no {CONFIG_FILE}; is it a Laya checkpoint?"
+        )
+    cfg = read_json_object(path, f"checkpoint {str(checkpoint_dir)!r}", CheckpointError)
+    try:
+        check_option_layout(cfg, f"checkpoint {str(checkpoint_dir)!r}")
+    except ValueError as exc:
+        raise CheckpointError(str(exc)) from None
     head_layers = cfg.get("head_layers", 2)
     if isinstance(head_layers, bool) or not isinstance(head_layers, int) or head_layers < 0:
-        raise ValueError(
+        raise CheckpointError(
             f"checkpoint {str(checkpoint_dir)!r}: head_layers must be a non-negative integer, "
             f"got {head_layers!r}"
         )
@@ -430,25 +436,25 @@ def load_decision_model(checkpoint_dir: Path) -> tuple[DecisionModel, dict[str, 
     """Build the model a checkpoint's configs describe and load its weights, strictly.
 
     Keys and shapes are compared before any tensor is copied: a wrong or partial checkpoint
-    raises a ValueError that names the checkpoint and the offending keys. Weights stored in
+    raises a CheckpointError that names the checkpoint and the offending keys. Weights stored in
     reduced precision (the release writes fp16) are widened to float32.
     """
     from safetensors import safe_open
 
     checkpoint_dir = Path(checkpoint_dir)
     if not checkpoint_dir.is_dir():
-        raise ValueError(f"checkpoint {str(checkpoint_dir)!r} is not a directory")
+        raise CheckpointError(f"checkpoint {str(checkpoint_dir)!r} is not a directory")
     cfg = read_checkpoint_config(checkpoint_dir)
     weights = checkpoint_dir / WEIGHTS_FILE
     if not weights.is_file():
-        raise ValueError(f"checkpoint {str(checkpoint_dir)!r} has no {WEIGHTS_FILE}")
+        raise CheckpointError(f"checkpoint {str(checkpoint_dir)!r} has no {WEIGHTS_FILE}")
     ecfg = load_encoder_config(checkpoint_dir / ENCODER_DIR)
 
     shapes = expected_shapes(build_decision_model(cfg, ecfg, device="meta"))
     try:
         handle = safe_open(str(weights), framework="pt")
     except Exception as exc:  # safetensors raises its own error types for a damaged header
-        raise ValueError(
+        raise CheckpointError(
             f"checkpoint {str(checkpoint_dir)!r}: {WEIGHTS_FILE} is not a readable safetensors file ({exc})"
         ) from None
     with handle as f:
@@ -460,7 +466,7 @@ def load_decision_model(checkpoint_dir: Path) -> tuple[DecisionModel, dict[str, 
             for key in shapes:
                 tensor = f.get_tensor(key)
                 if not tensor.is_floating_point():
-                    raise ValueError(
+                    raise CheckpointError(
                         f"checkpoint {str(checkpoint_dir)!r}: tensor {key!r} has dtype "
                         f"{tensor.dtype}, expected a floating-point tensor"
                     )

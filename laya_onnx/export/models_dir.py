@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from laya_onnx.core.bundle import check_output_dir
+from laya_onnx.core.errors import InvalidRequest
 from laya_onnx.core.names import BUNDLE_REPO, PUBLISHED_CHECKPOINTS
 
 #: name -> the tiny preset that stands in for it.
@@ -62,7 +63,7 @@ def export_models_dir(
     out = Path(out_dir)
     targets = {name: out / name for name in PUBLISHED_CHECKPOINTS}
     if out.exists() and not out.is_dir():
-        raise ValueError(f"output {str(out)!r} exists and is not a directory")
+        raise InvalidRequest(f"output {str(out)!r} exists and is not a directory")
     for folder in targets.values():
         check_output_dir(folder, force)
     verbose = export_options.pop("verbose", True)

@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from laya_onnx.export.errors import ExportError
+
 PRECISIONS = ("fp32", "fp16", "int8", "bf16")
 DEFAULT_PRECISION = "fp32"
 #: Node-name prefix of the encoder in a TorchScript or dynamo export of `DecisionModel`.
@@ -360,11 +362,11 @@ def lower_precision(
         nodes.append(node)
     unmatched = [p for p in plan.keep_fp32 if not any(_selects(p, module_path(n)) for n in kept)]
     if precision == "int8" and unmatched:
-        raise ValueError(
+        raise ExportError(
             f"int8 keep_fp32: no encoder MatMul matches {unmatched} (e.g. 'attn.Wqkv', 'layers.0')"
         )
     if not matmuls:
-        raise ValueError(f"no encoder MatMul by a constant weight found to run in {precision}")
+        raise ExportError(f"no encoder MatMul by a constant weight found to run in {precision}")
     del g.graph.node[:]
     g.graph.node.extend(nodes)
     used = {i for n in g.graph.node for i in n.input}

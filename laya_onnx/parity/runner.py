@@ -16,9 +16,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from laya_onnx.core.errors import SourceNotFound
 from laya_onnx.core.judge import CATEGORIES, DEFAULT_ACT_TOLERANCE, DEFAULT_TOLERANCE, Verdict, judge
 from laya_onnx.parity.observe import RowCapture, instrument_agent, observe, observe_agent
-from laya_onnx.parity.suite import load_suite
+from laya_onnx.parity.suite import load_suite, suite_text
 from laya_onnx.parity.versions import tool_versions
 
 
@@ -146,7 +147,10 @@ def load_reference(checkpoint: str | Path):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        return Agent(str(checkpoint), device="cpu")
+        try:
+            return Agent(str(checkpoint), device="cpu")
+        except FileNotFoundError as exc:  # the reference's word for a path that holds no checkpoint
+            raise SourceNotFound(str(exc)) from exc
 
 
 def load_runtimes(checkpoint: str | Path, bundle: str | Path, **ours_kwargs):
@@ -182,6 +186,7 @@ def run_parity(
 ) -> ParityReport:
     """Run `suite` through both runtimes, judge each request; write the JSON report if asked."""
     started = time.perf_counter()
+    suite_text(suite)  # an unknown suite is refused before either runtime loads
     ref, ours = load_runtimes(checkpoint, bundle, providers=providers)
     ref_capture, our_capture = instrument_reference(ref), instrument_agent(ours)
     report = ParityReport(

@@ -19,6 +19,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from laya_onnx.core.errors import InvalidRequest, SourceNotFound
+
 
 def suite_names() -> list[str]:
     """The suites this package ships."""
@@ -30,10 +32,12 @@ def suite_text(suite: str | Path) -> str:
     """A shipped suite by name ("core"), or a suite JSON file by path."""
     path = Path(suite)
     if path.suffix or path.is_file():
+        if not path.is_file():
+            raise SourceNotFound(f"parity suite file {str(path)!r} does not exist")
         return path.read_text(encoding="utf-8")
     shipped = resources.files(__package__) / "suites" / f"{suite}.json"
     if not shipped.is_file():
-        raise ValueError(
+        raise InvalidRequest(
             f"unknown parity suite {str(suite)!r}; shipped suites: {suite_names()}, or give a JSON path"
         )
     return shipped.read_text(encoding="utf-8")

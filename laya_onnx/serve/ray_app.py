@@ -37,6 +37,7 @@ from ray.serve.exceptions import BackPressureError
 from starlette.requests import Request
 from starlette.responses import Response
 
+from laya_onnx.core.errors import ConfigError
 from laya_onnx.core.grouping import group_key, run_group
 from laya_onnx.serve import contract
 from laya_onnx.serve.errors import (
@@ -315,13 +316,13 @@ def build(args: dict[str, Any]) -> Any:
     runtime_env, which also carries the Router's LAYA_MAX_LOADED, LAYA_DEFAULT_MODEL, ...).
     """
     if not isinstance(args, dict) or not (args.get("bundle") or args.get("models")):
-        raise ValueError(
+        raise ConfigError(
             "the Ray Serve config's args must name a bundle or models: args: {bundle: PATH} or "
             "{models: [NAME=BUNDLE, ...]}"
         )
     unknown = sorted(set(args) - {"bundle", "models", "providers", "threads", "settings"})
     if unknown:
-        raise ValueError("unknown args in the Ray Serve config: %s" % ", ".join(unknown))
+        raise ConfigError("unknown args in the Ray Serve config: %s" % ", ".join(unknown))
     settings = args.get("settings") or {}
     _settings(settings)  # a bad setting is refused here, before any replica starts
     models = [str(m) for m in args.get("models") or ()]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from laya_onnx.core.bundle import GRAPH_FILE, bundle_origin, read_manifest_quietly
-from laya_onnx.core.errors import InvalidRequest, InvalidRequestType
+from laya_onnx.core.errors import InvalidRequest, InvalidRequestType, SourceNotFound
 from laya_onnx.core.names import ALIASES, PUBLISHED_CHECKPOINTS, canonical_name
 
 BUILTIN_NAMES = tuple(PUBLISHED_CHECKPOINTS)
@@ -67,7 +67,7 @@ def bundles_in(models_dir: str | os.PathLike) -> dict[str, Path]:
     (trimmed, lowercased, alias resolved); folders that hold no bundle are not checkpoints."""
     root = Path(models_dir)
     if not root.is_dir():
-        raise FileNotFoundError("models directory %r does not exist" % os.fspath(models_dir))
+        raise SourceNotFound("models directory %r does not exist" % os.fspath(models_dir))
     found: dict[str, Path] = {}
     for child in sorted(root.iterdir()):
         if not (child.is_dir() and is_bundle_dir(child)):
@@ -80,7 +80,7 @@ def bundles_in(models_dir: str | os.PathLike) -> dict[str, Path]:
             )
         found[key] = child
     if not found:
-        raise FileNotFoundError(
+        raise SourceNotFound(
             "models directory %r holds no bundle (a folder with %s); write one with "
             "'laya-onnx export --all -o %s'" % (os.fspath(root), GRAPH_FILE, os.fspath(root))
         )
