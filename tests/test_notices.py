@@ -64,3 +64,25 @@ def test_the_cli_reports_each_warning_once_as_one_line(bundle_factory, capfd, ca
     assert sum("holds random test weights" in line for line in lines) == 1
     err = capfd.readouterr().err
     assert "Warning:" not in err and ".py:" not in err and "ONNXAgent(" not in err
+
+
+def test_a_cut_state_warns_once_and_names_predict_long(bundle_factory, restored_warnings):
+    from laya_onnx import ONNXAgent
+    from laya_onnx.core.errors import StateTruncatedWarning
+
+    questions = {"r": {"type": "noul", "instructions": "Refund?"}}
+    long_state = "word " * 2000
+    agent = ONNXAgent(bundle_factory("tiny-english"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        agent.predict("short", questions)  # nothing cut: nothing said
+        first = agent.predict(long_state, questions)
+        agent.predict_batch([long_state, long_state], questions)  # said once per agent
+    cut = [w for w in caught if issubclass(w.category, StateTruncatedWarning)]
+    assert first["usage"]["truncated"] is True and len(cut) == 1
+    assert "predict_long(state, questions)" in str(cut[0].message) and "tokens dropped" in str(cut[0].message)
+    fresh = ONNXAgent(bundle_factory("tiny-english"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fresh.predict_long(long_state, questions)  # its windows are cut on purpose
+    assert not [w for w in caught if issubclass(w.category, StateTruncatedWarning)]

@@ -23,7 +23,7 @@ from laya_onnx.core.bundle import (
 from laya_onnx.core.calibration import Calibration, CallLogits, act_probabilities, empty_result
 from laya_onnx.core.calibration_file import apply_calibration, bundle_calibration, warn_if_other_checkpoint
 from laya_onnx.core.calibration_file import load_calibration as load_calibration_file
-from laya_onnx.core.errors import InvalidRequest, InvalidRequestType
+from laya_onnx.core.errors import InvalidRequest, InvalidRequestType, StateTruncatedWarning
 from laya_onnx.core.hooks import HookRegistry, PredictContext
 from laya_onnx.core.hub import BUNDLE_FILES, fetch_checkpoint
 from laya_onnx.core.memory import (
@@ -42,6 +42,7 @@ from laya_onnx.core.sequences import check_option_layout, collate, encode_state,
 from laya_onnx.core.session import FallbackEntry, ProviderSpec, resolve_threads
 from laya_onnx.core.tokenizer import LayaTokenizer
 from laya_onnx.core.tournament import check_group_size, fitting_group_size, run_tournament
+from laya_onnx.core.windows import SCANNING
 from laya_onnx.core.windows import predict_long as scan_long
 
 State = str | dict | list | Any
@@ -162,6 +163,8 @@ class ONNXAgent(HookRegistry):
         #: The test preset this bundle's random weights come from (`tiny-english`, ...), None for a
         #: real checkpoint; shown by /health, /v1/models and the CLI.
         self.random_weights: str | None = random_weights_preset(self.cfg)
+        #: Whether a cut state was already reported (`_warn_if_truncated`: once per agent).
+        self._truncation_reported = False
         if self.random_weights:
             warnings.warn(
                 f"laya-onnx: bundle {self.name!r} holds random test weights (preset "
@@ -431,7 +434,7 @@ class ONNXAgent(HookRegistry):
         states = list(states)
         if any(s is None for s in states):
             raise InvalidRequestType("state must not be None; pass a string, dict, or list")
-        return self._infer(
+        results = self._infer(
             states,
             questions,
             lang=lang,
@@ -439,6 +442,25 @@ class ONNXAgent(HookRegistry):
             sort_by_length=sort_by_length,
             max_len=self.max_len if max_len is None else max_len,
             head_max_len=self.head_max_len if head_max_len is None else head_max_len,
+        )
+        self._warn_if_truncated(results)
+        return results
+
+    def _warn_if_truncated(self, results: list[dict[str, Any]]) -> None:
+        """Once per agent: a state was cut to fit `max_len` (only `usage.truncated` said so),
+        naming `predict_long`, which reads a long state whole. Not inside `predict_long` itself."""
+        if self._truncation_reported or SCANNING.get():
+            return
+        usage = next((r["usage"] for r in results if (r.get("usage") or {}).get("truncated")), None)
+        if usage is None:
+            return
+        self._truncation_reported = True
+        warnings.warn(
+            "laya-onnx: bundle %r: a state of %d tokens was cut to fit max_len (%d tokens dropped; usage"
+            ".truncated); predict_long(state, questions) reads a long state whole, in overlapping windows"
+            % (self.name, usage["state_tokens"], usage["state_tokens_dropped"]),
+            StateTruncatedWarning,
+            stacklevel=4,
         )
 
     def _infer(

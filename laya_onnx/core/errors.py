@@ -66,6 +66,10 @@ class SourceNotADirectory(LayaInputError, NotADirectoryError):
     """A checkpoint or bundle argument that names a file where a directory is expected."""
 
 
+class StateTruncatedWarning(UserWarning):
+    """A state was cut to fit `max_len`; `predict_long` reads it whole."""
+
+
 class ConfigError(ValueError):
     """A setting that cannot be used (a `LAYA_*` variable, a flag, a `create_app` setting); the
     message names the variable or flag at fault.

@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import warnings
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -280,7 +281,21 @@ def aggregate(
     return result
 
 
-def predict_long(
+#: True while `predict_long` runs its windows: a window cut to fit is part of the scan, not a state
+#: the caller should be told to scan (`ONNXAgent`'s truncation warning reads it).
+SCANNING: ContextVar[bool] = ContextVar("laya_onnx_scanning_windows", default=False)
+
+
+def predict_long(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """`scan` (below), marked as a window scan for its whole run (`SCANNING`)."""
+    token = SCANNING.set(True)
+    try:
+        return scan(*args, **kwargs)
+    finally:
+        SCANNING.reset(token)
+
+
+def scan(
     agent,
     state: Any,
     questions: dict[Any, Any],
