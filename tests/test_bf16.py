@@ -73,6 +73,9 @@ def test_bf16_bundle_manifest_gate_and_answers(lowered, bundle_factory):
         assert m["requests"] > 5 and m["agreement"] >= gate.min_agreement, name
         # measured in bf16: an fp32 computation is within 1e-5 of torch
         assert 1e-4 < m["max_abs_dp"] <= gate.max_abs_dp, name
+        # laya's own bf16 mode, measured beside it on the same requests
+        beside = record["torch_bf16"][name]
+        assert beside["requests"] == m["requests"] and 0 < beside["max_abs_dp"] < 0.5, name
     # the graph is the fp32 one, byte for byte
     assert (bundle / "laya.onnx").read_bytes() == (bundle_factory("tiny-english") / "laya.onnx").read_bytes()
 

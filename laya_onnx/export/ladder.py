@@ -119,6 +119,30 @@ class _OpenVINOOutputs:
         return self._session.run(feeds)
 
 
+class _Replay:
+    """Outputs computed beforehand, handed back one case at a time in `measure_agreement`'s order."""
+
+    def __init__(self, outputs: list[tuple]):
+        self._outputs = iter(outputs)
+
+    def run(self, names: list[str], feeds: dict[str, Any]) -> tuple:
+        return next(self._outputs)
+
+
+def torch_bf16_outputs(model, cases: list[dict[str, Any]]) -> list[tuple]:
+    """fp32 torch's `reference_outputs` under CPU autocast to bf16, as laya's LAYA_CPU_AMP=bf16
+    runs it (GEMMs in bf16; softmax, LayerNorm and the residual stream in f32)."""
+    import torch
+
+    from laya_onnx.export.exporter import reference_outputs
+
+    def forward(*inputs):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return tuple(t.float() for t in model(*inputs))
+
+    return reference_outputs(forward, cases)
+
+
 def passes(measured: dict[str, Any], gate: Gate) -> bool:
     return measured["max_abs_dp"] <= gate.max_abs_dp and measured["agreement"] >= gate.min_agreement
 
@@ -148,6 +172,8 @@ class PrecisionStep:
         self.gate = gate or GATES[self.precision]
         self.parity_suite = suite
         self.suites: list[Suite] = []
+        #: bf16: laya's own bf16 mode on CPU (torch autocast) on the same suites, set beside the gate
+        self.torch_bf16: list[list[tuple]] = []
 
     def reference(
         self,
@@ -169,6 +195,8 @@ class PrecisionStep:
             Suite("export-cases", list(export_calls), export_cases, export_expected),
             Suite(f"parity-{self.parity_suite}", calls, cases, reference_outputs(model, cases)),
         ]
+        if self.precision == "bf16":
+            self.torch_bf16 = [torch_bf16_outputs(model, suite.cases) for suite in self.suites]
         return sum(c["rows"] for c in cases)
 
     def _lower(self, fp32_graph: Path, out: Path, threshold: int, emulate: bool = False) -> dict[str, Any]:
@@ -235,6 +263,10 @@ class PrecisionStep:
         if self.precision == "bf16":
             record.update(BF16_RECORD)
             measured = self._measure(graph, calibration, self.suites)
+            record["torch_bf16"] = {
+                s.name: measure_agreement(_Replay(outputs), s, calibration)
+                for s, outputs in zip(self.suites, self.torch_bf16, strict=True)
+            }
         elif self.precision == "fp16":
             emulation = graph.parent / "fp16-emulation" / graph.name  # its own external data
             self._lower(graph, emulation, external_data_threshold, emulate=True)
@@ -262,6 +294,11 @@ class PrecisionStep:
                     f"({100 * m['agreement']:.2f}%), max |dp| {m['max_abs_dp']:.2e}, "
                     f"max |dact| {m['max_abs_dact']:.2e}; {m['near_ties']} decisions within that |dp| "
                     "of flipping in fp32 itself"
+                )
+            for name, m in (record.get("torch_bf16") or {}).items():
+                steps.say(
+                    f"    {name:<14} laya's bf16 (torch autocast) beside it: {m['agreeing']}/{m['decisions']} "
+                    f"decisions agree, max |dp| {m['max_abs_dp']:.2e}"
                 )
             for name, m in (record.get("cpu_ep") or {}).items():
                 steps.say(f"    {name:<14} written graph on the CPU EP: max |dp| {m['max_abs_dp']:.2e}")
