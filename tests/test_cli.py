@@ -105,6 +105,20 @@ def test_help_imports_neither_torch_nor_onnxruntime_nor_aiohttp():
         _blocked_help(*words)
 
 
+def test_top_level_help_builds_no_commands_options():
+    """`laya-onnx --help` lists the commands by their help line: no layer is imported for it."""
+    code = (
+        "import sys\n"
+        "from laya_onnx.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print([m for m in sys.modules if m.split('.')[0] == 'numpy' or m.startswith("
+        "('laya_onnx.export', 'laya_onnx.bench', 'laya_onnx.checkpoints', 'laya_onnx.core.judge'))])"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
 def test_help_defaults_are_the_modules_own(monkeypatch):
     """What --help says a default is comes from the constant the code runs with."""
     from laya_onnx.bench import agent, http, memory, saturate

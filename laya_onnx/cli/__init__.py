@@ -1,8 +1,10 @@
 """`laya-onnx` command line: one entry point, one module per command.
 
-Each command module has `add_parser(sub)` (its options) and `run(args)` (the work), and imports
-the layer it runs only inside `run`: the runtime core is torch-free, so `predict` and `serve`
-work on a box without torch, and `--help` imports neither torch nor onnxruntime.
+Each command module has `NAME` and `HELP` (its line in `--help`), `add_parser(sub)` (its options)
+and `run(args)` (the work), and imports the layer it runs only inside `run`: the runtime core is
+torch-free, so `predict` and `serve` work on a box without torch. `main` builds the options of the
+command it runs only, so `laya-onnx --help` imports no layer and each command's help reads the
+defaults of its own layer alone (never torch or onnxruntime).
 
 Exit status, the same for every command: 0 success; 1 the command ran and failed (a parity or
 export-validation mismatch, an I/O or onnxruntime failure) or met a bug; 2 bad input, usage or
@@ -45,7 +47,9 @@ usage or configuration (a bad option or request, a missing file, a missing extra
 interrupted."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The `laya-onnx` parser; `command` given: only that command's options are built (the others
+    are listed by their help line), so parsing imports only what that command's options need."""
     from laya_onnx import __version__
 
     p = argparse.ArgumentParser(
@@ -61,10 +65,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="on an error, print Python's traceback before the one-line report (for a bug report)",
     )
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in COMMANDS:
-        parser = command.add_parser(sub)
-        parser.set_defaults(run=command.run, prog=parser.prog)
+    for module in COMMANDS:
+        if command is None or module.NAME == command:
+            parser = module.add_parser(sub)
+        else:
+            parser = sub.add_parser(module.NAME, help=module.HELP)
+        parser.set_defaults(run=module.run, prog=parser.prog)
     return p
+
+
+def command_word(argv: list[str]) -> str:
+    """The command `argv` runs (no global option takes a value: the first word is the command);
+    "" for none, as in `laya-onnx --help`."""
+    return next((word for word in argv if not word.startswith("-")), "")
 
 
 def report_warnings() -> None:
@@ -81,7 +94,8 @@ def report_warnings() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(command_word(argv)).parse_args(argv)
     report_warnings()
     try:
         return args.run(args)

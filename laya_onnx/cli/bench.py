@@ -20,6 +20,9 @@ from typing import Any, NamedTuple
 from laya_onnx.cli.common import EXIT_OK, UsageError, add_bundle_and_providers, emit_report
 from laya_onnx.core import settings
 
+NAME = "bench"
+HELP = "measure: a bundle against the reference, a server under load or saturated, memory"
+
 
 class Measurement(NamedTuple):
     add_parser: Callable[[Any], argparse.ArgumentParser]
@@ -282,8 +285,8 @@ MEASUREMENTS = {
 
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
-        "bench",
-        help="measure: a bundle against the reference, a server under load or saturated, memory",
+        NAME,
+        help=HELP,
         description="Every measurement, one subcommand each; 'laya-onnx bench MEASUREMENT --help' "
         "describes its options. Figures are printed (or written as JSON), never asserted.",
     )

@@ -16,12 +16,16 @@ from laya_onnx.cli.common import EXIT_OK, invocation
 DEFAULT_PRESET = "tiny-english"
 
 
+NAME = "demo"
+HELP = "make a tiny checkpoint, export it and answer a request, in one go (needs the export extra)"
+
+
 def add_parser(sub) -> argparse.ArgumentParser:
     from laya_onnx.checkpoints.presets import PRESETS  # torch-free: the names only
 
     p = sub.add_parser(
-        "demo",
-        help="make a tiny checkpoint, export it and answer a request, in one go (needs the export extra)",
+        NAME,
+        help=HELP,
         description="Make a test checkpoint, export it and answer the README's request; a second "
         "run reuses what the first left in the work directory.",
     )

@@ -15,11 +15,14 @@ from typing import Any
 
 from laya_onnx.cli.common import EXIT_OK
 
+NAME = "doctor"
+HELP = "what this machine can run: CPU features, providers that attach, GPU, memory, advice"
+
 
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
-        "doctor",
-        help="what this machine can run: CPU features, providers that attach, GPU, memory, advice",
+        NAME,
+        help=HELP,
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
     p.add_argument("bundle", nargs="?", help="a bundle folder to check against this machine (optional)")

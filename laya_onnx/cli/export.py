@@ -18,10 +18,14 @@ def _mebibytes(value: str) -> int:
     return number
 
 
+NAME = "export"
+HELP = "turn a checkpoint into a validated ONNX bundle (needs the export extra)"
+
+
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
-        "export",
-        help="turn a checkpoint into a validated ONNX bundle (needs the export extra)",
+        NAME,
+        help=HELP,
         description="Trace a checkpoint into one ONNX graph, check ONNX Runtime against torch on "
         "built-in requests, and write the bundle (graph, tokenizer, config, manifest). Nothing is "
         "written when the check fails.",

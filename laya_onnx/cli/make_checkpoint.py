@@ -8,13 +8,16 @@ from pathlib import Path
 
 from laya_onnx.cli.common import EXIT_OK, UsageError
 
+NAME = "make-checkpoint"
+HELP = "write a small deterministic test checkpoint in the release layout (needs the export extra)"
+
 
 def add_parser(sub) -> argparse.ArgumentParser:
     from laya_onnx.checkpoints.presets import PRESETS  # torch-free: the names only
 
     p = sub.add_parser(
-        "make-checkpoint",
-        help="write a small deterministic test checkpoint in the release layout (needs the export extra)",
+        NAME,
+        help=HELP,
         description=textwrap.fill(
             "Write a deterministic checkpoint with random weights in the layout laya's training "
             "writes; for tests, demos and benchmarks (its answers mean nothing).",

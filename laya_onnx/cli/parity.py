@@ -7,13 +7,16 @@ import json
 
 from laya_onnx.cli.common import EXIT_FAILED, EXIT_OK, add_checkpoint_and_bundle
 
+NAME = "parity"
+HELP = "compare a bundle's answers with the reference laya.Agent (needs the dev extra)"
+
 
 def add_parser(sub) -> argparse.ArgumentParser:
     from laya_onnx.core.judge import DEFAULT_ACT_TOLERANCE, DEFAULT_TOLERANCE  # the rule's own
 
     p = sub.add_parser(
-        "parity",
-        help="compare a bundle's answers with the reference laya.Agent (needs the dev extra)",
+        NAME,
+        help=HELP,
         description="Run a request suite through the reference laya.Agent (torch) and the bundle, "
         "and judge every request by the parity rule (README 'Proof'); exits 1 when they differ.",
     )

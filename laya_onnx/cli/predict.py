@@ -14,11 +14,14 @@ from laya_onnx.cli.common import (
 )
 from laya_onnx.core import settings
 
+NAME = "predict"
+HELP = "answer one request with a bundle and print the JSON result"
+
 
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
-        "predict",
-        help="answer one request with a bundle and print the JSON result",
+        NAME,
+        help=HELP,
         description="Answer one request with a bundle and print the result as laya.Agent.predict returns it.",
     )
     add_bundle_and_providers(p)

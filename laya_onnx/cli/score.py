@@ -8,11 +8,14 @@ from pathlib import Path
 
 from laya_onnx.cli.common import EXIT_OK, UsageError, add_bundle_and_providers, read_json_argument
 
+NAME = "score"
+HELP = "answer one question set over every state of a JSONL or Parquet file (offline, resumable)"
+
 
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
-        "score",
-        help="answer one question set over every state of a JSONL or Parquet file (offline, resumable)",
+        NAME,
+        help=HELP,
         description="Score INPUT (JSON Lines with a 'state' per line, or Parquet with a 'state' column) "
         "into OUTPUT (JSON Lines, one row per input row, in order, each {row, [id], result|error}). "
         "A rerun appends what is missing; a bad row is reported in its output row and the run goes on. "

@@ -12,11 +12,14 @@ from laya_onnx.cli.common import (
 )
 from laya_onnx.core import settings
 
+NAME = "serve"
+HELP = "serve a bundle over HTTP (POST /v1/systemone, /v1/systemone/batch; GET /health, /v1/models, /metrics)"
+
 
 def add_parser(sub) -> argparse.ArgumentParser:
     p = sub.add_parser(
-        "serve",
-        help="serve a bundle over HTTP (POST /v1/systemone, /v1/systemone/batch; GET /health, /v1/models, /metrics)",
+        NAME,
+        help=HELP,
         description="Serve a bundle over TypeSafe Jev's /v1/systemone wire protocol until SIGINT/SIGTERM, "
         "then drain (%s; see serve/README.md)." % settings.SHUTDOWN_GRACE_SECONDS.env,
     )
