@@ -157,6 +157,9 @@ EDGE_CASES = [
     ("POST", "/v1/systemone/batch", json.dumps({"states": ["a"] * 65, "questions": Q2}).encode(), {}),
     ("GET", "/v1/systemone", None, {}),
     ("POST", "/nowhere", b"{}", {}),
+    ("GET", "/v1/models", None, {}),
+    ("GET", "/v1/models", None, {"Authorization": "Bearer no"}),
+    ("POST", "/v1/models", b"{}", {}),
 ]
 
 
@@ -205,7 +208,35 @@ def test_refusals_and_encodings_equal_the_aiohttp_app(base, tiny_english_agent):
         413,
         405,
         404,
+        200,
+        200,
+        405,
     ]
+    assert "x_graph_sha256" in on_ray[-3][2]["models"][0]  # the full listing with the bearer ...
+    assert "x_graph_sha256" not in on_ray[-2][2]["models"][0]  # ... Jev's three keys without
+
+
+def test_decisions_carry_the_timing_headers_and_refusals_do_not(base):
+    """Server-Timing and X-Inference-Time-Ms as the aiohttp app sets them: the pass's ms on a
+    200 (single, micro-batched, and batch), on no refusal."""
+    import re
+
+    def headers_of(path, body):
+        status, headers, _ = http_json(base + path, body, AUTH, timeout=120)
+        return status, {k.lower(): v for k, v in headers.items()}
+
+    for path, body in [
+        ("/v1/systemone", {"state": "timing", "questions": Q1}),
+        ("/v1/systemone/batch", {"states": ["a", "b"], "questions": Q2}),
+        ("/routed/v1/systemone", {"state": "timing", "questions": Q1}),
+    ]:
+        status, headers = headers_of(path, body)
+        assert status == 200, path
+        ms = headers["x-inference-time-ms"]
+        assert re.fullmatch(r"\d+\.\d\d", ms) and float(ms) > 0, (path, ms)
+        assert headers["server-timing"] == "inference;dur=" + ms, path
+    status, headers = headers_of("/v1/systemone", {"state": "x"})
+    assert status == 400 and "server-timing" not in headers and "x-inference-time-ms" not in headers
 
 
 def _ask(base, state, questions):
@@ -358,6 +389,7 @@ def test_an_application_behind_a_router_answers_as_the_routed_server(base, bundl
             {},
         )
     )
+    cases.append(("GET", "/v1/models", None, {}))  # the Router's catalog
 
     async def via_aiohttp():
         router = build_router(None, _routed_models(bundle_factory), providers=["CPUExecutionProvider"])
@@ -366,7 +398,7 @@ def test_an_application_behind_a_router_answers_as_the_routed_server(base, bundl
 
     want = asyncio.run(via_aiohttp())
     got = asyncio.run(_exchange(lambda p: base + "/routed" + p, cases))
-    assert [s for s, _, _ in want] == [200, 200, 200, 422, 200]
+    assert [s for s, _, _ in want] == [200, 200, 200, 422, 200, 200]
     assert got == want
     assert [body["routing"]["model"] for _, _, body in want[:2]] == ["english", "multilingual"]
     status, _, health = http_json(base + "/routed/health", headers=AUTH)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -40,6 +41,7 @@ from starlette.responses import Response
 from laya_onnx.core.errors import ConfigError
 from laya_onnx.core.grouping import group_key, run_group
 from laya_onnx.serve import contract
+from laya_onnx.serve.catalog import ModelCard
 from laya_onnx.serve.errors import (
     BODY_TIMEOUT,
     BODY_TOO_LARGE,
@@ -58,12 +60,19 @@ log = logging.getLogger("laya_onnx.serve")
 RETRIES = 3
 DEFAULT_MAX_BATCH_SIZE = 8
 DEFAULT_BATCH_WAIT_S = 0.005
-#: (method, path) -> route name; the aiohttp app's three decision/health routes.
+#: (method, path) -> route name; the aiohttp app's decision, health and model-list routes.
 ROUTES = {
     ("GET", "/health"): "health",
     ("POST", "/v1/systemone"): "systemone",
     ("POST", "/v1/systemone/batch"): "systemone_batch",
+    ("GET", "/v1/models"): "models",
 }
+
+
+def timing_headers(ms: float) -> dict[str, str]:
+    """The aiohttp app's timing headers of a successful decision: the pass on the worker, in ms
+    (neither the queue nor the micro-batch wait is in it)."""
+    return {"Server-Timing": "inference;dur=%.2f" % ms, "X-Inference-Time-Ms": "%.2f" % ms}
 
 
 def _settings(overrides: dict[str, Any] | None) -> Settings:
@@ -85,18 +94,20 @@ class LayaModel:
         self.settings = _settings(settings)
         self.agent: Any
         self.checkpoint: contract.ServedCheckpoints
+        self.catalog: Any  # `/v1/models`: a ModelCard, or the Router's catalog
         if models or is_models_dir(bundle):
             # several checkpoints: the Router `laya-onnx serve` runs (LAYA_* from the runtime_env)
             from laya_onnx.serve.routed import build_router, served_router
 
             router = build_router(bundle, models or (), providers=providers)
-            self.agent, self.checkpoint, _, _ = served_router(router)
+            self.agent, self.checkpoint, self.catalog, _ = served_router(router)
             self.baseline: dict[str, int] = {}  # per checkpoint, taken by the Router as each loads
         else:
             from laya_onnx import ONNXAgent
 
             self.agent = ONNXAgent(bundle, providers=providers, threads=threads)
             self.checkpoint = Checkpoint.of(self.agent)
+            self.catalog = ModelCard.of(self.agent, self.checkpoint)
             self.baseline = fallback_baseline(self.agent.fallbacks)
         # one pass at a time per replica, off the replica's event loop (as the aiohttp app's worker)
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="laya-infer")
@@ -117,6 +128,10 @@ class LayaModel:
         payload = contract.health_payload(self.agent, self.checkpoint, self.baseline, full)
         return (503 if payload["status"] == contract.UNHEALTHY else 200), render(payload)
 
+    async def models(self, full: bool) -> bytes:
+        """`/v1/models`: the aiohttp app's listing (the x_ keys only when `full`)."""
+        return render(self.catalog.listing(self.agent, full=full))
+
     def check_health(self) -> None:
         """Ray Serve's replica health check: a replica whose device keeps failing passes is
         reported unhealthy, and Serve replaces it (as the server's /health 503 asks a supervisor)."""
@@ -126,35 +141,39 @@ class LayaModel:
 
     async def decide(self, route: str, raw: bytes) -> tuple[int, dict[str, str], bytes]:
         try:
-            body = await self._decide(route, raw)
+            body, ms = await self._decide(route, raw)
         except ApiError as exc:
             return exc.status, exc.headers, render(contract.api_error_body(self.settings, exc))
-        return 200, {}, body
+        return 200, timing_headers(ms), body
 
-    async def _decide(self, route: str, raw: bytes) -> bytes:
+    async def _decide(self, route: str, raw: bytes) -> tuple[bytes, float]:
+        """The payload and the milliseconds of the pass that answered it."""
         agent, checkpoint, settings = self.agent, self.checkpoint, self.settings
         if route == "systemone":
             decision: contract.OneDecision | contract.BatchDecision = contract.parse_systemone(
                 raw, agent, checkpoint, settings
             )
             outcome = await self.answer_one(decision)
-            if isinstance(outcome, Exception):
-                raise contract.pass_refusal(outcome, decision.what, checkpoint.name)
-            result = outcome
+            if outcome.error is not None:
+                raise contract.pass_refusal(outcome.error, decision.what, checkpoint.name)
+            result, ms = outcome.result, (outcome.ended - outcome.started) * 1000.0
         else:
             decision = contract.parse_batch(raw, agent, checkpoint, settings)
             loop = asyncio.get_running_loop()
             try:
-                result = await loop.run_in_executor(self.worker, partial(decision.run, agent, settings))
+                result, ms = await loop.run_in_executor(
+                    self.worker, _timed, partial(decision.run, agent, settings)
+                )
             except Exception as exc:
                 raise contract.pass_refusal(exc, decision.what, checkpoint.name) from None
-        return contract.render_payload(
+        body = contract.render_payload(
             partial(decision.payload, result, checkpoint, settings), decision.what, checkpoint.name
         )
+        return body, ms
 
     @serve.batch(max_batch_size=DEFAULT_MAX_BATCH_SIZE, batch_wait_timeout_s=DEFAULT_BATCH_WAIT_S)
     async def answer_one(self, decisions: list[contract.OneDecision]) -> list[Any]:
-        """The micro-batch: one result or one exception per decision, in order."""
+        """The micro-batch: one `grouping.Outcome` per decision, in order."""
         self.batches["batches"] += 1
         self.batches["requests"] += len(decisions)
         self.batches["largest"] = max(self.batches["largest"], len(decisions))
@@ -176,8 +195,15 @@ class LayaModel:
                 self.agent, states, first.questions, first.controls, self.settings.tournament_group
             )
             for i, outcome in zip(positions, ran, strict=True):
-                outcomes[i] = outcome.error if outcome.error is not None else outcome.result
+                outcomes[i] = outcome
         return outcomes
+
+
+def _timed(fn: Any) -> tuple[Any, float]:
+    """fn's result and the milliseconds it ran on the worker (not its wait for the worker)."""
+    t0 = time.perf_counter()
+    result = fn()
+    return result, (time.perf_counter() - t0) * 1000.0
 
 
 # -- the HTTP edge -------------------------------------------------------------------------
@@ -268,6 +294,8 @@ class LayaIngress:
         full = contract.authorized(self.settings, _header(request, b"authorization"))
         if route == "health":
             return self._json(*await self._on_model("health", full))
+        if route == "models":  # as /health: never 401; the x_ keys only with the right bearer
+            return self._json(200, await self._on_model("models", full))
         if not full:
             raise ApiError(401, UNAUTHORIZED)
         raw = await read_body(request, self.settings.body_read_timeout)
