@@ -122,6 +122,7 @@ def test_top_level_help_builds_no_commands_options():
 def test_help_defaults_are_the_modules_own(monkeypatch):
     """What --help says a default is comes from the constant the code runs with."""
     from laya_onnx.bench import agent, http, memory, saturate
+    from laya_onnx.core import bundle
     from laya_onnx.export import precision
 
     monkeypatch.setattr(http, "DEFAULT_DEADLINE_S", 12.5)
@@ -133,6 +134,7 @@ def test_help_defaults_are_the_modules_own(monkeypatch):
     monkeypatch.setattr(
         precision, "DEFAULT_INT8_PLAN", precision.Int8Plan(keep_fp32=("mlp.Wo",), weight_bits=7)
     )
+    monkeypatch.setattr(bundle, "DEFAULT_EXTERNAL_DATA_THRESHOLD", 3 << 20)
     parsers = dict(_parsers())
 
     def option(words, flag):
@@ -147,6 +149,7 @@ def test_help_defaults_are_the_modules_own(monkeypatch):
     assert "int8 0.77" in option(("export",), "--gate-min-agreement").help
     assert "(default: mlp.Wo)" in option(("export",), "--int8-keep-fp32").help
     assert "(default: 7)" in option(("export",), "--int8-weight-bits").help
+    assert "(default 3; 0: always)" in option(("export",), "--external-data-threshold").help
 
 
 # -- reading --request ---------------------------------------------------------------------------

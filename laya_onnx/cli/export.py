@@ -23,6 +23,8 @@ HELP = "turn a checkpoint into a validated ONNX bundle (needs the export extra)"
 
 
 def add_parser(sub) -> argparse.ArgumentParser:
+    from laya_onnx.core.bundle import DEFAULT_EXTERNAL_DATA_THRESHOLD, GRAPH_DATA_FILE  # torch-free
+
     p = sub.add_parser(
         NAME,
         help=HELP,
@@ -84,8 +86,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
         type=_mebibytes,
         default=None,
         metavar="MIB",
-        help="write the weights as ONNX external data (laya.onnx.data) when they exceed MIB "
-        "(default 1024; 0: always)",
+        help="write the weights as ONNX external data (%s) when they exceed MIB (default %d; 0: always)"
+        % (GRAPH_DATA_FILE, DEFAULT_EXTERNAL_DATA_THRESHOLD // 2**20),
     )
     _add_precision_options(p)
     p.add_argument("--force", action="store_true", help="replace a non-empty output directory")
