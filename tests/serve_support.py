@@ -120,6 +120,7 @@ class FakeAgent:
         self.providers = ["CPUExecutionProvider"]
         self.requested_providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
         self.fallbacks = {}
+        self.int8_kernel = None
         self.bundle = Bundle(
             root=Path("/srv/bundles/english"),
             manifest={"source": {"repo": "convaiinnovations/laya"}},

@@ -224,11 +224,12 @@ def test_int8_weights_per_column_and_the_row_scales_are_exact_to_a_code():
     weight = rng.standard_normal((64, 5)).astype(np.float32) * np.array(
         [1e-3, 0.1, 1.0, 10.0, 0.0], np.float32
     )
-    codes, scale = quantize_weight(weight)
-    assert codes.dtype == np.int8 and scale.shape == (5,)
-    assert np.abs(codes).max() == WEIGHT_LEVELS  # 7 bits: no u8 x s8 pair overflows 16 bits
-    assert np.all(np.abs(codes * scale - weight) <= scale / 2 + 1e-12)
-    assert np.all(codes[:, 4] == 0)  # an all-zero column stays zero with a finite scale
+    for bits, levels in ((7, WEIGHT_LEVELS), (8, 127)):  # 7 bits: no u8 x s8 pair overflows 16 bits
+        codes, scale = quantize_weight(weight, bits)
+        assert codes.dtype == np.int8 and scale.shape == (5,)
+        assert np.abs(codes).max() == levels
+        assert np.all(np.abs(codes * scale - weight) <= scale / 2 + 1e-12)
+        assert np.all(codes[:, 4] == 0)  # an all-zero column stays zero with a finite scale
 
 
 def _one_matmul_model(weight: np.ndarray, names: tuple[str, ...] = ("/encoder/layers.0/mlp/Wi/MatMul",)):
@@ -255,8 +256,8 @@ def _one_matmul_model(weight: np.ndarray, names: tuple[str, ...] = ("/encoder/la
 
 @pytest.mark.parametrize("bits", [7, 8])
 def test_int8_matmul_computes_the_quantized_product_exactly(bits):
-    """MatMulInteger returns the exact integer product of the row and column codes at 7-bit (u8 x s8)
-    and 8-bit (u8 x u8) weights: no 16-bit saturation. 8-bit weights round half as coarsely."""
+    """The written graph (u8 x u8) returns the exact integer product of the row and column codes at
+    7-bit and 8-bit weights: no 16-bit saturation. 8-bit weights round half as coarsely."""
     pytest.importorskip("onnx")
     import onnxruntime as ort
 
@@ -274,8 +275,7 @@ def test_int8_matmul_computes_the_quantized_product_exactly(bits):
     )[0]
 
     codes, col_scale = quantize_weight(weight, bits)
-    w_int = codes.astype(np.int64) - (128 if bits == 8 else 0)
-    assert codes.dtype == (np.uint8 if bits == 8 else np.int8)
+    w_int = codes.astype(np.int64)
     assert np.abs(w_int).max() == (127 if bits == 8 else 63)
     row_scale = np.maximum(np.abs(x).max(-1, keepdims=True), 1e-12) / 127
     x_int = np.rint(x / row_scale).astype(np.int64)

@@ -41,6 +41,8 @@ BAD = {
     "LAYA_KEEPALIVE_TIMEOUT": "0",
     "LAYA_HEADER_READ_TIMEOUT": "never",
     "LAYA_ACCESS_LOG": "verbose",
+    "LAYA_INT8_KERNEL": "vnni",
+    "LAYA_CPU_AMP": "fp16",
 }
 
 

@@ -13,11 +13,17 @@ user's would. Beside the times:
     child imports only its runtime: ours never loads torch);
   * whether ours answered as the reference did: identical decisions, the largest difference
     between printed values.
+
+On a CPU with bf16 instructions (AVX512-BF16, AMX) the reference also runs in its bf16 mode
+(`LAYA_CPU_AMP=bf16`, torch autocast) as a second column; every bundle's ratio is given against
+both. An int8 bundle runs once per kernel asked for (`int8_kernels`: auto, u8s8, u8u8), labelled
+`BUNDLE [kernel]` when forced. Every report names the CPU and the flags its figures depend on.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -30,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from laya_onnx.bench.sample import README_REQUEST
+from laya_onnx.core import settings
+from laya_onnx.core.int8_kernel import AUTO
 
 STATE = README_REQUEST["state"]
 QUESTIONS = README_REQUEST["questions"]
@@ -67,6 +75,8 @@ DEFAULT_WORKLOADS = ("readme-1x3", "state80-1x3", "short-1x1", "batch-32x3")
 #: Timed calls per runtime and workload.
 DEFAULT_REPEATS = 10
 REFERENCE = "reference"
+#: The reference in its CPU bf16 mode (`settings.REFERENCE_CPU_AMP`, read when an Agent is built).
+REFERENCE_BF16 = "reference-bf16"
 
 
 def peak_rss_mib() -> float:
@@ -166,18 +176,27 @@ def time_workload(
             if timer is not None:
                 session[label].append(timer.seconds * 1000.0)
                 python[label].append(ms - timer.seconds * 1000.0)
-    ref_times = times[REFERENCE]
     out: dict[str, Any] = {
         "what": WORKLOADS[name][2],
         "ms": {label: _spread(v) for label, v in times.items()},
         "bundles": {},
         "process_peak_rss_mib": peak_rss_mib(),
     }
+    if REFERENCE_BF16 in times:
+        out["reference_bf16"] = {
+            **_ratio(times[REFERENCE], times[REFERENCE_BF16]),
+            "agreement": agreement(answers[REFERENCE_BF16], answers[REFERENCE]),
+        }
     for label in timers:
-        ratios = [r / o for r, o in zip(ref_times, times[label], strict=True)]
+        ratio = _ratio(times[REFERENCE], times[label])
         out["bundles"][label] = {
-            "speedup_vs_reference": round(statistics.median(ref_times) / statistics.median(times[label]), 3),
-            "speedup_range": [round(min(ratios), 3), round(max(ratios), 3)],
+            "speedup_vs_reference": ratio["speedup"],
+            "speedup_range": ratio["range"],
+            **(
+                {"speedup_vs_reference_bf16": _ratio(times[REFERENCE_BF16], times[label])}
+                if REFERENCE_BF16 in times
+                else {}
+            ),
             "python_ms": _spread(python[label]),
             "session_ms": _spread(session[label]),
             "agreement": agreement(answers[label], answers[REFERENCE]),
@@ -185,16 +204,62 @@ def time_workload(
     return out
 
 
+def _ratio(base: Sequence[float], times: Sequence[float]) -> dict[str, Any]:
+    """`base`'s median over `times`' median, and the range of the per-repeat ratios."""
+    ratios = [b / t for b, t in zip(base, times, strict=True)]
+    return {
+        "speedup": round(statistics.median(base) / statistics.median(times), 3),
+        "range": [round(min(ratios), 3), round(max(ratios), 3)],
+    }
+
+
 def child_peak_rss(
-    runtime: str, checkpoint: str, bundle: str, workload: str, threads: int | None, calls: int = 3
+    runtime: str,
+    checkpoint: str,
+    bundle: str,
+    workload: str,
+    threads: int | None,
+    calls: int = 3,
+    int8_kernel: str | None = None,
 ) -> dict[str, Any]:
     """One runtime alone on one workload in a fresh process: idle and peak RSS (MiB)."""
     cmd = [sys.executable, "-m", "laya_onnx.bench.agent", runtime, checkpoint, bundle, workload]
-    cmd += [str(threads or 0), str(calls)]
+    cmd += [str(threads or 0), str(calls), int8_kernel or AUTO]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
     if done.returncode != 0:
         return {"error": done.stderr.strip()[-500:]}
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def load_reference_bf16(checkpoint: str | Path) -> Any:
+    """The reference with `LAYA_CPU_AMP=bf16` (torch autocast on CPU), read as its Agent is built."""
+    from laya_onnx.parity.runner import load_reference
+
+    env = settings.REFERENCE_CPU_AMP.env
+    before = os.environ.get(env)
+    os.environ[env] = "bf16"
+    try:
+        return load_reference(checkpoint)
+    finally:
+        if before is None:
+            del os.environ[env]
+        else:
+            os.environ[env] = before
+
+
+def bundle_runs(paths: Sequence[str], int8_kernels: Sequence[str]) -> list[tuple[str, str, str | None]]:
+    """(label, bundle, int8 kernel) per timed runtime: an int8 bundle once per kernel asked for
+    (labelled `BUNDLE [kernel]` unless auto), any other bundle once."""
+    from laya_onnx.core.bundle import precision_record, read_manifest_quietly
+
+    runs: list[tuple[str, str, str | None]] = []
+    for path in paths:
+        if precision_record(read_manifest_quietly(Path(path)))["precision"] != "int8":
+            runs.append((path, path, None))
+            continue
+        for kernel in int8_kernels:
+            runs.append((path if kernel == AUTO else f"{path} [{kernel}]", path, kernel))
+    return runs
 
 
 def run_bench(
@@ -205,11 +270,17 @@ def run_bench(
     workloads: Sequence[str] | None = None,
     rss: bool = True,
     progress: Callable[[str], None] | None = None,
+    int8_kernels: Sequence[str] = (AUTO,),
+    reference_bf16: bool | None = None,
 ) -> dict[str, Any]:
-    """Time the reference and each bundle on each workload, interleaved; see the module doc."""
+    """Time the reference and each bundle on each workload, interleaved; see the module doc.
+
+    `reference_bf16`: time the reference's bf16 mode too (None: where the CPU has bf16 instructions;
+    forcing it on a CPU without them can kill the process)."""
     import torch
 
     from laya_onnx.core.agent import ONNXAgent
+    from laya_onnx.core.int8_kernel import cpu_info, requested_kernel
     from laya_onnx.parity.runner import load_reference
     from laya_onnx.parity.versions import tool_versions
 
@@ -220,18 +291,31 @@ def run_bench(
         raise ValueError(
             "unknown workload(s) %s; choose from %s" % (", ".join(unknown), ", ".join(WORKLOADS))
         )
+    kernels = [requested_kernel(k) for k in int8_kernels]
+    cpu = cpu_info()
+    if reference_bf16 is None:  # without bf16 instructions torch's autocast may die of SIGILL
+        reference_bf16 = cpu.bf16
     threads = threads or torch.get_num_threads()
     torch.set_num_threads(threads)
     runtimes: dict[str, Any] = {REFERENCE: load_reference(checkpoint)}
+    if reference_bf16:
+        runtimes[REFERENCE_BF16] = load_reference_bf16(checkpoint)
+    runs = bundle_runs(paths, kernels)
     with warnings.catch_warnings():  # clamped-temperature warnings at load, as the reference's
         warnings.simplefilter("ignore", RuntimeWarning)
-        for path in paths:
-            runtimes[path] = ONNXAgent(path, threads=threads)
-    timers = {path: SessionTimer(runtimes[path]) for path in paths}
+        for label, path, kernel in runs:
+            runtimes[label] = ONNXAgent(path, threads=threads, int8_kernel=kernel)
+    timers = {label: SessionTimer(runtimes[label]) for label, _, _ in runs}
     out: dict[str, Any] = {
         "checkpoint": str(checkpoint),
+        "cpu": cpu.as_dict(),
         "bundles": {
-            p: {"providers": runtimes[p].providers, "precision": _precision(runtimes[p])} for p in paths
+            label: {
+                "providers": runtimes[label].providers,
+                "precision": _precision(runtimes[label]),
+                "int8_kernel": runtimes[label].int8_kernel,
+            }
+            for label, _, _ in runs
         },
         "threads": threads,
         "repeats": repeats,
@@ -240,14 +324,21 @@ def run_bench(
     }
     for name in names:
         figures = time_workload(runtimes, name, repeats, timers)
+        figures["cpu"] = cpu.label
         out["workloads"][name] = figures
         if progress:
             progress(format_workload(name, figures))
     if rss:
         for name in names:
             peaks = {REFERENCE: child_peak_rss(REFERENCE, str(checkpoint), paths[0], name, threads)}
-            for path in paths:
-                peaks[path] = child_peak_rss("ours", str(checkpoint), path, name, threads)
+            if reference_bf16:
+                peaks[REFERENCE_BF16] = child_peak_rss(
+                    REFERENCE_BF16, str(checkpoint), paths[0], name, threads
+                )
+            for label, path, kernel in runs:
+                peaks[label] = child_peak_rss(
+                    "ours", str(checkpoint), path, name, threads, int8_kernel=kernel
+                )
             out["workloads"][name]["peak_rss_alone_mib"] = peaks
             if progress:
                 progress("  %-12s peak RSS alone: %s" % (name, json.dumps(peaks)))
@@ -268,10 +359,26 @@ def format_workload(name: str, figures: dict[str, Any]) -> str:
             figures["process_peak_rss_mib"],
         )
     ]
+    bf16 = figures.get("reference_bf16")
+    if bf16 is not None:
+        ms = figures["ms"][REFERENCE_BF16]
+        lines.append(
+            "  %s: %.2f ms (%.2f-%.2f)  %.2fx (range %.2f-%.2f)  decisions %s, max printed gap %.4f"
+            % (
+                REFERENCE_BF16,
+                ms["median"],
+                ms["min"],
+                ms["max"],
+                bf16["speedup"],
+                *bf16["range"],
+                "identical" if bf16["agreement"]["decisions_identical"] else "DIFFER",
+                bf16["agreement"]["max_printed_gap"],
+            )
+        )
     for label, b in figures["bundles"].items():
         ms = figures["ms"][label]
         lines.append(
-            "  %s: %.2f ms (%.2f-%.2f)  %.2fx (range %.2f-%.2f)  python %.3f ms (min %.3f) + session %.2f ms"
+            "  %s: %.2f ms (%.2f-%.2f)  %.2fx (range %.2f-%.2f)%s  python %.3f ms (min %.3f) + session %.2f ms"
             "  decisions %s, max printed gap %.4f"
             % (
                 label,
@@ -280,6 +387,12 @@ def format_workload(name: str, figures: dict[str, Any]) -> str:
                 ms["max"],
                 b["speedup_vs_reference"],
                 *b["speedup_range"],
+                (
+                    ", %.2fx bf16 (range %.2f-%.2f)"
+                    % (b["speedup_vs_reference_bf16"]["speedup"], *b["speedup_vs_reference_bf16"]["range"])
+                    if "speedup_vs_reference_bf16" in b
+                    else ""
+                ),
                 b["python_ms"]["median"],
                 b["python_ms"]["min"],
                 b["session_ms"]["median"],
@@ -299,21 +412,21 @@ def _rss_now_mib() -> float:
 
 
 def _child(argv: list[str]) -> int:
-    """`python -m laya_onnx.bench.agent RUNTIME CHECKPOINT BUNDLE WORKLOAD THREADS CALLS`."""
-    runtime, checkpoint, bundle, workload, threads_arg, calls_arg = argv
+    """`python -m laya_onnx.bench.agent RUNTIME CHECKPOINT BUNDLE WORKLOAD THREADS CALLS INT8_KERNEL`."""
+    runtime, checkpoint, bundle, workload, threads_arg, calls_arg, kernel = argv
     threads = int(threads_arg) or None
-    if runtime == REFERENCE:
+    if runtime in (REFERENCE, REFERENCE_BF16):
         import torch
 
         from laya_onnx.parity.runner import load_reference
 
         if threads:
             torch.set_num_threads(threads)
-        agent: Any = load_reference(checkpoint)
+        agent: Any = (load_reference_bf16 if runtime == REFERENCE_BF16 else load_reference)(checkpoint)
     else:
         from laya_onnx.core.agent import ONNXAgent
 
-        agent = ONNXAgent(bundle, threads=threads)
+        agent = ONNXAgent(bundle, threads=threads, int8_kernel=kernel)
     idle = _rss_now_mib()
     fn = call_for(agent, workload)
     for _ in range(int(calls_arg)):

@@ -36,6 +36,7 @@ def _comma_list(value: str) -> list[str]:
 # -- agent ----------------------------------------------------------------------------------
 def _add_agent(group) -> argparse.ArgumentParser:
     from laya_onnx.bench.agent import DEFAULT_REPEATS, DEFAULT_WORKLOADS, WORKLOADS
+    from laya_onnx.core.int8_kernel import AUTO, CHOICES
 
     p = group.add_parser(
         "agent",
@@ -68,11 +69,25 @@ def _add_agent(group) -> argparse.ArgumentParser:
     p.add_argument(
         "--no-rss", action="store_true", help="skip each runtime's peak RSS alone (child processes)"
     )
+    p.add_argument(
+        "--int8-kernels",
+        type=_comma_list,
+        default=[AUTO],
+        help="run each int8 bundle with each of these kernels (%s; default %s, the one this CPU takes)"
+        % (", ".join(CHOICES), AUTO),
+    )
+    p.add_argument(
+        "--no-reference-bf16",
+        action="store_true",
+        help="skip the reference's bf16 mode (%s=bf16), timed by default where the CPU has "
+        "AVX512-BF16 or AMX" % settings.REFERENCE_CPU_AMP.env,
+    )
     return p
 
 
 def _run_agent(args: argparse.Namespace) -> int:
     from laya_onnx.bench.agent import WORKLOADS, run_bench
+    from laya_onnx.core.int8_kernel import CHOICES
 
     unknown = [name for name in args.workloads or () if name not in WORKLOADS]
     if unknown:
@@ -81,6 +96,11 @@ def _run_agent(args: argparse.Namespace) -> int:
         )
     if args.repeats < 1:
         raise UsageError("--repeats must be at least 1")
+    bad = [k for k in args.int8_kernels if k not in CHOICES]
+    if bad or not args.int8_kernels:
+        raise UsageError(
+            "--int8-kernels: choose from %s, got %s" % (", ".join(CHOICES), ", ".join(bad) or "none")
+        )
     report = run_bench(
         args.checkpoint,
         args.bundles,
@@ -89,6 +109,8 @@ def _run_agent(args: argparse.Namespace) -> int:
         workloads=args.workloads,
         rss=not args.no_rss,
         progress=print,
+        int8_kernels=args.int8_kernels,
+        reference_bf16=False if args.no_reference_bf16 else None,
     )
     return emit_report(report, args.json)
 

@@ -32,13 +32,21 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 def bundle_facts(path: str) -> dict[str, Any]:
     from laya_onnx.core.bundle import Bundle
+    from laya_onnx.core.int8_kernel import Int8KernelError, choose_kernel, requested_kernel
     from laya_onnx.core.names import random_weights_preset
 
     bundle = Bundle.open(Path(path))
     size = sum(p.stat().st_size for p in bundle.root.rglob("*") if p.is_file())
+    kernel: dict[str, str | None] | None
+    try:
+        choice = choose_kernel(bundle.precision, requested_kernel())
+        kernel = {"kernel": choice.kernel, "reason": choice.reason} if choice.kernel else None
+    except Int8KernelError as exc:  # a forced kernel this CPU cannot run: the agent would refuse it
+        kernel = {"kernel": None, "reason": str(exc)}
     return {
         "path": str(bundle.root),
         "precision": bundle.precision["precision"],
+        "int8_kernel": kernel,
         "random_weights": random_weights_preset(bundle.config),
         "size_bytes": size,
     }
@@ -96,13 +104,7 @@ def examine(bundle_path: str | None) -> dict[str, Any]:
     memory = machine.memory_bytes()
     bundle = bundle_facts(bundle_path) if bundle_path else None
     return {
-        "cpu": {
-            "model": cpu.model,
-            "cores": cpu.cores,
-            "features": {f: f in cpu.flags for f in machine.FEATURES},
-            "vnni": cpu.vnni,
-            "bf16": cpu.bf16,
-        },
+        "cpu": cpu.as_dict(),
         "onnxruntime": {**machine.onnxruntime_build(), "providers": providers},
         "gpus": machine.gpus(),
         "memory": memory,
@@ -139,6 +141,10 @@ def render(report: dict[str, Any]) -> str:
     if report["bundle"]:
         b = report["bundle"]
         lines.append("bundle       %s: %s, %s" % (b["path"], b["precision"], format_bytes(b["size_bytes"])))
+        if b.get("int8_kernel"):
+            lines.append(
+                "             int8 kernel %s: %s" % (b["int8_kernel"]["kernel"], b["int8_kernel"]["reason"])
+            )
     lines.append("advice")
     lines += ["  %-12s %s" % (key, text) for key, text in report["advice"].items()]
     return "\n".join(lines)

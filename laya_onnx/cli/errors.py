@@ -27,6 +27,7 @@ USER_ERRORS = (
     "laya_onnx.core.bundle.OutputExistsError",
     "laya_onnx.core.tokenizer.TokenizerError",
     "laya_onnx.core.session.ProviderError",
+    "laya_onnx.core.int8_kernel.Int8KernelError",
     "laya_onnx.core.calibration_file.CalibrationFileError",
     "laya_onnx.export.errors.ExportError",  # CheckpointError; ValidationError is a failure
     "laya_onnx.score.scorer.ScoreError",

@@ -26,6 +26,7 @@ from laya_onnx.core.calibration_file import load_calibration as load_calibration
 from laya_onnx.core.errors import InvalidRequest, InvalidRequestType, StateTruncatedWarning
 from laya_onnx.core.hooks import HookRegistry, PredictContext
 from laya_onnx.core.hub import BUNDLE_FILES, fetch_checkpoint
+from laya_onnx.core.int8_kernel import choose_kernel, requested_kernel, resolve_graph
 from laya_onnx.core.memory import (
     ARENA_RELEASE_BYTES,
     PassMemoryModel,
@@ -85,6 +86,7 @@ class ONNXAgent(HookRegistry):
         strict_providers: bool = False,
         io_binding: bool | None = None,
         bucket_rows: int | None = DEFAULT_BUCKET_ROWS,
+        int8_kernel: str | None = None,
     ):
         """`max_pass_memory`: bytes one forward pass may use above idle (int, or text such as
         "2G"); default $LAYA_MAX_PASS_MEMORY, else 2 GiB. Passes are split to stay inside it and a
@@ -102,7 +104,11 @@ class ONNXAgent(HookRegistry):
 
         `bucket_rows`: a `predict_batch` without `batch_size` whose rows outnumber it runs in
         passes of this many rows of similar length (see `_plan_passes`); None or 0 runs them in
-        one pass, as laya does."""
+        one pass, as laya does.
+
+        `int8_kernel` (int8 bundles): "auto" (default: $LAYA_INT8_KERNEL, else auto), "u8s8" or
+        "u8u8", the integer GEMM the bundle runs (`laya_onnx.core.int8_kernel`); the answers are
+        the same, the speed is not. A kernel that would answer wrongly on this CPU is refused."""
         if bucket_rows is not None and (
             isinstance(bucket_rows, bool) or not isinstance(bucket_rows, int) or bucket_rows < 0
         ):
@@ -136,15 +142,22 @@ class ONNXAgent(HookRegistry):
         #: holds its gate and the agreement with fp32 torch measured at export.
         self.precision_record: dict[str, Any] = self.bundle.precision
         self.precision: str = self.precision_record["precision"]
+        #: The integer GEMM an int8 bundle runs here, its graph file and why (`int8_kernel`: None
+        #: for other precisions).
+        self.int8_kernel_choice = choose_kernel(
+            self.precision_record, requested_kernel(int8_kernel), default_graph=self.bundle.graph_path.name
+        )
+        #: The graph file the session runs (an int8 bundle's form for this CPU, else laya.onnx).
+        self.session_graph = resolve_graph(self.bundle.root, self.int8_kernel_choice)
         self.session = open_session(
-            str(self.bundle.graph_path),
+            str(self.session_graph),
             self.precision,
             providers=providers,
             threads=self.threads,
             strict=strict_providers,
             io_binding=io_binding,
         )
-        graph_files = (self.bundle.graph_path, self.bundle.root / GRAPH_DATA_FILE)
+        graph_files = (self.session_graph, self.bundle.root / GRAPH_DATA_FILE)
         weights = sum(p.stat().st_size for p in graph_files if p.exists())
         self.max_pass_memory = device_pass_budget(
             self.max_pass_memory, self.session.device_memory_limit, weights
@@ -152,7 +165,8 @@ class ONNXAgent(HookRegistry):
         if self.precision != "fp32":
             warnings.warn(
                 f"laya-onnx: bundle {str(self.bundle.root)!r} runs in "
-                f"{describe_precision(self.precision_record)}",
+                f"{describe_precision(self.precision_record)}"
+                + (f"; {self.int8_kernel} kernel" if self.int8_kernel else ""),
                 ReducedPrecisionWarning,
                 stacklevel=2,
             )
@@ -204,6 +218,11 @@ class ONNXAgent(HookRegistry):
         """False once the device has failed `DEVICE_FAILURE_LIMIT` passes in a row: the process
         should be restarted (the server's /health answers 503 then)."""
         return self.session.healthy
+
+    @property
+    def int8_kernel(self) -> str | None:
+        """ "u8s8" or "u8u8": the integer GEMM an int8 bundle runs here; None for other precisions."""
+        return self.int8_kernel_choice.kernel
 
     @property
     def max_len(self) -> int:
@@ -562,4 +581,6 @@ class ONNXAgent(HookRegistry):
 
     def __repr__(self) -> str:
         extra = "" if self.precision == "fp32" else f", precision={self.precision!r}"
+        if self.int8_kernel is not None:
+            extra += f", int8_kernel={self.int8_kernel!r}"
         return f"ONNXAgent({str(self.bundle.root)!r}, providers={self.providers}{extra})"

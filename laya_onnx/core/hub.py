@@ -42,6 +42,7 @@ RUNTIME_FILES: tuple[str, ...] = ("rl_agent_config.json", "tokenizer/*", "encode
 #: What a laya-onnx bundle published on the Hub is made of (no torch weights).
 BUNDLE_FILES: tuple[str, ...] = (
     "laya.onnx",
+    "laya.u8s8.onnx",  # only in int8 bundles: the u8 x s8 form for CPUs with VNNI
     "rl_agent_config.json",
     "tokenizer/*",
     "manifest.json",

@@ -43,6 +43,17 @@ class Cpu:
     def bf16(self) -> bool:
         return any(f in self.flags for f in BF16_FLAGS)
 
+    def as_dict(self) -> dict[str, Any]:
+        """The CPU as a report states it: model, cores, each feature present or not, VNNI, bf16."""
+        return {
+            "model": self.model,
+            "label": self.label,
+            "cores": self.cores,
+            "features": {f: f in self.flags for f in FEATURES},
+            "vnni": self.vnni,
+            "bf16": self.bf16,
+        }
+
     @property
     def label(self) -> str:
         """The CPU class a speed figure names: model and the features that matter."""

@@ -143,6 +143,9 @@ def parse_bytes(value: Any, what: str | None = None) -> int:
 
 # -- the table: core ---------------------------------------------------------------------------
 
+#: LAYA_INT8_KERNEL's values (`laya_onnx.core.int8_kernel`).
+INT8_KERNELS = ("auto", "u8s8", "u8u8")
+
 THREADS = _entry(
     Setting[int | None](
         "LAYA_THREADS",
@@ -205,6 +208,19 @@ MAX_PASS_MEMORY = _entry(
 
 # -- the table: serve, as laya-serve 0.4.15 reads them ------------------------------------------
 
+INT8_KERNEL = _entry(
+    Setting[str](
+        "LAYA_INT8_KERNEL",
+        parsers.choice(INT8_KERNELS),
+        "auto",
+        "refuse",
+        "int8 bundles: `auto` runs u8 x s8 where the CPU has VNNI (AVX512-VNNI, AVX-VNNI, AMX) and "
+        "u8 x u8 elsewhere; `u8s8` / `u8u8` force one. The answers are bit-identical; u8s8 on a CPU "
+        "without VNNI is refused, it would answer wrongly (`ONNXAgent(int8_kernel=)` wins; read when "
+        "the bundle is loaded)",
+        "core",
+    )
+)
 HOST = _entry(
     Setting[str](
         "LAYA_HOST",
@@ -513,6 +529,23 @@ ACCESS_LOG = _entry(
         "refuse",
         "the access log, one line per response at INFO: `text`, `json` (one object per line) or `off`",
         "serve",
+    )
+)
+
+# -- the table: bench --------------------------------------------------------------------------
+
+REFERENCE_CPU_AMP = _entry(
+    Setting[str | None](
+        "LAYA_CPU_AMP",
+        parsers.choice(("bf16", "bfloat16")),
+        None,
+        "ignore",
+        "the reference's own (laya.Agent's): `bf16` runs its forward under torch's bf16 autocast on "
+        "CPU. `laya-onnx bench agent` sets it to time the reference's bf16 mode on CPUs with "
+        "AVX512-BF16 or AMX; laya-onnx's runtime does not read it",
+        "bench",
+        compat=True,
+        shown_default="unset (fp32)",
     )
 )
 

@@ -21,9 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from laya_onnx.core.bundle import DEFAULT_EXTERNAL_DATA_THRESHOLD, GRAPH_DATA_FILE
+from laya_onnx.core.int8_kernel import AUTO, U8S8, Int8KernelError, choose_kernel, cpu_info
 from laya_onnx.export.cases import Call, encode_calls
 from laya_onnx.export.errors import ExportError, ValidationError
+from laya_onnx.export.int8_forms import write_u8s8_form
 from laya_onnx.export.precision import (
     GATES,
     Gate,
@@ -244,6 +248,39 @@ class PrecisionStep:
         session = _OpenVINOOutputs(graph) if self.precision == "bf16" else _session(graph)
         return {s.name: measure_agreement(session, s, calibration) for s in suites}
 
+    def _kernels_identical(self, graph: Path, record: dict[str, Any], steps=None) -> bool | str:
+        """Whether both int8 forms give bit-identical logits on the export cases, where this CPU can
+        run both (VNNI); a ValidationError when they differ."""
+        from laya_onnx.core.bundle import GRAPH_INPUTS, GRAPH_OUTPUTS
+        from laya_onnx.export.exporter import _session
+
+        try:
+            choose_kernel(record, U8S8)
+        except Int8KernelError:
+            return f"not checked: this CPU ({cpu_info().model}) has no VNNI to run the u8s8 form exactly"
+        outputs = {}
+        for kernel, file in record["kernels"].items():
+            session = _session(graph.with_name(file))
+            outputs[kernel] = [
+                session.run(list(GRAPH_OUTPUTS), {k: case["feeds"][k] for k in GRAPH_INPUTS})
+                for case in self.suites[0].cases
+            ]
+            del session
+        first, *others = outputs.values()
+        same = all(
+            np.array_equal(a, b)
+            for other in others
+            for run_a, run_b in zip(first, other, strict=True)
+            for a, b in zip(run_a, run_b, strict=True)
+        )
+        if not same:
+            raise ValidationError(
+                f"the int8 kernels {', '.join(outputs)} answer differently on the export cases; no bundle was written"
+            )
+        if steps is not None:
+            steps.say(f"    {' and '.join(outputs)} forms: bit-identical logits on the export cases")
+        return True
+
     def apply(
         self,
         graph: Path,
@@ -253,11 +290,12 @@ class PrecisionStep:
     ) -> dict[str, Any]:
         """Rewrite `graph` in place to this precision and gate it; the manifest's `precision` record.
 
-        int8 is gated on the written graph itself. fp16 is gated on its emulation (the same
-        rewrite with each fp16 rounding explicit, `precision._to_fp16`), because onnxruntime's CPU
-        EP computes the written fp16 graph in fp32; the written graph is run on the export cases
-        too (`cpu_ep`), which proves it loads and runs. Raises `ValidationError` (nothing written)
-        when any suite misses the gate.
+        int8 is gated on the written graph itself, in the form this CPU runs (`core.int8_kernel`);
+        where it can run both, both must give bit-identical logits (`kernels_identical`). fp16 is
+        gated on its emulation (the same rewrite with each fp16 rounding explicit,
+        `precision._to_fp16`), because onnxruntime's CPU EP computes the written fp16 graph in
+        fp32; the written graph is run on the export cases too (`cpu_ep`), which proves it loads
+        and runs. Raises `ValidationError` (nothing written) when any suite misses the gate.
         """
         record: dict[str, Any] = {"precision": self.precision}
         if self.precision == "bf16":
@@ -277,8 +315,13 @@ class PrecisionStep:
             record["cpu_ep"] = self._measure(graph, calibration, self.suites[:1])
         else:
             record.update(self._lower(graph, graph, external_data_threshold))
-            record["measured_on"] = "the written graph on the CPU EP"
-            measured = self._measure(graph, calibration, self.suites)
+            record["kernels"] = write_u8s8_form(graph)
+            choice = choose_kernel(record, AUTO)
+            record["measured_on"] = (
+                f"the written graph on the CPU EP, {choice.kernel} kernel ({choice.graph})"
+            )
+            measured = self._measure(graph.with_name(choice.graph), calibration, self.suites)
+            record["kernels_identical"] = self._kernels_identical(graph, record, steps)
         record.update(
             {
                 "reference": "fp32 torch (the checkpoint's DecisionModel)",

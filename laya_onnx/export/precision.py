@@ -14,14 +14,15 @@ or op by op), the decision head, its scorer, the act head and the logits.
   Cast back to fp32 after it (the rest of the graph never sees an fp16 tensor). We cast by hand
   rather than with onnxconverter-common's float16 pass, which writes graphs onnxruntime refuses to
   load for this model family and truncates the mask constants (shared/spec/perf-facts.md).
-- **int8**: weights per output column `s_col = max|W[:, n]| / 63`, `W8 = round(W / s_col)` (s8,
-  7 bits: `WEIGHT_LEVELS`);
-  activations per ROW (token) `s_row = max|x[row, :]| / 127`, `x8 = round(x / s_row) + 128` (u8,
-  zero point 128); `MatMulInteger(x8, W8)` (MLAS's fast u8 x s8 path) then `* s_row * s_col`.
-  A row's numbers depend on that row alone, so an answer does not depend on what else is in the
-  run. onnxruntime's `DynamicQuantizeLinear` / `quantize_dynamic` use ONE scale for the whole
-  tensor (every row of the batch) and are not batch-invariant; s8 activations fall off MLAS's
-  fast path (0.18x of f32).
+- **int8**: weights per output column `s_col = max|W[:, n]| / 127`, `W8 = round(W / s_col)`
+  (8-bit codes; 7-bit ones, `/ 63`, are a plan option: `WEIGHT_LEVELS`); activations per ROW
+  (token) `s_row = max|x[row, :]| / 127`, `x8 = round(x / s_row) + 128` (u8, zero point 128);
+  `MatMulInteger(x8, W8)` then `* s_row * s_col`. A row's numbers depend on that row alone, so an
+  answer does not depend on what else is in the run. onnxruntime's `DynamicQuantizeLinear` /
+  `quantize_dynamic` use ONE scale for the whole tensor (every row of the batch) and are not
+  batch-invariant; s8 activations fall off MLAS's fast path (0.18x of f32). The weight codes are
+  written u8 (zero point 128, the u8 x u8 kernel, exact on every CPU); `int8_forms` adds the same
+  codes as s8 for CPUs with VNNI (`laya_onnx.core.int8_kernel`).
 """
 
 from __future__ import annotations
@@ -40,10 +41,10 @@ DEFAULT_PRECISION = "fp32"
 ENCODER_SCOPE = "/encoder/"
 #: The int8 activations' zero point: u8 codes 1..255 stand for -127..127.
 U8_ZERO_POINT = 128
-#: Weight codes span -63..63 (7 bits). x86 CPUs without VNNI multiply u8 x s8 with `vpmaddubsw`,
-#: which saturates a pair of products at 16 bits: 2 x 255 x 127 overflows it (measured here: integer
-#: errors of 40,000 on random codes), 2 x 255 x 63 does not. onnxruntime's quantizer calls this
-#: `reduce_range`; it costs one bit of weight resolution on every CPU and keeps the bundle exact on all.
+#: 7-bit weight codes span -63..63. x86 CPUs without VNNI multiply u8 x s8 with `vpmaddubsw`, which
+#: saturates a pair of products at 16 bits: 2 x 255 x 127 overflows it (measured: integer errors of
+#: 40,000 on random codes), 2 x 255 x 63 does not (onnxruntime's quantizer calls this `reduce_range`).
+#: 8-bit codes run u8 x s8 only where the CPU has VNNI, u8 x u8 elsewhere (`core.int8_kernel`).
 WEIGHT_LEVELS = 63
 #: Floor of a row's max |x| so an all-zero row (padding) gets a finite scale.
 MIN_ROW_ABSMAX = 1e-12
@@ -215,19 +216,27 @@ def _fp16_gather(g: _Graph, node, table: np.ndarray, emulate: bool) -> list:
     return nodes
 
 
-def quantize_weight(weight: np.ndarray, bits: int = 7) -> tuple[np.ndarray, np.ndarray]:
-    """(codes, f32 scales) of a [K, N] weight: symmetric, one scale per output column.
+def quantize_weight(weight: np.ndarray, bits: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    """(s8 codes, f32 scales) of a [K, N] weight: symmetric, one scale per output column.
 
-    7 bits: s8 codes -63..63 (u8 x s8, `WEIGHT_LEVELS`); 8 bits: u8 codes 1..255 around the zero
-    point 128 (u8 x u8, which MLAS computes exactly on any x86 CPU, at a lower speed than u8 x s8).
+    8 bits: codes -127..127; 7 bits: -63..63 (`WEIGHT_LEVELS`). A bundle stores them twice, as
+    u8 (`codes + 128`, `laya.onnx`) and as s8 (`laya.u8s8.onnx`); `core.int8_kernel` picks one.
     """
     levels = WEIGHT_LEVELS if bits == 7 else 127
     absmax = np.max(np.abs(weight), axis=0)
     scale = (np.maximum(absmax, MIN_ROW_ABSMAX) / levels).astype(np.float32)
     codes = np.clip(np.rint(weight / scale), -levels, levels)
-    if bits == 7:
-        return codes.astype(np.int8), scale
-    return (codes + U8_ZERO_POINT).astype(np.uint8), scale
+    return codes.astype(np.int8), scale
+
+
+def u8_codes(codes: np.ndarray) -> np.ndarray:
+    """s8 weight codes as the u8 x u8 kernel takes them: `codes + 128` (zero point 128)."""
+    return (codes.astype(np.int16) + U8_ZERO_POINT).astype(np.uint8)
+
+
+def s8_codes(codes: np.ndarray) -> np.ndarray:
+    """u8 weight codes (zero point 128) as the u8 x s8 kernel takes them: `codes - 128`."""
+    return (codes.astype(np.int16) - U8_ZERO_POINT).astype(np.int8)
 
 
 def module_path(node_name: str) -> str:
@@ -253,7 +262,8 @@ class Int8Plan:
     export's default is DEFAULT_INT8_PLAN).
 
     `keep_fp32`: module patterns (`_selects`: "attn.Wqkv", "layers.0", "layers.3.mlp.Wo") whose
-    MatMuls stay fp32, a mixed int8 graph; `weight_bits`: 7 (u8 x s8) or 8 (u8 x u8).
+    MatMuls stay fp32, a mixed int8 graph; `weight_bits`: 8 or 7 (codes -63..63, which the u8 x s8
+    kernel multiplies exactly on every x86 CPU, VNNI or not).
     """
 
     keep_fp32: tuple[str, ...] = ()
@@ -296,7 +306,7 @@ def _int8_matmul(g: _Graph, node, weight: np.ndarray, plan: Int8Plan) -> list:
         return out
 
     codes, col_scale = quantize_weight(weight, plan.weight_bits)
-    w8 = g.add_init(f"{node.input[1]}_{'s8' if plan.weight_bits == 7 else 'u8'}", codes)
+    w8 = g.add_init(f"{node.input[1]}_u8", u8_codes(codes))
     s_col = g.add_init(f"{node.input[1]}_scale", col_scale)
 
     # s_row = max(max|x[row, :]|, floor) / 127, one scale per row (token): [..., 1]
@@ -309,8 +319,9 @@ def _int8_matmul(g: _Graph, node, weight: np.ndarray, plan: Int8Plan) -> list:
     # x8 = round(x / s_row) + 128 as u8 (codes 1..255; the clip only guards NaN and rounding)
     shifted = op("Add", [op("Round", [op("Div", [x, s_row])]), const("zp_f", float(U8_ZERO_POINT))])
     x8 = op("Cast", [op("Clip", [shifted, const("lo", 1.0), const("hi", 255.0)])], to=TensorProto.UINT8)
-    zp = const("zp", U8_ZERO_POINT, np.uint8)
-    acc = op("MatMulInteger", [x8, w8, zp] + ([zp] if plan.weight_bits == 8 else []))
+    # The weights' zero point is their own initializer: the u8 x s8 form replaces it (int8_forms).
+    x_zp, w_zp = const("zp", U8_ZERO_POINT, np.uint8), const("wzp", U8_ZERO_POINT, np.uint8)
+    acc = op("MatMulInteger", [x8, w8, x_zp, w_zp])
     rowed = op("Mul", [op("Cast", [acc], to=TensorProto.FLOAT), s_row])
     nodes.append(g.node("Mul", [rowed, s_col], [node.output[0]], base))
     return nodes
@@ -379,7 +390,7 @@ def lower_precision(
             "between Casts; the rest fp32"
             if precision == "fp16"
             else "encoder weight MatMuls as MatMulInteger: u8 activations per row (zero point 128) x "
-            f"{'s8' if plan.weight_bits == 7 else 'u8'} weights per output column"
+            f"{plan.weight_bits}-bit weight codes per output column, stored u8 (zero point 128)"
             + (f"; {len(kept)} kept fp32" if kept else "")
             + "; the rest fp32"
         ),

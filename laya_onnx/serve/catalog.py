@@ -46,6 +46,15 @@ def random_weights_block(agents: dict[str, Any]) -> dict[str, Any]:
     return {"random_weights": random} if random else {}
 
 
+def int8_kernels_block(agents: dict[str, Any]) -> dict[str, Any]:
+    """`/health`'s `int8_kernels` ({name: "u8s8" or "u8u8"}) for the loaded int8 bundles
+    (`ONNXAgent.int8_kernel`); absent when none is int8, as laya-serve's payload has no such key."""
+    kernels = {
+        name: kernel for name, each in agents.items() if (kernel := getattr(each, "int8_kernel", None))
+    }
+    return {"int8_kernels": kernels} if kernels else {}
+
+
 def graph_sha256(manifest: dict[str, Any]) -> str | None:
     """laya.onnx's digest as the manifest lists it (verified against the file when the bundle
     was opened); None for a bundle without a manifest."""
@@ -126,4 +135,6 @@ class ModelCard:
             )
             if self.random_weights:
                 entry["x_random_weights"] = self.random_weights
+            if agent.int8_kernel is not None:
+                entry["x_int8_kernel"] = agent.int8_kernel
         return {"models": [entry]}

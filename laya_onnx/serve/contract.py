@@ -32,7 +32,7 @@ from laya_onnx.core.errors import LayaInputError, PassTooLarge
 from laya_onnx.core.hooks import aggregate_usage
 from laya_onnx.serve import jev
 from laya_onnx.serve import validate as v
-from laya_onnx.serve.catalog import random_weights_block
+from laya_onnx.serve.catalog import int8_kernels_block, random_weights_block
 from laya_onnx.serve.errors import BODY_TOO_LARGE, INFERENCE_FAILED, LONE_SURROGATE, NON_FINITE, ApiError
 from laya_onnx.serve.protocol import ServedAgent
 from laya_onnx.serve.routed import RoutedCheckpoints
@@ -322,4 +322,5 @@ def _single_health(
         "providers": {name: providers},
         "provider_fallbacks": {name: fallbacks},
         **random_weights_block({name: agent}),
+        **int8_kernels_block({name: agent}),
     }

@@ -53,6 +53,11 @@ class ServedAgent(DecisionAgent, Protocol):
         ...
 
     @property
+    def int8_kernel(self) -> str | None:
+        """The integer GEMM ("u8s8" or "u8u8") an int8 bundle runs here; None for other precisions."""
+        ...
+
+    @property
     def fallbacks(self) -> dict[str, FallbackEntry]:
         """A snapshot of {provider: {"count", "last_reason"}} for every provider that fell back."""
         ...

@@ -35,7 +35,7 @@ from laya_onnx.core.memory import process_memory
 from laya_onnx.core.names import BUNDLE_REPO, PUBLISHED_CHECKPOINTS, aliases_of, bundle_random_weights
 from laya_onnx.core.router import Router, bundles_in
 from laya_onnx.core.session import FallbackEntry, resolve_threads
-from laya_onnx.serve.catalog import describe_checkpoint, random_weights_block
+from laya_onnx.serve.catalog import describe_checkpoint, int8_kernels_block, random_weights_block
 from laya_onnx.serve.errors import ApiError
 from laya_onnx.serve.wire import (
     cpu_fallbacks,
@@ -267,6 +267,7 @@ class RoutedCheckpoints:
             "providers": providers,
             "provider_fallbacks": fallbacks,
             **random_weights_block(resident),
+            **int8_kernels_block(resident),
         }
         if self.idle is not None and self.idle.seconds:
             payload["idle_unload_seconds"] = self.idle.seconds
@@ -326,6 +327,9 @@ class RoutedCatalog:
                 )
                 if random:
                     entry["x_random_weights"] = random
+                kernel = getattr(loaded, "int8_kernel", None)
+                if kernel is not None:
+                    entry["x_int8_kernel"] = kernel
             models.append(entry)
         return {"models": models}
 

@@ -390,6 +390,12 @@ class Health(TypedDict):
     cpu_fallbacks: NotRequired[dict[str, FallbackCount]]
     providers: NotRequired[dict[str, list[str]]]
     provider_fallbacks: NotRequired[dict[str, dict[str, dict[str, Any]]]]
+    int8_kernels: NotRequired[
+        Annotated[
+            dict[str, str],
+            Field(description="The integer GEMM (u8s8 or u8u8) each loaded int8 checkpoint runs here"),
+        ]
+    ]
 
 
 class ModelCard(TypedDict):
@@ -412,6 +418,9 @@ class ModelCard(TypedDict):
     ]
     x_precision: NotRequired[str]
     x_providers: NotRequired[list[str]]
+    x_int8_kernel: NotRequired[
+        Annotated[str, Field(description="An int8 bundle's integer GEMM here: u8s8 (CPUs with VNNI) or u8u8")]
+    ]
 
 
 class ModelList(TypedDict):
