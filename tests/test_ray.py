@@ -403,3 +403,77 @@ def test_an_application_behind_a_router_answers_as_the_routed_server(base, bundl
     assert [body["routing"]["model"] for _, _, body in want[:2]] == ["english", "multilingual"]
     status, _, health = http_json(base + "/routed/health", headers=AUTH)
     assert status == 200 and health["loaded"] == ["english", "multilingual"]
+
+
+def _deployments(config):
+    (app,) = config["applications"]
+    return {d["name"]: d for d in app["deployments"]}
+
+
+def test_the_shipped_configs_admit_as_the_server_and_set_the_proxy_limits_ray_has():
+    """serve-config.yaml and the RayService: a model replica admits LAYA_MAX_CONCURRENT requests
+    with as many waiting (then our 503), and Ray's proxy gets the server's keep-alive and an
+    end-to-end timeout, the two HTTP limits its http_options take."""
+    import yaml
+
+    from laya_onnx.serve.settings import ServerLimits, Settings
+
+    shipped = yaml.safe_load(CONFIG.read_text(encoding="utf-8"))
+    service = yaml.safe_load((CONFIG.parent.parent / "k8s" / "ray" / "rayservice.yaml").read_text())
+    cluster = yaml.safe_load(service["spec"]["serveConfigV2"])
+    for config in (shipped, cluster):
+        model = _deployments(config)["LayaModel"]
+        assert (model["max_ongoing_requests"], model["max_queued_requests"]) == (
+            Settings().max_concurrent,
+        ) * 2
+        assert _deployments(config)["LayaIngress"]["max_queued_requests"] > 0  # bounded
+        http = config["http_options"]
+        assert http["keep_alive_timeout_s"] == ServerLimits().keepalive_timeout
+        assert http["request_timeout_s"] > 0
+
+
+def test_the_nginx_ingress_puts_the_servers_limits_in_front_of_ray():
+    """serve/k8s/ray/ingress.yaml: valid Kubernetes objects whose limits are the server's own,
+    pointing at the RayService's serve Service, clearing the headers that lift Ray's limits."""
+    import yaml
+    from ray.serve._private import constants
+
+    from laya_onnx.serve.settings import ServerLimits, Settings
+    from laya_onnx.serve.validate import MAX_BODY_BYTES
+
+    k8s = CONFIG.parent.parent / "k8s" / "ray"
+    objects = list(yaml.safe_load_all((k8s / "ingress.yaml").read_text()))
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    for obj in objects:
+        kubernetes_validate.validate(obj, "1.31.0", strict=True)
+    by_name = {(o["kind"], o["metadata"]["name"]): o for o in objects}
+    ingress = by_name["Ingress", "laya-ray"]
+    notes = {
+        k.removeprefix("nginx.ingress.kubernetes.io/"): v
+        for k, v in ingress["metadata"]["annotations"].items()
+    }
+    service = yaml.safe_load((k8s / "rayservice.yaml").read_text())
+    http = yaml.safe_load(service["spec"]["serveConfigV2"])["http_options"]
+    assert notes["proxy-body-size"] == "%dm" % (MAX_BODY_BYTES // 2**20)
+    assert notes["proxy-request-buffering"] == "on"
+    assert float(notes["proxy-read-timeout"]) == http["request_timeout_s"]
+    (rule,) = ingress["spec"]["rules"]
+    (path,) = rule["http"]["paths"]
+    backend = path["backend"]["service"]
+    assert backend == {"name": service["metadata"]["name"] + "-serve-svc", "port": {"number": http["port"]}}
+    controller = by_name["ConfigMap", "ingress-nginx-controller"]["data"]
+    limits = ServerLimits()
+    assert controller["large-client-header-buffers"] == "4 8k"
+    assert float(controller["client-header-timeout"]) == limits.header_read_timeout
+    assert float(controller["client-body-timeout"]) == Settings().body_read_timeout
+    assert float(controller["keep-alive"]) == limits.keepalive_timeout
+    assert float(controller["upstream-keepalive-timeout"]) < http["keep_alive_timeout_s"]
+    cleared = by_name["ConfigMap", "laya-ray-cleared-headers"]
+    assert controller["proxy-set-headers"] == "%s/%s" % (
+        cleared["metadata"]["namespace"],
+        cleared["metadata"]["name"],
+    )
+    assert cleared["data"] == {
+        constants.SERVE_HTTP_REQUEST_TIMEOUT_S_HEADER: "",
+        constants.SERVE_HTTP_REQUEST_DISCONNECT_DISABLED_HEADER: "",
+    }
