@@ -165,9 +165,9 @@ def test_validation_failure_writes_nothing(checkpoint_factory, tmp_path):
 
 def test_a_graph_that_disagrees_is_refused(checkpoint_factory, tmp_path, monkeypatch):
     """Validation really compares numbers: a session whose logits are off by 1e-3 is refused."""
-    from laya_onnx.export import ValidationError, export_bundle, exporter
+    from laya_onnx.export import ValidationError, export_bundle, validation
 
-    real = exporter._session
+    real = validation.open_session
 
     class Skewed:
         def __init__(self, path):
@@ -177,7 +177,7 @@ def test_a_graph_that_disagrees_is_refused(checkpoint_factory, tmp_path, monkeyp
             logits, act = self.inner.run(names, feeds)
             return logits + 1e-3, act
 
-    monkeypatch.setattr(exporter, "_session", Skewed)
+    monkeypatch.setattr(validation, "open_session", Skewed)
     out = tmp_path / "b"
     with pytest.raises(ValidationError, match="beyond tolerance"):
         export_bundle(checkpoint_factory("tiny-english"), out, verbose=False)

@@ -235,10 +235,10 @@ def test_optimize_fuses_and_records_it(checkpoint_factory, tmp_path):
 
 
 def test_optimized_graph_that_fails_validation_is_not_kept(checkpoint_factory, tmp_path, monkeypatch):
-    from laya_onnx.export import export_bundle, exporter
+    from laya_onnx.export import export_bundle, validation
     from laya_onnx.export.optimize import op_counts
 
-    real = exporter._session
+    real = validation.open_session
 
     class SkewedWhenOptimized:
         def __init__(self, path):
@@ -248,7 +248,7 @@ def test_optimized_graph_that_fails_validation_is_not_kept(checkpoint_factory, t
             logits, act = self.inner.run(names, feeds)
             return logits + self.skew, act
 
-    monkeypatch.setattr(exporter, "_session", SkewedWhenOptimized)
+    monkeypatch.setattr(validation, "open_session", SkewedWhenOptimized)
     out = tmp_path / "b"
     manifest = export_bundle(
         checkpoint_factory("tiny-english"), out, verbose=False, measure_memory=False, optimize=True

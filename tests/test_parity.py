@@ -51,9 +51,9 @@ def test_parity_detects_a_wrong_answer(checkpoint_factory, bundle_factory, monke
 def test_export_validation_judges_answers_by_the_rule(checkpoint_factory, tmp_path, monkeypatch):
     """An ONNX graph whose logits pass a loose logit tolerance is still refused when its answers
     break the parity rule (one option's logit +0.01 moves probabilities by ~2e-3)."""
-    from laya_onnx.export import ValidationError, export_bundle, exporter
+    from laya_onnx.export import ValidationError, export_bundle, validation
 
-    real = exporter._session
+    real = validation.open_session
 
     class Skewed:
         def __init__(self, path):
@@ -65,7 +65,7 @@ def test_export_validation_judges_answers_by_the_rule(checkpoint_factory, tmp_pa
             logits[:, 0] += 0.01
             return logits, act
 
-    monkeypatch.setattr(exporter, "_session", Skewed)
+    monkeypatch.setattr(validation, "open_session", Skewed)
     out = tmp_path / "b"
     with pytest.raises(ValidationError, match="answers differ from torch's by the parity rule: .*tolerance"):
         export_bundle(checkpoint_factory("tiny-english"), out, tolerance=0.1, verbose=False)

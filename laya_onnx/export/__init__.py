@@ -11,12 +11,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from laya_onnx.export.errors import ExportError, ValidationError
-    from laya_onnx.export.exporter import export_bundle, validate_graph
+    from laya_onnx.export.exporter import export_bundle
     from laya_onnx.export.model import DecisionModel, load_decision_model
+    from laya_onnx.export.validation import validate_graph
 
 _LAZY = {
     **dict.fromkeys(("ExportError", "ValidationError"), "errors"),
-    **dict.fromkeys(("export_bundle", "validate_graph"), "exporter"),
+    "export_bundle": "exporter",
+    "validate_graph": "validation",
     **dict.fromkeys(("DecisionModel", "load_decision_model"), "model"),
 }
 

@@ -17,11 +17,8 @@ from __future__ import annotations
 
 import gc
 import os
-import platform
-import resource
 import shutil
 import time
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +40,17 @@ from laya_onnx.core.bundle import (
     write_manifest,
 )
 from laya_onnx.core.calibration_file import BUNDLE_CALIBRATION_FILE, load_calibration
-from laya_onnx.core.session import CPU, session_options
 from laya_onnx.export.errors import ExportError, ValidationError
+from laya_onnx.export.ladder import PrecisionStep
 from laya_onnx.export.precision import DEFAULT_PRECISION, check_int8_plan, check_precision
+from laya_onnx.export.progress import Steps, peak_rss_mb
+from laya_onnx.export.validation import (
+    answering_calibration,
+    failure_reason,
+    reference_outputs,
+    to_torch,
+    validate_graph,
+)
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 #: Profiles shipped in the repository's top-level `export/profiles/` (documentation of defaults).
@@ -55,39 +60,6 @@ DYNAMO_MIN_OPSET = 18
 #: The TorchScript exporter writes fused attention (one MultiHeadAttention node per layer, masks
 #: built once); "unfused" keeps transformers' op-by-op SDPA graph, the only one dynamo writes.
 DEFAULT_ATTENTION = "fused"
-
-
-class _Steps:
-    """Step-by-step progress lines with timings (plain prints; no extra dependency)."""
-
-    def __init__(self, verbose: bool = True):
-        self.verbose = verbose
-        self.n = 0
-
-    @contextmanager
-    def run(self, title: str):
-        self.n += 1
-        self.say(f"[{self.n}] {title} ...")
-        start = time.perf_counter()
-        ok = False
-        try:
-            yield
-            ok = True
-        finally:
-            self.say(
-                f"    {'done' if ok else 'FAILED'} in {time.perf_counter() - start:.2f}s "
-                f"(peak RSS so far {peak_rss_mb():.0f} MiB)"
-            )
-
-    def say(self, text: str) -> None:
-        if self.verbose:
-            print(text, flush=True)
-
-
-def peak_rss_mb() -> float:
-    """Peak resident set size of this process so far, in MiB (Linux reports KiB, macOS bytes)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return round(peak / (1024 * 1024 if platform.system() == "Darwin" else 1024), 1)
 
 
 def tool_versions() -> dict[str, str | None]:
@@ -100,12 +72,6 @@ def tool_versions() -> dict[str, str | None]:
     return versions
 
 
-def _to_torch(feeds: dict[str, np.ndarray]):
-    import torch
-
-    return tuple(torch.from_numpy(np.ascontiguousarray(feeds[name])) for name in GRAPH_INPUTS)
-
-
 def _export_graph(
     model, feeds: dict[str, np.ndarray], path: Path, *, opset: int, dynamo: bool, external_data_threshold: int
 ) -> dict[str, Any]:
@@ -115,7 +81,7 @@ def _export_graph(
 
     from laya_onnx.export.graph_file import save_graph, weights_bytes, write_torchscript_graph
 
-    args = _to_torch(feeds)
+    args = to_torch(feeds)
     if not dynamo:
         written = write_torchscript_graph(
             model, args, path, opset=opset, external_data_threshold=external_data_threshold
@@ -154,204 +120,7 @@ def _export_graph(
     }
 
 
-def _session(path: Path):
-    import onnxruntime as ort
-
-    return ort.InferenceSession(str(path), sess_options=session_options(), providers=[CPU])
-
-
-def _unpadded_groups(cases: list[dict[str, Any]]) -> dict[tuple[int, int], list[tuple[int, int]]]:
-    """(case, row) of every row, grouped by (real length, marker columns): rows that can share a
-    torch pass without any padding."""
-    groups: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    for c, case in enumerate(cases):
-        feeds = case["feeds"]
-        mask, columns = feeds["attention_mask"], int(feeds["marker_pos"].shape[1])
-        for r, length in enumerate(mask.sum(axis=1)):
-            n = int(length)
-            if not mask[r, :n].all():  # not right-padded (collate always is): keep the row whole
-                n = int(mask.shape[1])
-            groups.setdefault((n, columns), []).append((c, r))
-    return groups
-
-
-def reference_outputs(model, cases: list[dict[str, Any]], steps: _Steps | None = None) -> list[tuple]:
-    """Torch's (logits, act_logits) for every case, so the model can be freed before ONNX Runtime
-    loads its own copy of the weights (two full copies at once is what sets peak RSS).
-
-    Torch runs every row WITHOUT padding: the rows of all cases that have the same length (and
-    marker columns) share one pass. So torch pays for real tokens only (the export cases: 1.9k of
-    their 2.8k padded tokens on the full-size English shape; the parity suite 8.8k of 12.7k), and
-    ONNX Runtime's padded batches are compared with rows computed alone, which checks padding and
-    neighbours as well: a graph whose answer depended on them would miss the tolerance.
-    """
-    import torch
-
-    rows: list[list[Any]] = [[None] * case["rows"] for case in cases]
-    groups = _unpadded_groups(cases)
-    started = time.perf_counter()
-    with torch.no_grad():
-        for (length, _columns), members in groups.items():
-            feeds = {
-                name: np.stack(
-                    [
-                        cases[c]["feeds"][name][r, :length]
-                        if name in ("input_ids", "attention_mask")
-                        else cases[c]["feeds"][name][r]
-                        for c, r in members
-                    ]
-                )
-                for name in GRAPH_INPUTS
-            }
-            logits, act = (t.numpy() for t in model(*_to_torch(feeds)))
-            for i, (c, r) in enumerate(members):
-                rows[c][r] = (logits[i].copy(), act[i].copy())
-    if steps is not None:
-        padded = sum(case["feeds"]["input_ids"].size for case in cases)
-        real = sum(length * len(members) for (length, _), members in groups.items())
-        steps.say(
-            f"    {len(cases)} requests as {len(groups)} unpadded passes: {real} tokens "
-            f"(padded {padded}), {time.perf_counter() - started:.2f}s"
-        )
-    return [tuple(np.stack(column) for column in zip(*case_rows, strict=True)) for case_rows in rows]
-
-
-def _decoded_answers(call, feeds: dict[str, np.ndarray], logits, act_logits, calibration):
-    """One built-in call's outputs as the parity rule's observation: answers printed and unrounded."""
-    from laya_onnx.core.calibration import act_probabilities, decode_answer
-    from laya_onnx.core.judge import Observation
-    from laya_onnx.core.questions import normalize_questions
-
-    questions = normalize_questions(call.questions())
-    act = act_probabilities(act_logits)
-    lengths, counts = feeds["attention_mask"].sum(axis=1), feeds["marker_mask"].sum(axis=1)
-    obs = Observation(printed=[])
-    row = 0
-    for _state in call.states:  # encode_calls: one row per question, in question order, per state
-        rows, printed, unrounded = [], {}, {}
-        for qid, q in questions.items():
-            k = int(counts[row])
-            rows.append(
-                {
-                    "qid": qid,
-                    "ids": feeds["input_ids"][row, : int(lengths[row])].tolist(),
-                    "markers": feeds["marker_pos"][row, :k].tolist(),
-                }
-            )
-            printed[qid] = decode_answer(q, logits[row], act[row], k, calibration)
-            unrounded[qid] = decode_answer(q, logits[row], act[row], k, calibration, digits=None)
-            row += 1
-        obs.rows.append(rows)
-        obs.printed.append({"answers": printed})
-        obs.unrounded.append({"answers": unrounded})
-    return obs
-
-
-def _calibration(cfg: dict[str, Any]):
-    """The calibration a bundle of `cfg` answers with; its clamp warning belongs to the runtime."""
-    import warnings
-
-    from laya_onnx.core.calibration import Calibration
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return Calibration.from_config(cfg)
-
-
-def validate_graph(
-    graph: Path,
-    cases: list[dict[str, Any]],
-    expected: list[tuple],
-    tolerance: float,
-    steps: _Steps | None = None,
-    calibration=None,
-    calls=None,
-) -> dict[str, Any]:
-    """Compare ONNX Runtime with torch's outputs on every encoded case; returns the validation record.
-
-    With `calibration` (and `calls`, the built-in calls `cases` were encoded from), the answers
-    decoded from both sides' outputs are also judged by the parity rule (`laya_onnx.core.judge`).
-    """
-    from laya_onnx.core.judge import DEFAULT_ACT_TOLERANCE, DEFAULT_TOLERANCE, Verdict, judge
-
-    loading = time.perf_counter()
-    session = _session(graph)
-    if steps is not None:
-        steps.say(f"    session loaded in {time.perf_counter() - loading:.1f}s")
-    worst_logit = worst_act = 0.0
-    rows = 0
-    answers: list[tuple[str, Verdict]] = []
-    for i, (case, (t_logits, t_act)) in enumerate(zip(cases, expected, strict=True)):
-        feeds = case["feeds"]
-        passing = time.perf_counter()
-        o_logits, o_act = session.run(list(GRAPH_OUTPUTS), {k: feeds[k] for k in GRAPH_INPUTS})
-        pass_seconds = time.perf_counter() - passing
-        if o_logits.shape != t_logits.shape or o_act.shape != t_act.shape:
-            raise ValidationError(
-                f"case {case['name']!r}: ONNX output shapes {o_logits.shape}/{o_act.shape} "
-                f"differ from torch's {t_logits.shape}/{t_act.shape}"
-            )
-        d_logit = float(np.max(np.abs(o_logits.astype(np.float64) - t_logits)))
-        d_act = float(np.max(np.abs(o_act.astype(np.float64) - t_act)))
-        if not (np.isfinite(d_logit) and np.isfinite(d_act)):
-            d_logit = d_act = float("inf")
-        worst_logit, worst_act = max(worst_logit, d_logit), max(worst_act, d_act)
-        rows += case["rows"]
-        if calibration is not None:
-            call = calls[i]
-            if call.name != case["name"] or case["rows"] != len(call.states) * len(call.question_ids):
-                raise ValidationError(f"case {case['name']!r} was not encoded from call {call.name!r}")
-            answers.append(
-                (
-                    case["name"],
-                    judge(
-                        _decoded_answers(call, feeds, t_logits, t_act, calibration),
-                        _decoded_answers(call, feeds, o_logits, o_act, calibration),
-                    ),
-                )
-            )
-        if steps is not None:
-            shape = "x".join(str(s) for s in feeds["input_ids"].shape)
-            steps.say(
-                f"    {case['name']:<42} rows x len {shape:<8} markers {feeds['marker_pos'].shape[1]:>2}"
-                f"  |dlogit| {d_logit:.2e}  |dact| {d_act:.2e}  {pass_seconds:.2f}s"
-            )
-    record: dict[str, Any] = {
-        "cases": len(cases),
-        "rows": rows,
-        "max_abs_logit_diff": worst_logit,
-        "max_abs_act_diff": worst_act,
-        "tolerance": tolerance,
-        "passed": worst_logit <= tolerance and worst_act <= tolerance,
-    }
-    if calibration is not None:
-        record["answers"] = {
-            "rule": "laya_onnx/core/judge.py",
-            "tolerance": DEFAULT_TOLERANCE,
-            "act_tolerance": DEFAULT_ACT_TOLERANCE,
-            "max_abs_dp": max(v.max_abs_dp for _, v in answers),
-            "max_abs_dact": max(v.max_abs_dact for _, v in answers),
-            "rounding_flips": sum(len(v.flips) for _, v in answers),
-            "differences": [f"{name}: {d}" for name, v in answers for d in v.describe()][:20],
-            "passed": all(v.passed for _, v in answers),
-        }
-        record["passed"] = record["passed"] and record["answers"]["passed"]
-    return record
-
-
-def failure_reason(validation: dict[str, Any]) -> str:
-    """Why a validation record did not pass, in one sentence."""
-    tolerance = validation["tolerance"]
-    if max(validation["max_abs_logit_diff"], validation["max_abs_act_diff"]) <= tolerance:
-        differences = (validation.get("answers") or {}).get("differences") or []
-        return "ONNX Runtime's answers differ from torch's by the parity rule: " + "; ".join(differences[:3])
-    return (
-        f"ONNX Runtime disagrees with torch beyond tolerance {tolerance:g}: max |dlogit| "
-        f"{validation['max_abs_logit_diff']:.3e}, max |dact_logit| {validation['max_abs_act_diff']:.3e}"
-    )
-
-
-def _optimized(graph: Path, validation, cases, expected, cfg, steps: _Steps, written) -> tuple[dict, dict]:
+def _optimized(graph: Path, validation, cases, expected, cfg, steps: Steps, written) -> tuple[dict, dict]:
     """Fuse `graph`, validate the result on the same cases; adopt it only if it passes.
     Returns the manifest's optimization record and the validation of the graph that is kept."""
     from laya_onnx.export.cases import CALLS
@@ -366,7 +135,7 @@ def _optimized(graph: Path, validation, cases, expected, cfg, steps: _Steps, wri
         expected,
         validation["tolerance"],
         steps,
-        calibration=_calibration(cfg),
+        calibration=answering_calibration(cfg),
         calls=CALLS,
     )
     record["validation"] = {k: check[k] for k in ("max_abs_logit_diff", "max_abs_act_diff", "passed")}
@@ -399,7 +168,7 @@ def model_architecture(model, attention: str) -> dict[str, Any]:
     }
 
 
-def pass_memory_record(graph: Path, steps: _Steps | None = None) -> dict[str, Any]:
+def pass_memory_record(graph: Path, steps: Steps | None = None) -> dict[str, Any]:
     """Measure the graph's per-pass memory and fit the model the runtime budgets with."""
     from laya_onnx.core.memory import fit_pass_memory, format_bytes, measure_pass_memory
 
@@ -468,7 +237,6 @@ def export_bundle(
     """
     from laya_onnx.core.hub import fetch_checkpoint
     from laya_onnx.export.cases import CALLS, encode_calls, trace_feeds
-    from laya_onnx.export.ladder import PrecisionStep
     from laya_onnx.export.model import ATTENTION_KINDS, load_decision_model
 
     check_int8_plan(precision, int8_plan)
@@ -503,7 +271,7 @@ def export_bundle(
     check_output_dir(out_dir, force)
     if calibration is not None:
         load_calibration(calibration)  # refuse a bad file before the export's work
-    steps = _Steps(verbose)
+    steps = Steps(verbose)
     started = time.perf_counter()
 
     with steps.run(f"resolving checkpoint {os.fspath(checkpoint)!r}"):
@@ -586,7 +354,7 @@ def export_bundle(
                 expected,
                 float(tolerance),
                 steps,
-                calibration=_calibration(cfg),
+                calibration=answering_calibration(cfg),
                 calls=CALLS,
             )
             validation["seconds"] = {
@@ -609,7 +377,9 @@ def export_bundle(
         precision_record = None
         if ladder is not None:
             with steps.run(f"lowering to {precision} and gating it against fp32 torch"):
-                precision_record = ladder.apply(graph, _calibration(cfg), steps, external_data_threshold)
+                precision_record = ladder.apply(
+                    graph, answering_calibration(cfg), steps, external_data_threshold
+                )
                 written["external_data"] = [GRAPH_DATA_FILE] if (tmp / GRAPH_DATA_FILE).exists() else []
         memory = None
         if measure_memory and Path("/proc/self/status").exists():

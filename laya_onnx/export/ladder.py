@@ -23,8 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from laya_onnx.core.bundle import DEFAULT_EXTERNAL_DATA_THRESHOLD, GRAPH_DATA_FILE
+from laya_onnx.core.bundle import (
+    DEFAULT_EXTERNAL_DATA_THRESHOLD,
+    GRAPH_DATA_FILE,
+    GRAPH_INPUTS,
+    GRAPH_OUTPUTS,
+)
 from laya_onnx.core.int8_kernel import AUTO, U8S8, Int8KernelError, choose_kernel, cpu_info
+from laya_onnx.export import validation
 from laya_onnx.export.cases import Call, encode_calls
 from laya_onnx.export.errors import ExportError, ValidationError
 from laya_onnx.export.int8_forms import write_u8s8_form
@@ -75,9 +81,7 @@ class Suite:
 
 def measure_agreement(session, suite: Suite, calibration) -> dict[str, Any]:
     """Run `suite` on `session` and compare its decoded answers with fp32 torch's."""
-    from laya_onnx.core.bundle import GRAPH_INPUTS, GRAPH_OUTPUTS
     from laya_onnx.core.judge import decision_margin, judge
-    from laya_onnx.export.exporter import _decoded_answers as decoded_answers
 
     decisions = max_dp = max_dact = 0.0
     flipped: list[str] = []
@@ -85,11 +89,11 @@ def measure_agreement(session, suite: Suite, calibration) -> dict[str, Any]:
     for call, case, (t_logits, t_act) in zip(suite.calls, suite.cases, suite.expected, strict=True):
         feeds = case["feeds"]
         o_logits, o_act = session.run(list(GRAPH_OUTPUTS), {k: feeds[k] for k in GRAPH_INPUTS})
-        reference = decoded_answers(call, feeds, t_logits, t_act, calibration)
+        reference = validation.decoded_answers(call, feeds, t_logits, t_act, calibration)
         margins += [decision_margin(a) for state in reference.unrounded for a in state["answers"].values()]
         verdict = judge(
             reference,
-            decoded_answers(call, feeds, o_logits, o_act, calibration),
+            validation.decoded_answers(call, feeds, o_logits, o_act, calibration),
             tolerance=_MEASURE_ONLY,
             act_tolerance=_MEASURE_ONLY,
         )
@@ -138,13 +142,11 @@ def torch_bf16_outputs(model, cases: list[dict[str, Any]]) -> list[tuple]:
     runs it (GEMMs in bf16; softmax, LayerNorm and the residual stream in f32)."""
     import torch
 
-    from laya_onnx.export.exporter import reference_outputs
-
     def forward(*inputs):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             return tuple(t.float() for t in model(*inputs))
 
-    return reference_outputs(forward, cases)
+    return validation.reference_outputs(forward, cases)
 
 
 def passes(measured: dict[str, Any], gate: Gate) -> bool:
@@ -190,14 +192,13 @@ class PrecisionStep:
     ) -> int:
         """fp32 torch's outputs on both suites (the export cases' are computed by the exporter)."""
         from laya_onnx.core.tokenizer import LayaTokenizer
-        from laya_onnx.export.exporter import reference_outputs
 
         mask = LayaTokenizer.from_dir(tokenizer_dir).mask_token
         calls = suite_calls(self.parity_suite, mask)
         cases = encode_calls(tokenizer_dir, budgets[0], budgets[1], calls)
         self.suites = [
             Suite("export-cases", list(export_calls), export_cases, export_expected),
-            Suite(f"parity-{self.parity_suite}", calls, cases, reference_outputs(model, cases)),
+            Suite(f"parity-{self.parity_suite}", calls, cases, validation.reference_outputs(model, cases)),
         ]
         if self.precision == "bf16":
             self.torch_bf16 = [torch_bf16_outputs(model, suite.cases) for suite in self.suites]
@@ -243,24 +244,19 @@ class PrecisionStep:
         return rewrite
 
     def _measure(self, graph: Path, calibration, suites: list[Suite]) -> dict[str, Any]:
-        from laya_onnx.export.exporter import _session
-
-        session = _OpenVINOOutputs(graph) if self.precision == "bf16" else _session(graph)
+        session = _OpenVINOOutputs(graph) if self.precision == "bf16" else validation.open_session(graph)
         return {s.name: measure_agreement(session, s, calibration) for s in suites}
 
     def _kernels_identical(self, graph: Path, record: dict[str, Any], steps=None) -> bool | str:
         """Whether both int8 forms give bit-identical logits on the export cases, where this CPU can
         run both (VNNI); a ValidationError when they differ."""
-        from laya_onnx.core.bundle import GRAPH_INPUTS, GRAPH_OUTPUTS
-        from laya_onnx.export.exporter import _session
-
         try:
             choose_kernel(record, U8S8)
         except Int8KernelError:
             return f"not checked: this CPU ({cpu_info().model}) has no VNNI to run the u8s8 form exactly"
         outputs = {}
         for kernel, file in record["kernels"].items():
-            session = _session(graph.with_name(file))
+            session = validation.open_session(graph.with_name(file))
             outputs[kernel] = [
                 session.run(list(GRAPH_OUTPUTS), {k: case["feeds"][k] for k in GRAPH_INPUTS})
                 for case in self.suites[0].cases
