@@ -7,16 +7,20 @@
 Tiers: a test that needs more than the runtime core (`laya-onnx[cpu]` + pytest) carries a marker
 (registered in pyproject.toml) naming what it needs: `torch` (the export extra: torch,
 transformers, onnx; every test using checkpoint_factory), `reference` (the reference `laya`
-package), `serve` (the serve extra) and `ray` (the ray extra). A marked test whose dependency is not importable is
-skipped with the reason. Test modules import torch and laya lazily, so every module collects in
-the torch-free runtime venv that tests/run builds; a module built on a tool that venv lacks
-(schemathesis, jsonschema-rs) skips itself with pytest.importorskip.
+package), `serve` (the serve extra) and `ray` (the ray extra). A marked test whose dependency is
+not importable is skipped with the reason. The `runtime` marker picks the tests that tests/run
+runs again in its torch-free venv (those of them not marked `torch` or `reference`). Test modules
+import torch and laya lazily, so every module collects in that venv; a module built on a tool it
+lacks (schemathesis, jsonschema-rs) skips itself with pytest.importorskip.
 
-Bundles: with LAYA_ONNX_TEST_BUNDLES set, bundle_factory returns pre-built bundles from
-`$LAYA_ONNX_TEST_BUNDLES/<preset>` and never imports torch (tests/run exports them with the
-full venv for the runtime tier); otherwise it exports them here, once per session.
+Bundles: bundle_factory exports each preset once per session, from checkpoint_factory's
+checkpoint, into a session folder, or into `$LAYA_ONNX_TEST_BUNDLES/<preset>` when that is set:
+there a bundle already present is used as it is, and without torch only those are (tests/run's
+full tier exports into models/ci-bundles/, and its torch-free tiers reuse them). Only
+tiny-english is exported with its per-pass memory measured (`MEASURED_PRESETS`: the memory tests
+use it); the probes cost six processes per export and nothing else reads the measurement.
 
-Everything is generated locally under pytest's tmp_path_factory; nothing touches the network
+Everything else is generated locally under pytest's tmp_path_factory; nothing touches the network
 (HF_HUB_OFFLINE is forced on for the whole session).
 """
 
@@ -35,6 +39,8 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 TINY_PRESETS = ("tiny-english", "tiny-multilingual", "tiny-typed-decisions")
+# the presets whose session bundle carries a measured memory model (tests/test_memory.py's)
+MEASURED_PRESETS = ("tiny-english",)
 PREBUILT_BUNDLES_ENV = "LAYA_ONNX_TEST_BUNDLES"
 # Read once, here: the serve tests' no_laya_env fixture unsets every LAYA_* variable per test.
 PREBUILT_BUNDLES = os.environ.get(PREBUILT_BUNDLES_ENV)
@@ -109,8 +115,8 @@ def _prebuilt_bundles(root: Path):
         if not (bundle / "manifest.json").is_file():
             raise FileNotFoundError(
                 f"{PREBUILT_BUNDLES_ENV}={root} has no bundle for preset {preset!r} "
-                f"(no {bundle / 'manifest.json'}); export it there, as tests/run does, or unset "
-                f"{PREBUILT_BUNDLES_ENV} to export bundles in the session (needs torch)"
+                f"(no {bundle / 'manifest.json'}) and exporting one needs torch; export it there "
+                f"(tests/run's full tier does), or unset {PREBUILT_BUNDLES_ENV}"
             )
         return bundle
 
@@ -119,12 +125,12 @@ def _prebuilt_bundles(root: Path):
 
 @pytest.fixture(scope="session")
 def bundle_factory(request, tmp_path_factory):
-    """Callable preset -> bundle directory: pre-built from $LAYA_ONNX_TEST_BUNDLES when set, else
-    exported (and validated) from checkpoint_factory(preset)."""
-    if PREBUILT_BUNDLES:
-        return _prebuilt_bundles(Path(PREBUILT_BUNDLES))
+    """Callable preset -> bundle directory: exported (and validated) from checkpoint_factory(preset)
+    once per session, or found in $LAYA_ONNX_TEST_BUNDLES (see the module's docstring)."""
     modules, source = TIER_NEEDS["torch"]
     if _missing(modules):
+        if PREBUILT_BUNDLES:
+            return _prebuilt_bundles(Path(PREBUILT_BUNDLES))
         pytest.skip(
             f"no bundles: {PREBUILT_BUNDLES_ENV} is unset and exporting needs "
             f"{', '.join(_missing(modules))} ({source})"
@@ -132,7 +138,7 @@ def bundle_factory(request, tmp_path_factory):
     # Asked for here, not as a parameter: tests that only need bundles must not appear to use
     # checkpoint_factory (see pytest_collection_modifyitems).
     checkpoint_factory = request.getfixturevalue("checkpoint_factory")
-    root = tmp_path_factory.mktemp("bundles")
+    root = Path(PREBUILT_BUNDLES) if PREBUILT_BUNDLES else tmp_path_factory.mktemp("bundles")
     exported: dict[str, Path] = {}
     lock = threading.Lock()
 
@@ -142,7 +148,14 @@ def bundle_factory(request, tmp_path_factory):
         with lock:
             if preset not in exported:
                 out = root / preset
-                export_bundle(checkpoint_factory(preset), out, verbose=False, name=preset)
+                if not (out / "manifest.json").is_file():
+                    export_bundle(
+                        checkpoint_factory(preset),
+                        out,
+                        verbose=False,
+                        name=preset,
+                        measure_memory=preset in MEASURED_PRESETS,
+                    )
                 exported[preset] = out
             return exported[preset]
 

@@ -20,6 +20,8 @@ from laya_onnx.cli import build_parser, main
 from laya_onnx.cli.common import EXIT_FAILED, EXIT_USAGE, UsageError, read_json_argument
 from laya_onnx.cli.errors import exit_status
 
+pytestmark = pytest.mark.runtime
+
 REQUEST = {"state": "I was charged twice", "questions": {"r": {"type": "noul", "instructions": "Refund?"}}}
 
 

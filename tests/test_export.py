@@ -194,7 +194,7 @@ def test_output_directory_rules(checkpoint_factory, bundle_factory, tmp_path):
     with pytest.raises(OutputExistsError, match="is not empty; pass force=True to replace it"):
         export_bundle(ckpt, out, verbose=False)
     assert (out / "stale.txt").exists()
-    manifest = export_bundle(ckpt, out, force=True, verbose=False)
+    manifest = export_bundle(ckpt, out, force=True, verbose=False, measure_memory=False)
     assert not (out / "stale.txt").exists() and (out / "laya.onnx").exists()
     assert json.loads((out / "manifest.json").read_text())["files"] == manifest["files"]
     assert _leftovers(tmp_path, "out") == []
@@ -294,7 +294,7 @@ def test_cli_make_checkpoint_and_export(tmp_path, capsys):
 
     ckpt, bundle = tmp_path / "ckpt", tmp_path / "bundle"
     assert main(["make-checkpoint", "--preset", "tiny-english", "-o", str(ckpt), "--seed", "1"]) == 0
-    assert main(["export", str(ckpt), "-o", str(bundle)]) == 0
+    assert main(["export", str(ckpt), "-o", str(bundle), "--no-memory-probe"]) == 0
     printed = capsys.readouterr().out
     for step in (
         "resolving checkpoint",

@@ -25,6 +25,8 @@ from laya_onnx.parity.observe import instrument_agent, observe_agent
 from laya_onnx.parity.suite import load_suite, suite_sha256
 from tests.parity_support import observation_from_json, read_golden
 
+pytestmark = pytest.mark.runtime
+
 GOLDEN_DIR = Path(__file__).resolve().parents[1] / "parity" / "golden"
 REGENERATE = "regenerate with `python -m laya_onnx.parity.golden` (needs torch and laya)"
 

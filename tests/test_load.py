@@ -9,6 +9,8 @@ from laya_onnx.core import settings
 from laya_onnx.core.errors import InvalidRequest
 from laya_onnx.core.loader import resolve_bundle
 
+pytestmark = pytest.mark.runtime
+
 
 @pytest.fixture
 def models(tmp_path, monkeypatch):

@@ -16,6 +16,8 @@ import pytest
 from laya_onnx.parity.hook_cases import hook_case
 from tests.parity_support import failures
 
+pytestmark = pytest.mark.runtime
+
 PRESETS = ["tiny-english", "tiny-multilingual", "tiny-typed-decisions"]
 QUESTIONS = {
     "refund": {"type": "noul", "instructions": "Does the user ask for a refund?"},

@@ -13,6 +13,8 @@ from laya_onnx.core.errors import InvalidRequest, InvalidRequestType
 from laya_onnx.core.hooks import BaseHook, clear_default_hooks, set_default_hooks
 from laya_onnx.core.router import Router, bundles_in, match_typed_decisions_workflow
 
+pytestmark = pytest.mark.runtime
+
 Q = {"refund": {"type": "noul", "instructions": "Refund?"}}
 Q2 = {"topic": {"type": "choice", "instructions": "Topic?", "criteria": ["a", "b"]}}
 EN, DE, JA = (

@@ -13,6 +13,8 @@ from laya_onnx.core.bundle import Bundle, BundleError
 from laya_onnx.core.errors import InvalidRequest, InvalidRequestType, LayaInputError, reference_kind
 from laya_onnx.core.session import CPU, CUDA, ProviderError, resolve_providers
 
+pytestmark = pytest.mark.runtime
+
 QUESTIONS = {
     "q": {"type": "choice", "instructions": "Which team?", "criteria": ["billing", "tech", "other"]},
     "n": {"type": "noul", "instructions": "Refund?"},

@@ -14,6 +14,8 @@ from laya_onnx.cli import main
 from laya_onnx.core.errors import LayaInputError
 from laya_onnx.score import scorer as score
 
+pytestmark = pytest.mark.runtime
+
 QUESTIONS = {
     "queue": {
         "type": "choice",

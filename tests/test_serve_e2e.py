@@ -19,7 +19,7 @@ import pytest
 from tests.parity_exchange import check_served, core_suite_exchanges
 from tests.parity_exchange import http_json as _call
 
-pytestmark = pytest.mark.serve
+pytestmark = [pytest.mark.serve, pytest.mark.runtime]
 
 REQUEST = {
     "state": "I was charged twice this month, I want my money back",

@@ -23,7 +23,7 @@ from laya_onnx.serve.routed import build_router, parse_model_option
 from tests.serve_support import BATCH, URL, FakeAgent, Q, aio, post
 from tests.test_serve_health import HEALTH_KEYS
 
-pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("no_laya_env")]
+pytestmark = [pytest.mark.serve, pytest.mark.runtime, pytest.mark.usefixtures("no_laya_env")]
 
 EN, DE, JA = (
     "I was charged twice this month, I want my money back",

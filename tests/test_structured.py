@@ -19,6 +19,8 @@ import pytest
 from laya_onnx.core import structured as S
 from laya_onnx.core.errors import reference_kind
 
+pytestmark = pytest.mark.runtime
+
 TICKET = {
     "type": "object",
     "properties": {

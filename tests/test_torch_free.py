@@ -11,6 +11,10 @@ import pytest
 
 import laya_onnx
 
+import pytest
+
+pytestmark = pytest.mark.runtime
+
 BLOCKED = ("torch", "transformers", "aiohttp", "laya")
 
 SCRIPT = textwrap.dedent("""
