@@ -14,6 +14,8 @@ from laya_onnx.cli.doctor import advice
 from laya_onnx.core import machine
 from laya_onnx.core.session import CPU, CUDA
 
+pytestmark = pytest.mark.runtime
+
 ZEN4 = (
     "processor\t: 0\nmodel name\t: AMD EPYC 9R14\nflags\t\t: fpu sse avx2 avx512f avx512_vnni avx512_bf16\n"
 )

@@ -1,7 +1,8 @@
 """predict_long: windows, aggregation, usage, warnings, refusals and hooks, as laya 0.4.15.
 
 Parity: the `long` suite (laya_onnx/parity/suites/long.json) through the parity tool against the
-reference laya.Agent on every tiny preset, judged by the parity rule; warnings and the texts only
+reference laya.Agent on every tiny preset (the whole suite on tiny-english, a seeded third of each
+kind of request on the others), judged by the parity rule; warnings and the texts only
 laya's ONNXAgent words its own way, against laya.onnx_agent.ONNXAgent on our own graph.
 The window rules themselves are checked torch-free on a bundle.
 """
@@ -14,11 +15,12 @@ import warnings
 import pytest
 
 from laya_onnx.parity.hook_cases import hook_case
-from tests.parity_support import failures
+from tests.parity_support import failures, suite_sample
 
 pytestmark = pytest.mark.runtime
 
 PRESETS = ["tiny-english", "tiny-multilingual", "tiny-typed-decisions"]
+FULL_SUITE_PRESET = "tiny-english"  # the reference comparison runs the whole long suite here
 QUESTIONS = {
     "refund": {"type": "noul", "instructions": "Does the user ask for a refund?"},
     "queue": {
@@ -43,17 +45,23 @@ def agent(bundle_factory):
 @pytest.mark.reference
 @pytest.mark.parametrize("preset", PRESETS)
 def test_long_suite_parity(preset, checkpoint_factory, bundle_factory, tmp_path):
+    """The whole suite on tiny-english; a seeded third of each kind of request on the others."""
     from laya_onnx.parity import run_parity
 
+    whole = preset == FULL_SUITE_PRESET
+    suite = "long" if whole else suite_sample("long", tmp_path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # the suite's clamps warn on both sides
-        report = run_parity(checkpoint_factory(preset), bundle_factory(preset), suite="long")
+        report = run_parity(checkpoint_factory(preset), bundle_factory(preset), suite=suite)
     summary = report.summary()
     print(preset, json.dumps(summary))
-    assert summary["requests"] >= 30 and summary["rows"] >= 200
-    assert report.passed, failures(report)
     refused = {c.name for c in report.cases if c.name.startswith("refuse-")}
-    assert len(refused) >= 7
+    if whole:
+        assert summary["requests"] >= 30 and summary["rows"] >= 200
+        assert len(refused) >= 7
+    else:
+        assert summary["requests"] >= 15 and refused
+    assert report.passed, failures(report)
 
 
 # -- byte-for-byte against laya's own ONNXAgent on our graph --------------------------------------

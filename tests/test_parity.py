@@ -1,27 +1,34 @@
-"""ONNXAgent equals laya.Agent (torch) on every tiny preset over the core parity suite, by the rule."""
+"""ONNXAgent equals laya.Agent (torch) on every tiny preset over the core parity suite, by the rule:
+the whole suite on tiny-english, a seeded third of each kind of request on the other presets."""
 
 import json
 
 import pytest
 
 from laya_onnx.parity import run_parity
-from tests.parity_support import failures
+from tests.parity_support import failures, suite_sample
 
 pytestmark = [pytest.mark.torch, pytest.mark.reference]
 PRESETS = ["tiny-english", "tiny-multilingual", "tiny-typed-decisions"]
+FULL_SUITE_PRESET = "tiny-english"  # the reference comparison runs the whole core suite here
 
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_core_suite_parity(preset, checkpoint_factory, bundle_factory, tmp_path):
+    """The whole suite on tiny-english; a seeded third of each kind of request on the others."""
+    whole = preset == FULL_SUITE_PRESET
     report = run_parity(
         checkpoint_factory(preset),
         bundle_factory(preset),
-        suite="core",
+        suite="core" if whole else suite_sample("core", tmp_path),
         report_path=tmp_path / f"{preset}.json",
     )
     summary = report.summary()
     print(preset, json.dumps(summary))
-    assert summary["requests"] >= 40 and summary["rows"] >= 70
+    if whole:
+        assert summary["requests"] >= 40 and summary["rows"] >= 70
+    else:
+        assert summary["requests"] >= 25
     # the parity rule alone decides (laya_onnx/core/judge.py); rounding flips are information
     assert report.passed, failures(report)
     written = json.loads((tmp_path / f"{preset}.json").read_text())

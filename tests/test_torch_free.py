@@ -11,8 +11,6 @@ import pytest
 
 import laya_onnx
 
-import pytest
-
 pytestmark = pytest.mark.runtime
 
 BLOCKED = ("torch", "transformers", "aiohttp", "laya")
