@@ -341,6 +341,7 @@ def test_anything_else_is_a_bug(exc):
     assert exit_status(exc) is None
 
 
+@pytest.mark.torch  # it imports every module of the package, the exporter's among them
 def test_every_error_type_the_package_defines_is_classified():
     """A new error type must say what it means for the user: listed here, or internal on purpose."""
     import importlib
