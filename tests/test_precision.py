@@ -73,7 +73,9 @@ def test_tiny_presets_export_at_every_precision_with_their_gate(lowered, preset,
     ops = Counter(n.op_type for n in graph.graph.node)
     assert record["matmuls"] > 0 and "DynamicQuantizeLinear" not in ops
     if precision == "int8":
-        assert ops["MatMulInteger"] == record["matmuls"]
+        # one QuantizeLinear per row and one fused integer GEMM per lowered MatMul
+        assert ops["MatMulIntegerToFloat"] == ops["QuantizeLinear"] == record["matmuls"]
+        assert "MatMulInteger" not in ops
         assert record["weight_bits"] == 8 and record["keep_fp32"] == ["attn.Wqkv"]  # the default plan
         assert record["kept_fp32"] and all(p.endswith(".attn.Wqkv") for p in record["kept_fp32"])
     else:
@@ -302,7 +304,7 @@ def test_int8_plan_keeps_the_named_modules_fp32_and_records_them():
     model = _one_matmul_model(weight, names)
     record = lower_precision(model, "int8", plan=Int8Plan(keep_fp32=("attn.Wqkv", "layers.1.mlp.Wo")))
     ops = Count(n.op_type for n in model.graph.node)
-    assert ops["MatMulInteger"] == record["matmuls"] == 1 and ops["MatMul"] == 3
+    assert ops["MatMulIntegerToFloat"] == record["matmuls"] == 1 and ops["MatMul"] == 3
     assert record["kept_fp32"] == ["layers.0.attn.Wqkv", "layers.1.attn.Wqkv", "layers.1.mlp.Wo"]
     assert record["keep_fp32"] == ["attn.Wqkv", "layers.1.mlp.Wo"] and "3 kept fp32" in record["rewrite"]
 

@@ -16,13 +16,14 @@ or op by op), the decision head, its scorer, the act head and the logits.
   load for this model family and truncates the mask constants (shared/spec/perf-facts.md).
 - **int8**: weights per output column `s_col = max|W[:, n]| / 127`, `W8 = round(W / s_col)`
   (8-bit codes; 7-bit ones, `/ 63`, are a plan option: `WEIGHT_LEVELS`); activations per ROW
-  (token) `s_row = max|x[row, :]| / 127`, `x8 = round(x / s_row) + 128` (u8, zero point 128);
-  `MatMulInteger(x8, W8)` then `* s_row * s_col`. A row's numbers depend on that row alone, so an
-  answer does not depend on what else is in the run. onnxruntime's `DynamicQuantizeLinear` /
-  `quantize_dynamic` use ONE scale for the whole tensor (every row of the batch) and are not
-  batch-invariant; s8 activations fall off MLAS's fast path (0.18x of f32). The weight codes are
-  written u8 (zero point 128, the u8 x u8 kernel, exact on every CPU); `int8_forms` adds the same
-  codes as s8 for CPUs with VNNI (`laya_onnx.core.int8_kernel`).
+  (token) `s_row = max|x[row, :]| / 127`, `x8 = round(x / s_row) + 128` (u8, zero point 128,
+  one per-axis `QuantizeLinear`); `MatMulIntegerToFloat(x8, W8)` (onnxruntime's contrib op: the
+  int32 sums times `s_col` in the GEMM's output pass) then `* s_row`. A row's numbers depend on
+  that row alone, so an answer does not depend on what else is in the run. onnxruntime's
+  `DynamicQuantizeLinear` / `quantize_dynamic` use ONE scale for the whole tensor (every row of
+  the batch) and are not batch-invariant; s8 activations fall off MLAS's fast path (0.18x of
+  f32). The weight codes are written u8 (zero point 128, the u8 x u8 kernel, exact on every CPU);
+  `int8_forms` adds the same codes as s8 for CPUs with VNNI (`laya_onnx.core.int8_kernel`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ DEFAULT_PRECISION = "fp32"
 ENCODER_SCOPE = "/encoder/"
 #: The int8 activations' zero point: u8 codes 1..255 stand for -127..127.
 U8_ZERO_POINT = 128
+#: onnxruntime's contrib operators (MatMulIntegerToFloat), imported by every int8 graph.
+MS_DOMAIN = "com.microsoft"
 #: 7-bit weight codes span -63..63. x86 CPUs without VNNI multiply u8 x s8 with `vpmaddubsw`, which
 #: saturates a pair of products at 16 bits: 2 x 255 x 127 overflows it (measured: integer errors of
 #: 40,000 on random codes), 2 x 255 x 63 does not (onnxruntime's quantizer calls this `reduce_range`).
@@ -291,7 +294,16 @@ DEFAULT_INT8_PLAN = Int8Plan(keep_fp32=("attn.Wqkv",), weight_bits=8)
 
 
 def _int8_matmul(g: _Graph, node, weight: np.ndarray, plan: Int8Plan) -> list:
-    from onnx import TensorProto
+    """One target MatMul as: the per-row scale, one QuantizeLinear, one MatMulIntegerToFloat.
+
+    The row's max |x| is max(ReduceMax(x), -ReduceMin(x)): two reads of x, no |x| written.
+    QuantizeLinear does `round(x / s_row) + 128` to u8 in one pass (round half to even, as Round
+    does), per row: per axis over x seen as [rows, K], so each row has its own scale (the
+    per-tensor `DynamicQuantizeLinear` would scale a batch as one). onnxruntime's
+    MatMulIntegerToFloat (com.microsoft) sums the codes in int32 and writes `sum * s_col` as float
+    in the GEMM's own output pass, then scales it by `s_row`: no Cast, no separate Muls.
+    """
+    from onnx import numpy_helper
 
     base, x = node.name, node.input[0]
 
@@ -305,25 +317,29 @@ def _int8_matmul(g: _Graph, node, weight: np.ndarray, plan: Int8Plan) -> list:
         nodes.append(node_)
         return out
 
+    def reduce(kind: str) -> str:
+        if g.opset >= 18:  # Reduce*'s axes became an input in opset 18
+            return op(kind, [x, const("axes", [-1], np.int64)], keepdims=1)
+        return op(kind, [x], axes=[-1], keepdims=1)
+
     codes, col_scale = quantize_weight(weight, plan.weight_bits)
     w8 = g.add_init(f"{node.input[1]}_u8", u8_codes(codes))
     s_col = g.add_init(f"{node.input[1]}_scale", col_scale)
 
     # s_row = max(max|x[row, :]|, floor) / 127, one scale per row (token): [..., 1]
-    absx = op("Abs", [x])
-    if g.opset >= 18:  # ReduceMax's axes became an input in opset 18
-        rowmax = op("ReduceMax", [absx, const("axes", [-1], np.int64)], keepdims=1)
-    else:
-        rowmax = op("ReduceMax", [absx], axes=[-1], keepdims=1)
+    rowmax = op("Max", [reduce("ReduceMax"), op("Neg", [reduce("ReduceMin")])])
     s_row = op("Mul", [op("Max", [rowmax, const("floor", MIN_ROW_ABSMAX)]), const("inv127", 1.0 / 127.0)])
-    # x8 = round(x / s_row) + 128 as u8 (codes 1..255; the clip only guards NaN and rounding)
-    shifted = op("Add", [op("Round", [op("Div", [x, s_row])]), const("zp_f", float(U8_ZERO_POINT))])
-    x8 = op("Cast", [op("Clip", [shifted, const("lo", 1.0), const("hi", 255.0)])], to=TensorProto.UINT8)
+    # x8 = round(x / s_row) + 128 as u8 (codes 1..255), each row by its own scale
+    rows = op("Reshape", [x, const("rows", [-1, weight.shape[0]], np.int64)])
+    s_rows = op("Reshape", [s_row, const("flat", [-1], np.int64)])
+    zp_value = numpy_helper.from_array(np.array([U8_ZERO_POINT], np.uint8))
+    zp_rows = op("ConstantOfShape", [op("Shape", [s_rows])], value=zp_value)
+    x8 = op("Reshape", [op("QuantizeLinear", [rows, s_rows, zp_rows], axis=0), op("Shape", [x])])
     # The weights' zero point is their own initializer: the u8 x s8 form replaces it (int8_forms).
     x_zp, w_zp = const("zp", U8_ZERO_POINT, np.uint8), const("wzp", U8_ZERO_POINT, np.uint8)
-    acc = op("MatMulInteger", [x8, w8, x_zp, w_zp])
-    rowed = op("Mul", [op("Cast", [acc], to=TensorProto.FLOAT), s_row])
-    nodes.append(g.node("Mul", [rowed, s_col], [node.output[0]], base))
+    fused = g.node("MatMulIntegerToFloat", [x8, w8, s_row, s_col, x_zp, w_zp], [node.output[0]], base)
+    fused.domain = MS_DOMAIN
+    nodes.append(fused)
     return nodes
 
 
@@ -380,6 +396,8 @@ def lower_precision(
         raise ExportError(f"no encoder MatMul by a constant weight found to run in {precision}")
     del g.graph.node[:]
     g.graph.node.extend(nodes)
+    if precision == "int8" and not any(o.domain == MS_DOMAIN for o in model.opset_import):
+        model.opset_import.add(domain=MS_DOMAIN, version=1)
     used = {i for n in g.graph.node for i in n.input}
     keep = [t for t in g.graph.initializer if t.name not in replaced or t.name in used]
     del g.graph.initializer[:]
@@ -389,8 +407,8 @@ def lower_precision(
             "encoder weight MatMuls but the first layer's (and the token-embedding table) in fp16 "
             "between Casts; the rest fp32"
             if precision == "fp16"
-            else "encoder weight MatMuls as MatMulInteger: u8 activations per row (zero point 128) x "
-            f"{plan.weight_bits}-bit weight codes per output column, stored u8 (zero point 128)"
+            else "encoder weight MatMuls as MatMulIntegerToFloat: u8 activations per row (QuantizeLinear, "
+            f"zero point 128) x {plan.weight_bits}-bit weight codes per output column, stored u8 (zero point 128)"
             + (f"; {len(kept)} kept fp32" if kept else "")
             + "; the rest fp32"
         ),
