@@ -472,3 +472,39 @@ async def test_root_path_answers_expect_100_continue_once():
     assert b"100 Continue" not in rest
     (resp,) = parse_responses(rest)
     assert resp.status == 200 and resp.json()["answers"]
+
+
+# -- the aiohttp versions the connection handler is written against ----------------------
+
+
+#: What `LayaRequestHandler` overrides, with the parameters it relies on.
+OVERRIDDEN = {
+    "connection_made": ["self", "transport"],
+    "data_received": ["self", "data"],
+    "connection_lost": ["self", "exc"],
+    "finish_response": ["self", "request", "resp", "start_time"],
+    "handle_error": ["self", "request", "status", "exc", "message"],
+    "log_exception": ["self", "args", "kw"],
+}
+
+
+def test_the_installed_aiohttp_is_one_pyproject_allows_and_has_what_connection_overrides():
+    import inspect
+    from pathlib import Path
+
+    import aiohttp
+    from aiohttp import web
+    from packaging.requirements import Requirement
+
+    tomllib = pytest.importorskip("tomllib")
+    pyproject = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())
+    (pinned,) = [
+        Requirement(r)
+        for r in pyproject["project"]["optional-dependencies"]["serve"]
+        if r.startswith("aiohttp")
+    ]
+    assert pinned.specifier.contains(aiohttp.__version__), (aiohttp.__version__, str(pinned))
+    for name, params in OVERRIDDEN.items():
+        assert list(inspect.signature(getattr(web.RequestHandler, name)).parameters) == params, name
+    # handler_factory wraps the server's request factory to learn when a request began
+    assert "request_factory" in inspect.signature(web.Server.__init__).parameters

@@ -22,7 +22,7 @@ from tests.serve_support import BATCH, BODY, URL, FakeAgent, aio, post, served
 
 pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("no_laya_env")]
 
-DECISION_ERRORS = {"400", "401", "408", "413", "422", "500", "503"}
+DECISION_ERRORS = {"400", "401", "408", "413", "415", "422", "500", "501", "503", "504"}
 
 
 def validator(doc, component):

@@ -43,6 +43,9 @@ BAD = {
     "LAYA_ACCESS_LOG": "verbose",
     "LAYA_INT8_KERNEL": "vnni",
     "LAYA_CPU_AMP": "fp16",
+    "LAYA_MAX_REQUEST_SECONDS": "0",
+    "LAYA_REQUEST_TIMEOUT": "forever",
+    "LAYA_BODY_BUFFER": "-1M",
 }
 
 

@@ -28,6 +28,8 @@ _.PredictHookArg
 _.run_id  # PredictContext fields a hook reads
 _.elapsed_ms
 _.answer_confidence  # DecisionResult field (decide / decide_batch)
+_.misses  # QuestionCache.info(): the cache's hits / misses / maxsize / currsize, read by its users
+_.currsize
 # the hook events, called by name (laya_onnx.core.hooks.HOOK_EVENTS) on users' hooks and ours
 _.on_route
 _.on_load

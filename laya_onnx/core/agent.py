@@ -8,6 +8,7 @@ Nothing here imports torch, transformers or aiohttp.
 from __future__ import annotations
 
 import os
+import time
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -31,6 +32,7 @@ from laya_onnx.core.memory import (
     ARENA_RELEASE_BYTES,
     PassMemoryModel,
     device_pass_budget,
+    probe_feeds,
     resolve_max_pass_memory,
     split_rows,
 )
@@ -45,6 +47,7 @@ from laya_onnx.core.tokenizer import LayaTokenizer
 from laya_onnx.core.tournament import check_group_size, fitting_group_size, run_tournament
 from laya_onnx.core.windows import SCANNING
 from laya_onnx.core.windows import predict_long as scan_long
+from laya_onnx.core.work import PassClock, PassWork, current_limits
 
 State = str | dict | list | Any
 DEFAULT_MAX_LEN = 512
@@ -172,6 +175,9 @@ class ONNXAgent(HookRegistry):
             )
         #: Peak bytes of one pass as a function of (rows, padded length): measured at export.
         self.memory_model = PassMemoryModel.for_bundle(self.bundle.manifest)
+        #: Seconds of one pass as a function of (rows, padded length): the architecture's
+        #: operations at the speed this process measures (`laya_onnx.core.work`).
+        self.pass_clock = PassClock(PassWork.for_bundle(self.bundle.manifest), probe=self._probe_pass)
         self.revision: str | None = located.revision or source.get("revision")
         self.name = name or source.get("name") or self.bundle.root.resolve().name
         #: The test preset this bundle's random weights come from (`tiny-english`, ...), None for a
@@ -499,37 +505,48 @@ class ONNXAgent(HookRegistry):
             return [empty_result() for _ in states]
         prepared = self.question_cache.get(questions, head_max_len)
         qs, heads = prepared.questions, prepared.heads
+        limits = current_limits()
         # Every state is encoded before any pass runs, so a row too large for the memory budget
-        # is refused before work is spent on the others.
-        encoded = [
-            encode_state(
-                self.tok,
-                s,
-                qs,
-                max_len,
-                head_max_len,
-                heads,
-                subject="state" if len(states) == 1 else "states[%d]" % i,
-            )
-            for i, s in enumerate(states)
-        ]
+        # (or a call too large for its caller's limits) is refused before work is spent on the
+        # others. Encoding a large batch takes seconds: a stopped call stops between states.
+        encoded = []
+        for i, s in enumerate(states):
+            if limits is not None:
+                limits.check()
+            subject = "state" if len(states) == 1 else "states[%d]" % i
+            encoded.append(encode_state(self.tok, s, qs, max_len, head_max_len, heads, subject=subject))
         longest = max((len(r.ids) for rows in encoded for r in rows), default=0)
         self.memory_model.check_row(longest, self.max_pass_memory)
         passes = self._plan_passes(encoded, batch_size, sort_by_length)
-        largest = max(
-            self.memory_model.estimate(len(refs), max(len(encoded[i][j].ids) for i, j in refs))
-            for refs in passes
-        )
+        shapes = [(len(refs), max(len(encoded[i][j].ids) for i, j in refs)) for refs in passes]
+        if limits is not None:
+            limits.charge(
+                sum(self.pass_clock.seconds(rows, width) for rows, width in shapes),
+                "%d rows of up to %d tokens in %d passes" % (sum(r for r, _ in shapes), longest, len(shapes)),
+            )
+        largest = max(self.memory_model.estimate(rows, width) for rows, width in shapes)
         gathered = CallLogits(qs, len(encoded))
         for n, refs in enumerate(passes):
+            if limits is not None:
+                limits.check()
             rows = [encoded[i][j] for i, j in refs]
             # After a large call, its last pass hands the arena's free memory back to the OS.
             release = largest >= ARENA_RELEASE_BYTES and n == len(passes) - 1
+            started = time.perf_counter()
             logits, act_logits = self.session.run(
                 collate(rows, self.tok.pad_token_id), release_memory=release
             )
+            self.pass_clock.observe(*shapes[n], time.perf_counter() - started)
             gathered.add(refs, logits, act_probabilities(act_logits))
         return gathered.decode(encoded, self.calibration, lang)
+
+    def _probe_pass(self, rows: int, length: int) -> float:
+        """Seconds of one pass of synthetic rows (after one short pass that warms the session up),
+        for the speed `pass_clock` estimates with."""
+        self.session.run(probe_feeds(1, 8))
+        started = time.perf_counter()
+        self.session.run(probe_feeds(rows, length))
+        return time.perf_counter() - started
 
     def _plan_passes(self, encoded: list[list[Any]], batch_size, sort_by_length: bool) -> list[list[Any]]:
         """The forward passes of one call, each a list of (state index, row index).

@@ -16,13 +16,14 @@ The front ends bring the grouping window: the aiohttp server's micro-batcher
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from laya_onnx.core import tournament
 from laya_onnx.core.protocol import DecisionAgent
 from laya_onnx.core.question_cache import question_key
+from laya_onnx.core.work import CallLimits, call_limits
 
 #: Controls that change the pass or the decoding: requests group only when they agree on all.
 GROUPED_CONTROLS = ("max_len", "head_max_len", "lang", "min_confidence")
@@ -56,9 +57,11 @@ def run_group(
     questions: Any,
     controls: dict[str, Any],
     configured_group: int,
+    limits: Sequence[CallLimits | None] | None = None,
 ) -> list[Outcome]:
-    """The blocking pass of a group, one `Outcome` per state in order: one `predict_batch`, or
-    each member alone when that raised or the questions go through a tournament
+    """The blocking pass of a group, one `Outcome` per state in order: one `predict_batch` (under
+    the limits the caller put around this call: `core.work.GroupLimits`), or each member alone,
+    under its own `limits`, when that raised or the questions go through a tournament
     (`configured_group`: `core.tournament.plan_group`'s, 0 for none)."""
     started = time.perf_counter()
     try:
@@ -76,18 +79,12 @@ def run_group(
             ended = time.perf_counter()
             return [Outcome(result=r, started=started, ended=ended) for r in results]
     outcomes = []
-    for state in states:
+    for i, state in enumerate(states):
         t0 = time.perf_counter()
         try:
-            outcomes.append(
-                Outcome(
-                    result=tournament.predict_as_planned(
-                        agent, state, questions, configured_group, **controls
-                    ),
-                    started=t0,
-                    ended=time.perf_counter(),
-                )
-            )
+            with call_limits(limits[i] if limits is not None else None):
+                result = tournament.predict_as_planned(agent, state, questions, configured_group, **controls)
+            outcomes.append(Outcome(result=result, started=t0, ended=time.perf_counter()))
         except Exception as exc:
             outcomes.append(Outcome(error=exc, started=t0, ended=time.perf_counter()))
     return outcomes

@@ -12,10 +12,11 @@ caller's objects, so a caller mutating its dicts later cannot change a cached en
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Hashable, Mapping
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from laya_onnx.core.questions import Question, normalize_questions
 from laya_onnx.core.sequences import Head, build_heads
@@ -23,6 +24,10 @@ from laya_onnx.core.tokenizer import LayaTokenizer
 
 #: Distinct (question set, head_max_len) pairs one agent keeps prepared (least recently used out).
 QUESTION_CACHE_SIZE = 256
+#: A question set whose texts total more characters than this is prepared afresh on every call,
+#: never kept: a service repeats short question sets, and 256 kept sets of a 2 MiB request's
+#: instructions would hold half a gigabyte for good.
+QUESTION_CACHE_MAX_CHARS = 64 * 1024
 
 # Tags of the frozen forms other than str, int and None, which stand for themselves: unique
 # objects, so no caller's value can equal a tagged tuple (and 1, True and 1.0 stay apart).
@@ -74,6 +79,20 @@ def _thaw(frozen: Any) -> Any:
     return payload
 
 
+def _chars_over(frozen: Any, limit: int) -> bool:
+    """Whether the texts of a frozen key total more than `limit` characters (stops once over)."""
+    total, stack = 0, [frozen]
+    while stack:
+        item = stack.pop()
+        if type(item) is str:
+            total += len(item)
+            if total > limit:
+                return True
+        elif type(item) is tuple:
+            stack.extend(item)
+    return False
+
+
 def question_key(questions: Any) -> Hashable | None:
     """A hashable, type-exact snapshot of `questions`, or None when it cannot be cached."""
     if type(questions) is not dict:
@@ -99,28 +118,49 @@ def prepare_questions(
     return PreparedQuestions(questions=qs, heads=build_heads(tok, qs, head_max_len))
 
 
+class CacheInfo(NamedTuple):
+    hits: int
+    misses: int
+    maxsize: int
+    currsize: int
+
+
 class QuestionCache:
     """`get(questions, head_max_len)`: prepared questions, from a bounded LRU when the key allows.
 
-    Thread-safe (functools.lru_cache). Refusals are not cached: a bad question set is validated,
-    and refused with the same text, on every call.
+    Thread-safe. Refusals are not cached: a bad question set is validated, and refused with the
+    same text, on every call. Neither is a set over QUESTION_CACHE_MAX_CHARS characters of text.
     """
 
     def __init__(self, tok: LayaTokenizer, maxsize: int = QUESTION_CACHE_SIZE):
         self._tok = tok
-        self._cached: Callable[[Hashable, int], PreparedQuestions] = functools.lru_cache(maxsize=maxsize)(
-            self._prepare_frozen
-        )
-
-    def _prepare_frozen(self, key: Hashable, head_max_len: int) -> PreparedQuestions:
-        return prepare_questions(self._tok, _thaw(key), head_max_len)
+        self.maxsize = maxsize
+        self._entries: OrderedDict[tuple[Hashable, int], PreparedQuestions] = OrderedDict()
+        self._lock = threading.Lock()
+        self._hits = self._misses = 0
 
     def get(self, questions: Any, head_max_len: int) -> PreparedQuestions:
         key = question_key(questions)
         if key is None:
             return prepare_questions(self._tok, questions, head_max_len)
-        return self._cached(key, head_max_len)
+        entry = (key, head_max_len)
+        with self._lock:
+            prepared = self._entries.get(entry)
+            if prepared is not None:
+                self._entries.move_to_end(entry)
+                self._hits += 1
+                return prepared
+            self._misses += 1
+        # prepared from the snapshot, never from the caller's objects (the module docstring)
+        prepared = prepare_questions(self._tok, _thaw(key), head_max_len)
+        if self.maxsize > 0 and not _chars_over(key, QUESTION_CACHE_MAX_CHARS):
+            with self._lock:
+                self._entries[entry] = prepared
+                while len(self._entries) > self.maxsize:
+                    self._entries.popitem(last=False)
+        return prepared
 
-    def info(self):
-        """functools' hits / misses / maxsize / currsize."""
-        return self._cached.cache_info()  # type: ignore[attr-defined]
+    def info(self) -> CacheInfo:
+        """Hits, misses, maxsize and the entries kept now."""
+        with self._lock:
+            return CacheInfo(self._hits, self._misses, self.maxsize, len(self._entries))

@@ -279,7 +279,7 @@ MAX_CONCURRENT = _entry(
         parsers.positive_int,
         16,
         "ignore",
-        "decision requests past auth at once; the excess gets 503",
+        "decision requests admitted at once (their bodies read); the excess gets 503",
         "serve",
         compat=True,
         flag="--max-concurrent",
@@ -519,6 +519,44 @@ HEADER_READ_TIMEOUT = _entry(
         "refuse",
         "seconds (> 0) from a request's first byte to the end of its headers before a 408",
         "serve",
+    )
+)
+#: A minute of the single worker is what one caller may take from all the others; an interactive
+#: decision takes milliseconds to a few seconds.
+MAX_REQUEST_SECONDS = _entry(
+    Setting[float](
+        "LAYA_MAX_REQUEST_SECONDS",
+        parsers.seconds(),
+        60.0,
+        "refuse",
+        "estimated inference seconds one decision request may need, by the bundle's time model; "
+        "more is a 413 before any pass (see [Limits on one request](#limits-on-one-request))",
+        "serve",
+    )
+)
+#: Room for one maximal request after another one queued ahead of it.
+REQUEST_TIMEOUT = _entry(
+    Setting[float](
+        "LAYA_REQUEST_TIMEOUT",
+        parsers.seconds(),
+        120.0,
+        "refuse",
+        "seconds from a decision request's admission (its body read) to its answer; then 504, and "
+        "no further pass of it runs",
+        "serve",
+    )
+)
+#: 16 maximal bodies (2 MiB raw plus 2 MiB decoded each).
+BODY_BUFFER = _entry(
+    Setting[int](
+        "LAYA_BODY_BUFFER",
+        parsers.byte_count,
+        64 * parsers.MiB,
+        "refuse",
+        "bytes (raw and decoded) all decision request bodies being read may hold at once; beyond it "
+        "503. Bodies are read before admission, so this is what bounds them",
+        "serve",
+        shown_default="64M",
     )
 )
 ACCESS_LOG = _entry(

@@ -21,9 +21,12 @@ adds what the server needs at that level, where no middleware reaches:
   * **drain** — on shutdown an idle connection is closed at once; a busy one after its response.
 
 aiohttp has no documented hook for these (aio-libs/aiohttp#3287), so they override methods of
-`RequestHandler` whose names and signatures are the same from 3.9 to 3.14: `connection_made`,
-`data_received`, `connection_lost`, `finish_response`, `handle_error`, `log_exception`, plus
-the parsed-message counter `_request_count`. `tests/test_serve_connections.py` fails if any of that changes.
+`RequestHandler`: the asyncio protocol's own (`connection_made`, `data_received`,
+`connection_lost`) and aiohttp's public-named `finish_response`, `handle_error` and
+`log_exception`; no underscore name of aiohttp's is read. A request is known to have begun when
+aiohttp builds its request object (`web.Server.request_factory`, wrapped by `handler_factory`;
+it is built for a parser refusal too). Their signatures are pinned with the aiohttp versions
+pyproject.toml allows: `tests/test_serve_connections.py` fails outside them.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from typing import Any
 
 from aiohttp import http_exceptions, web
 
-from laya_onnx.serve.app import error_body, json_response
+from laya_onnx.serve.app import HANDLER_ARGS, error_body, json_response
 from laya_onnx.serve.errors import HEADERS_TIMEOUT
 from laya_onnx.serve.logs import REQUEST_ID_HEADER, new_request_id
 from laya_onnx.serve.wire import render
@@ -131,7 +134,8 @@ class LayaRequestHandler(web.RequestHandler):
         self.error_payload = error_payload
         self.idle_timeout = idle_timeout
         self.header_read_timeout = header_read_timeout
-        self._finished = 0  # responses written (aiohttp counts the parsed requests)
+        self._begun = 0  # requests aiohttp built (`request_began`), parser refusals included
+        self._finished = 0  # responses written
         self._head_started = False  # bytes of a request whose headers are not complete yet
         # the body of an answered request that is still arriving (aiohttp reads it to discard it)
         self._unread_body: Any = None
@@ -146,7 +150,7 @@ class LayaRequestHandler(web.RequestHandler):
             if not self._unread_body.is_eof():
                 return False
             self._unread_body = None
-        return self._request_count == self._finished
+        return self._begun <= self._finished
 
     @property
     def idle(self) -> bool:
@@ -169,19 +173,20 @@ class LayaRequestHandler(web.RequestHandler):
         self._arm(self.idle_timeout, self._idle_expired)
 
     def data_received(self, data: bytes) -> None:
-        parsed = self._request_count
         if data and self.idle:
+            self._head_started = True
+            self._arm(self.header_read_timeout, self._head_expired)
             for piece in framed_pieces(data):
                 super().data_received(piece)
         else:
             super().data_received(data)
-        if self._request_count != parsed:
-            # a head was parsed (or refused): its handling has begun, no timer runs under it
-            self._head_started = False
-            self._disarm()
-        elif data and not self._head_started and self._between_requests():
-            self._head_started = True
-            self._arm(self.header_read_timeout, self._head_expired)
+
+    def request_began(self) -> None:
+        """aiohttp built the request object of a parsed head (or of a parser refusal): its
+        handling has begun, and no timer runs under it."""
+        self._begun += 1
+        self._head_started = False
+        self._disarm()
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._disarm()
@@ -300,10 +305,18 @@ def handler_factory(runner: web.AppRunner, **kwargs: Any) -> Any:
     if server is None:
         raise RuntimeError("call runner.setup() before serving")
     loop = asyncio.get_running_loop()
+    build_request = server.request_factory
+
+    def begun(message: Any, payload: Any, protocol: Any, *args: Any) -> Any:
+        if isinstance(protocol, LayaRequestHandler):
+            protocol.request_began()
+        return build_request(message, payload, protocol, *args)
+
+    server.request_factory = begun
 
     payload = partial(error_body, runner.app)
 
     def make() -> LayaRequestHandler:
-        return LayaRequestHandler(server, loop=loop, error_payload=payload, **kwargs)
+        return LayaRequestHandler(server, loop=loop, error_payload=payload, **HANDLER_ARGS, **kwargs)
 
     return make

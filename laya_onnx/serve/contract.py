@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from laya_onnx.core import tournament
 from laya_onnx.core.errors import LayaInputError, PassTooLarge
 from laya_onnx.core.hooks import aggregate_usage
+from laya_onnx.core.work import CallStopped, CallTooLarge
 from laya_onnx.serve import jev
 from laya_onnx.serve import validate as v
 from laya_onnx.serve.catalog import int8_kernels_block, random_weights_block
@@ -60,16 +61,22 @@ UNHEALTHY = "unhealthy"
 # -- auth and body size --------------------------------------------------------------------
 
 
-def authorized(settings: Settings, authorization: str | None) -> bool:
+def authorized(settings: Settings, authorization: str | Sequence[str] | None) -> bool:
     """Whether the `Authorization` header is exactly `Bearer <key>`; always True without a key.
 
-    Compared as bytes in constant time. aiohttp decodes header bytes as UTF-8 with
-    surrogateescape, so re-encoding the same way gives back what was on the wire, and a header
-    no text encoding likes is a 401 rather than an exception.
+    `authorization` is the header's value, or every value the request sent: more than one is
+    never authorized (which one counts would depend on the proxies in between). Compared as
+    bytes in constant time. aiohttp decodes header bytes as UTF-8 with surrogateescape, so
+    re-encoding the same way gives back what was on the wire, and a header no text encoding
+    likes is a 401 rather than an exception.
     """
     key = settings.api_key
     if key is None:
         return True
+    if not isinstance(authorization, str) and authorization is not None:
+        if len(authorization) != 1:
+            return False
+        authorization = authorization[0]
     supplied = (authorization or "").encode("utf-8", "surrogateescape")
     expected = ("Bearer " + key).encode("utf-8", "surrogateescape")
     return hmac.compare_digest(supplied, expected)
@@ -234,15 +241,19 @@ def parse_batch(
 def pass_refusal(exc: Exception, what: str, model: str) -> ApiError:
     """The refusal for an exception the agent call raised.
 
-    A row too large for the pass memory budget (`PassTooLarge`) is a 413 with the agent's text
-    (row length, estimate, budget). Any other `LayaInputError` (InvalidRequest/InvalidRequestType)
+    A row too large for the pass memory budget (`PassTooLarge`), or a request whose passes are
+    estimated to take longer than it may (`CallTooLarge`), is a 413 with the agent's text (the
+    estimate, the budget and its setting); a request stopped for its deadline is a 504. Any other `LayaInputError` (InvalidRequest/InvalidRequestType)
     is the caller's request: 422 with its text verbatim. Anything else — numpy, onnxruntime, a
     hook's own ValueError — is ours and is logged with its traceback but answered with a fixed
     500, so nothing about the host leaks. Call it where the request's log context is set (the
     aiohttp app calls it on the loop, not on the worker thread).
     """
-    if isinstance(exc, PassTooLarge):
+    if isinstance(exc, (PassTooLarge, CallTooLarge)):
         return ApiError(413, str(exc))
+    if isinstance(exc, CallStopped):
+        # a deadline that cannot be met (the loop's own deadline answers a passed one first)
+        return ApiError(504, "request not answered: %s; no pass of it ran after that" % exc.reason)
     if isinstance(exc, LayaInputError):
         return ApiError(422, str(exc))
     log.error("%s failed for model=%s", what, model, exc_info=exc)

@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Awaitable
 from typing import TypeVar
 
+from laya_onnx.core.work import CallLimits
 from laya_onnx.serve.errors import SHUTTING_DOWN, ApiError
 
 log = logging.getLogger("laya_onnx.serve")
@@ -35,6 +36,8 @@ T = TypeVar("T")
 RETRY_AFTER_SECONDS = 5
 #: How many recent passes the duration estimate looks at.
 RECENT_PASSES = 32
+#: Seconds between two judgements of the queue while draining.
+REJUDGE_SECONDS = 0.5
 
 
 class DrainRefusal(ApiError):
@@ -77,10 +80,21 @@ class Drain:
     def begin(self, stop_at: float) -> None:
         """Start draining, or bring the stop time forward: refuse what can no longer finish."""
         loop = asyncio.get_running_loop()
+        first = self.stop_at is None
         self.stop_at = stop_at if self.stop_at is None else min(self.stop_at, stop_at)
         if self.gate is not None:
             self.gate.refuse_unfinishable(self.stop_at)
         loop.call_at(self.stop_at, self._at_stop_time)
+        if first:
+            loop.call_later(REJUDGE_SECONDS, self._rejudge)
+
+    def _rejudge(self) -> None:
+        """Judge the queue again while draining: the running request's own estimate may have
+        become known since (its passes are planned once its states are encoded)."""
+        if self.gate is None or self.stop_at is None or self._deadline is None or self._deadline.done():
+            return
+        self.gate.refuse_unfinishable(self.stop_at)
+        asyncio.get_running_loop().call_later(REJUDGE_SECONDS, self._rejudge)
 
     def _at_stop_time(self) -> None:
         # Several timers can be pending when the stop time was brought forward; the first one
@@ -150,8 +164,10 @@ class InferenceGate:
     `async with gate:` waits for the worker's turn. While draining, a waiter whose pass would not
     finish by the stop time is refused with 503 (`DrainRefusal`) instead of being started — at
     the drain's start and after every pass for the queue as it stands, and again when its turn
-    comes. The time each
-    holder kept the gate is remembered: the longest recent one is the estimate of a pass.
+    comes. The time each holder kept the gate is remembered: the longest recent one is the
+    estimate of a pass. The holder's own estimate, when its call planned its passes
+    (`CallLimits.charged`, the agent's time model), comes first: a request queued behind a long
+    first pass is refused at once, not at the stop time.
     """
 
     def __init__(self, drain: Drain) -> None:
@@ -160,6 +176,7 @@ class InferenceGate:
         self._queue: deque[asyncio.Future[None]] = deque()
         self._recent: deque[float] = deque(maxlen=RECENT_PASSES)
         self._held_since: float | None = None
+        self._holder: CallLimits | None = None
 
     @property
     def busy(self) -> bool:
@@ -173,25 +190,31 @@ class InferenceGate:
         """Seconds one pass takes, judged from the longest recent one (None before the first)."""
         return max(self._recent) if self._recent else None
 
+    def _holder_estimate(self) -> float | None:
+        """The running request's own estimated seconds (None: not planned yet, or no model)."""
+        charged = self._holder.charged if self._holder is not None else 0.0
+        return charged if charged > 0 else None
+
     def refuse_unfinishable(self, stop_at: float) -> int:
         """Refuse, in queue order, the waiters that would not be answered by `stop_at`."""
-        estimate = self.pass_estimate()
-        if estimate is None:
+        estimate, holding = self.pass_estimate(), self._holder_estimate()
+        if estimate is None and holding is None:
             return 0  # nothing measured yet: each waiter is judged when its turn comes
         now = asyncio.get_running_loop().time()
         free_at = now
         if self._busy:  # held, or handed to a waiter that has not resumed yet
             elapsed = now - self._held_since if self._held_since is not None else 0.0
-            free_at += max(0.0, estimate - elapsed)
+            free_at += max(0.0, (holding if holding is not None else estimate or 0.0) - elapsed)
+        each = estimate or 0.0  # a waiter's own passes are not planned yet
         refused = 0
         for fut in list(self._queue):
             if fut.done():
                 continue
-            if free_at + estimate > stop_at:
+            if free_at + each > stop_at or free_at >= stop_at:
                 fut.set_exception(self._drain.refuse(WOULD_NOT_FINISH))
                 refused += 1
             else:
-                free_at += estimate
+                free_at += each
         return refused
 
     def refuse_all(self) -> int:
@@ -202,7 +225,8 @@ class InferenceGate:
                 refused += 1
         return refused
 
-    async def acquire(self) -> None:
+    async def acquire(self, limits: CallLimits | None = None) -> None:
+        """Wait for the worker; `limits` are the holder's (their estimate informs the drain)."""
         loop = asyncio.get_running_loop()
         if not self._busy and not self._queue:
             self._busy = True
@@ -223,11 +247,13 @@ class InferenceGate:
             self._hand_over()
             raise self._drain.refuse(WOULD_NOT_FINISH)
         self._held_since = loop.time()
+        self._holder = limits
 
     def release(self) -> None:
         if self._held_since is not None:
             self._recent.append(asyncio.get_running_loop().time() - self._held_since)
             self._held_since = None
+        self._holder = None
         self._hand_over()
         if self._drain.stop_at is not None:
             # the estimate may have just become known, or grown: judge the queue again now

@@ -56,27 +56,58 @@ class RequestIdFormatter(logging.Formatter):
         return line if request_id is None else "%s request_id=%s" % (line, request_id)
 
 
-def _access_fields(request: web.BaseRequest, response: web.StreamResponse, seconds: float) -> dict[str, Any]:
+#: The status an access line gives a request whose client went away before its answer.
+CANCELLED = "cancelled"
+
+
+def _access_fields(
+    request: web.BaseRequest, status: int | str, bytes_sent: int, seconds: float, request_id: str | None
+) -> dict[str, Any]:
     return {
         "remote": request.remote,
         "method": request.method,
         # the path only: a query string may carry what a log must not keep
         "path": request.path,
-        "status": response.status,
+        "status": status,
         # what aiohttp wrote for this response, status line and headers included
-        "bytes_sent": response.body_length,
+        "bytes_sent": bytes_sent,
         "duration_ms": round(seconds * 1000.0, 2),
-        "request_id": response.headers.get(REQUEST_ID_HEADER),
+        "request_id": request_id,
     }
 
 
-class TextAccessLogger(AbstractAccessLogger):
-    """`127.0.0.1 "POST /v1/systemone" 200 512B 12.34ms request_id=...` at INFO."""
+class _AccessLogger(AbstractAccessLogger):
+    """One line per response (`write` says how); `cancelled` for a request whose handler was
+    cancelled because its client went away, for which aiohttp writes no line."""
 
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
-        f = _access_fields(request, response, time)
+        self.write(
+            _access_fields(
+                request, response.status, response.body_length, time, response.headers.get(REQUEST_ID_HEADER)
+            )
+        )
+
+    def cancelled(self, request: web.BaseRequest, request_id: str, seconds: float) -> None:
+        self.write(_access_fields(request, CANCELLED, 0, seconds, request_id))
+
+    def write(self, fields: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+
+def log_cancelled(
+    logger: AbstractAccessLogger | None, request: web.BaseRequest, request_id: str, seconds: float
+) -> None:
+    """The access line of a request cancelled before its answer (status `cancelled`, 0 bytes)."""
+    if isinstance(logger, _AccessLogger):
+        logger.cancelled(request, request_id, seconds)
+
+
+class TextAccessLogger(_AccessLogger):
+    """`127.0.0.1 "POST /v1/systemone" 200 512B 12.34ms request_id=...` at INFO."""
+
+    def write(self, f: dict[str, Any]) -> None:
         self.logger.info(
-            '%s "%s %s" %d %dB %.2fms request_id=%s',
+            '%s "%s %s" %s %dB %.2fms request_id=%s',
             f["remote"],
             f["method"],
             f["path"],
@@ -87,14 +118,14 @@ class TextAccessLogger(AbstractAccessLogger):
         )
 
 
-class JsonAccessLogger(AbstractAccessLogger):
+class JsonAccessLogger(_AccessLogger):
     """One JSON object per response; the logger's handler prints the message bare."""
 
-    def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
+    def write(self, f: dict[str, Any]) -> None:
         fields = {
             "ts": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds"),
             "type": "access",
-            **_access_fields(request, response, time),
+            **f,
         }
         self.logger.info(json.dumps(fields, ensure_ascii=False, separators=(",", ":")))
 

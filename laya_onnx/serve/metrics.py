@@ -81,7 +81,11 @@ class ProviderFallbacks(Collector):
 class Metrics:
     """The metric objects of one app, registered on its own registry."""
 
-    def __init__(self, agent: ServedAgent, max_concurrent: int, queue_depth: Callable[[], int]):
+    def __init__(
+        self, agent: ServedAgent, max_concurrent: int, queue_depth: Callable[[], int], root_path: str = ""
+    ):
+        #: LAYA_ROOT_PATH: a route is one label with and without it.
+        self.root_path = root_path
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter(
@@ -171,13 +175,17 @@ class Metrics:
 METRICS = web.AppKey("metrics", Metrics)
 
 
-def route_label(request: web.Request) -> str:
-    """The matched route's template (`/v1/systemone`), never the raw path."""
+def route_label(request: web.Request, root_path: str = "") -> str:
+    """The matched route's template (`/v1/systemone`, also when reached under `root_path`),
+    never the raw path."""
     info = request.match_info
     if getattr(info, "http_exception", None) is not None:
         return UNMATCHED
     resource = getattr(getattr(info, "route", None), "resource", None)
-    return getattr(resource, "canonical", None) or UNMATCHED
+    template = getattr(resource, "canonical", None)
+    if not template:
+        return UNMATCHED
+    return template[len(root_path) :] if root_path and template.startswith(root_path + "/") else template
 
 
 @web.middleware
@@ -190,7 +198,7 @@ async def metrics_middleware(request: web.Request, handler: Handler) -> web.Stre
     parsing and the socket write.
     """
     metrics = request.app[METRICS]
-    route = route_label(request)
+    route = route_label(request, metrics.root_path)
     start = time.perf_counter()
     status, busy = 500, False  # an exception the error middleware will answer with a 500
     try:

@@ -21,11 +21,13 @@ from typing import Any
 
 from laya_onnx.core.grouping import Outcome, group_key, run_group
 from laya_onnx.core.protocol import DecisionAgent
+from laya_onnx.core.work import CallLimits, GroupLimits
 
 #: A group runs as soon as it has this many requests, window or not.
 DEFAULT_MAX_GROUP = 32
 
-Execute = Callable[[Callable[[], Any]], Awaitable[Any]]
+#: Runs a blocking callable on the worker under the given limits.
+Execute = Callable[[Callable[[], Any], CallLimits | None], Awaitable[Any]]
 
 
 @dataclass
@@ -34,6 +36,8 @@ class _Group:
     controls: dict[str, Any]
     states: list[Any] = field(default_factory=list)
     futures: list[asyncio.Future[Outcome]] = field(default_factory=list)
+    #: Each member's own limits (the group's pass runs under their `GroupLimits`).
+    limits: list[CallLimits | None] = field(default_factory=list)
     timer: asyncio.TimerHandle | None = None
 
 
@@ -63,13 +67,16 @@ class MicroBatcher:
         self._open: dict[Hashable, _Group] = {}
         self._running: set[asyncio.Task[None]] = set()
 
-    async def submit(self, state: Any, questions: Any, controls: dict[str, Any]) -> Outcome:
-        """Wait for this request's outcome: run with others that share its `group_key`, or alone."""
+    async def submit(
+        self, state: Any, questions: Any, controls: dict[str, Any], limits: CallLimits | None = None
+    ) -> Outcome:
+        """Wait for this request's outcome: run with others that share its `group_key`, or alone
+        (under `limits`, this request's own)."""
         loop = asyncio.get_running_loop()
         key = group_key(questions, controls)
         future: asyncio.Future[Outcome] = loop.create_future()
         if key is None:
-            self._start(_Group(questions, dict(controls), [state], [future]))
+            self._start(_Group(questions, dict(controls), [state], [future], [limits]))
             return await future
         group = self._open.get(key)
         if group is None:
@@ -77,6 +84,7 @@ class MicroBatcher:
             group.timer = loop.call_later(self.window_s, self._close, key)
         group.states.append(state)
         group.futures.append(future)
+        group.limits.append(limits)
         if len(group.states) >= self.max_group:
             self._close(key)
         return await future
@@ -97,11 +105,16 @@ class MicroBatcher:
     async def _run(self, group: _Group) -> None:
         def work() -> list[Outcome]:
             return run_group(
-                self.agent, group.states, group.questions, group.controls, self._configured_group
+                self.agent,
+                group.states,
+                group.questions,
+                group.controls,
+                self._configured_group,
+                group.limits,
             )
 
         try:
-            outcomes = await self._execute(work)
+            outcomes = await self._execute(work, GroupLimits(group.limits))
         except BaseException as exc:  # the worker refused the group: every member hears why
             for fut in group.futures:
                 if not fut.done():

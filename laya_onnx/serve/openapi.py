@@ -21,6 +21,7 @@ from laya_onnx import __version__
 from laya_onnx.core import settings
 from laya_onnx.serve import jev
 from laya_onnx.serve import schema as s
+from laya_onnx.serve.body import UNSUPPORTED_ENCODING, UNSUPPORTED_TRANSFER
 from laya_onnx.serve.errors import (
     BODY_TIMEOUT,
     BODY_TOO_LARGE,
@@ -76,12 +77,19 @@ _DECISION_ERRORS = {
     "surrogate escape." % INVALID_JSON,
     401: "%r: %s is set and Authorization is not exactly 'Bearer <key>'." % (UNAUTHORIZED, _API_KEY),
     408: "%r: the body took longer than %s." % (BODY_TIMEOUT, settings.BODY_READ_TIMEOUT.env),
-    413: "%r (over 2 MiB), or too many questions, options, score levels or states, or a state "
-    "over 50 000 characters." % BODY_TOO_LARGE,
+    413: "%r (over 2 MiB, raw or decoded), or too many questions, options, score levels or "
+    "states, a state over 50 000 characters, a row over %s, or passes estimated to take longer "
+    "than %s (the text gives the estimate)."
+    % (BODY_TOO_LARGE, settings.MAX_PASS_MEMORY.env, settings.MAX_REQUEST_SECONDS.env),
+    415: "%r" % UNSUPPORTED_ENCODING,
     422: "A question the model cannot answer (its text names the question and the fix), a control "
     "out of range, a hook key, or a `model` this server does not serve.",
     500: "%r: the pass failed; the traceback is logged, never sent." % INFERENCE_FAILED,
-    503: "%r: %s decision requests are already in flight." % (BUSY, settings.MAX_CONCURRENT.env),
+    501: "%r" % UNSUPPORTED_TRANSFER,
+    503: "%r: %s decision requests are already in flight, or the bodies being read already hold "
+    "%s bytes." % (BUSY, settings.MAX_CONCURRENT.env, settings.BODY_BUFFER.env),
+    504: "Not answered within %s of its admission, or its estimated passes cannot finish by then; "
+    "no further pass of it runs." % settings.REQUEST_TIMEOUT.env,
 }
 
 

@@ -32,7 +32,7 @@ from aiohttp import web
 
 from laya_onnx.core import settings
 from laya_onnx.core.errors import ConfigError
-from laya_onnx.serve.app import DRAIN, create_app
+from laya_onnx.serve.app import ACCESS_LOG, DRAIN, create_app
 from laya_onnx.serve.connection import LayaRequestHandler, handler_factory
 from laya_onnx.serve.logs import ACCESS_LOGGERS, configure_logging
 from laya_onnx.serve.settings import ServerLimits, Settings, resolve_host, resolve_port
@@ -230,6 +230,10 @@ class RunningServer:
             "access_log_class": ACCESS_LOGGERS.get(limits.access_log, ACCESS_LOGGERS["text"]),
             "access_log": access_log,
         }
+        access_class = handler_options["access_log_class"]
+        # the line of a request whose client went away is the app's to write (`log_cancelled`)
+        if access_log is not None:
+            app[ACCESS_LOG] = access_class(access_log, "")
         runner = web.AppRunner(
             app, handle_signals=False, shutdown_timeout=_closing_margin(limits), **handler_options
         )
@@ -268,7 +272,7 @@ class RunningServer:
         waiting = gate.waiting if gate is not None else 0
         log.info(
             "%s: draining for up to %gs; %d decision request(s) in flight "
-            "(%d running, %d waiting for the worker, %d being read)",
+            "(%d running, %d waiting for the worker, %d being checked)",
             reason,
             grace,
             drain.in_flight,

@@ -70,6 +70,9 @@ _VARIABLES: dict[str, table.Setting[Any]] = {
     "jev_profile": table.JEV_PROFILE,
     "batch_window_ms": table.BATCH_WINDOW_MS,
     "batch_max_requests": table.BATCH_MAX_REQUESTS,
+    "max_request_seconds": table.MAX_REQUEST_SECONDS,
+    "request_timeout": table.REQUEST_TIMEOUT,
+    "body_buffer": table.BODY_BUFFER,
 }
 
 
@@ -95,6 +98,12 @@ class Settings:
     #: Micro-batching of /v1/systemone (`serve.microbatch`): 0 is off.
     batch_window_ms: float = 0.0
     batch_max_requests: int = table.BATCH_MAX_REQUESTS.default
+    #: Estimated inference seconds one decision request may need (LAYA_MAX_REQUEST_SECONDS).
+    max_request_seconds: float = table.MAX_REQUEST_SECONDS.default
+    #: Seconds from admission to answer (LAYA_REQUEST_TIMEOUT).
+    request_timeout: float = table.REQUEST_TIMEOUT.default
+    #: Bytes the bodies being read may hold at once (LAYA_BODY_BUFFER).
+    body_buffer: int = table.BODY_BUFFER.default
 
     def __post_init__(self) -> None:
         profile = self.jev_profile

@@ -1,0 +1,138 @@
+"""Request bodies, framework-neutral: the codings the server reads, decoding within the cap, and
+the bytes the bodies being read may hold at once.
+
+  * `transfer_codings_refusal(values)` — a `Transfer-Encoding` other than `chunked` is a 501
+    (RFC 9112 §6.1): a coding the server does not apply must not be read as plain bytes;
+  * `content_decoder(values)` — the decoder for a `Content-Encoding` (`gzip`/`x-gzip`,
+    `deflate`, `zstd`; `identity` or none: no decoder); any other coding, or more than one,
+    is a 415 rather than a body read as plain bytes;
+  * `Decoder.feed(data, room)` — inflates in steps of at most `STEP` bytes and stops as soon as
+    the output passes `room`, so a decompression bomb costs the cap, not its full size. It is
+    CPU work: a front end runs it off its event loop (zlib and zstd release the interpreter
+    lock while they inflate);
+  * `BodyBuffer` — bodies are read before a request is admitted (a slow uploader must not hold
+    an inference slot), so what they hold is bounded here instead: raw plus decoded bytes of
+    every body being read, 503 beyond it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import zlib
+from typing import Any
+
+from laya_onnx.serve.errors import BODY_UNDECODABLE, BUSY, ApiError
+
+#: Decoded bytes produced per decompressor call: a bound on one step's memory and time.
+STEP = 256 * 1024
+#: What a decoder accepts (`x-gzip` is gzip's old name, RFC 9110 §8.4.1.3).
+CODINGS = ("gzip", "x-gzip", "deflate", "zstd")
+UNSUPPORTED_ENCODING = (
+    "Content-Encoding is not supported; send the body plain (identity) or as gzip, deflate or zstd"
+)
+UNSUPPORTED_TRANSFER = (
+    "Transfer-Encoding other than chunked is not supported; compress a body with Content-Encoding"
+)
+
+
+def _codings(values: list[str]) -> list[str]:
+    """The codings named in every instance of a header, lower-case, in order (`a, b` -> [a, b])."""
+    return [part.strip().lower() for value in values for part in value.split(",") if part.strip()]
+
+
+def transfer_codings_refusal(values: list[str]) -> ApiError | None:
+    """501 for a Transfer-Encoding the server does not apply; None for none or plain `chunked`."""
+    if any(coding != "chunked" for coding in _codings(values)):
+        return ApiError(501, UNSUPPORTED_TRANSFER)
+    return None
+
+
+def _zstd() -> Any:
+    try:  # Python 3.14's, else the backport the serve extra brings
+        return importlib.import_module("compression.zstd")
+    except ImportError:
+        return importlib.import_module("backports.zstd")
+
+
+class Decoder:
+    """One body's streaming decompressor for `coding` (one of CODINGS)."""
+
+    def __init__(self, coding: str):
+        self.coding = "gzip" if coding == "x-gzip" else coding
+        self._d: Any = None
+        #: The last step filled its whole output limit: zlib may hold more output for input
+        #: it has already consumed.
+        self._full = False
+        if self.coding == "gzip":
+            self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        elif self.coding == "zstd":
+            self._d = _zstd().ZstdDecompressor()
+        #: deflate: zlib-wrapped (RFC 9110) or raw (what some clients send), told by the first byte.
+
+    def _step(self, data: bytes, limit: int) -> bytes:
+        if self._d is None:  # deflate, first bytes: RFC 1950's CM nibble is 8
+            self._d = zlib.decompressobj(zlib.MAX_WBITS if data[0] & 0x0F == 8 else -zlib.MAX_WBITS)
+        if self.coding == "zstd":
+            return b"" if self._d.eof else self._d.decompress(data, limit)
+        tail = self._d.unconsumed_tail
+        out = self._d.decompress(tail + data if tail else data, limit)
+        self._full = len(out) == limit and not self._d.eof
+        return out
+
+    def _pending(self) -> bool:
+        """Whether input already given can still produce output without more input."""
+        if self._d is None:
+            return False
+        if self.coding == "zstd":
+            return not (self._d.eof or self._d.needs_input)
+        return bool(self._d.unconsumed_tail) or self._full
+
+    def feed(self, data: bytes, room: int) -> bytes:
+        """Decode `data` (after what earlier calls left pending): everything it yields, or the
+        first `room + 1` bytes of it — more than `room` means the body is over the cap."""
+        if not data and not self._pending():
+            return b""
+        out: list[bytes] = []
+        produced = 0
+        try:
+            while True:
+                chunk = self._step(data, max(1, min(STEP, room + 1 - produced)))
+                data = b""
+                out.append(chunk)
+                produced += len(chunk)
+                if produced > room or not self._pending():
+                    return b"".join(out)
+        except Exception:  # zlib.error, ZstdError, EOFError: the caller's bytes
+            raise ApiError(400, BODY_UNDECODABLE) from None
+
+    def finished(self) -> bool:
+        """Whether the compressed stream ended (a truncated one did not)."""
+        return self._d is not None and bool(self._d.eof)
+
+
+def content_decoder(values: list[str]) -> Decoder | None:
+    """The decoder for the request's Content-Encoding header(s), None for a plain body; 415 for
+    a coding the server does not read, or a chain of several."""
+    codings = [c for c in _codings(values) if c != "identity"]
+    if not codings:
+        return None
+    if len(codings) > 1 or codings[0] not in CODINGS:
+        raise ApiError(415, UNSUPPORTED_ENCODING)
+    return Decoder(codings[0])
+
+
+class BodyBuffer:
+    """The bytes held by the bodies being read, against a limit (one per app, on its loop)."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.held = 0
+
+    def take(self, n: int) -> None:
+        """Hold `n` more bytes, or refuse the request (503, Retry-After) when over the limit."""
+        if self.held + n > self.limit:
+            raise ApiError(503, BUSY, {"Retry-After": "1"})
+        self.held += n
+
+    def give_back(self, n: int) -> None:
+        self.held -= n
