@@ -325,7 +325,8 @@ async def scrape_metrics(request: web.Request) -> web.Response:
 
 async def openapi_route(request: web.Request) -> web.Response:
     settings = request.app[SETTINGS]
-    return web.Response(body=openapi_json(settings.root_path, settings.jev), content_type="application/json")
+    document = openapi_json(settings.root_path, settings.jev, settings.max_token_budget)
+    return web.Response(body=document, content_type="application/json")
 
 
 async def docs_route(request: web.Request) -> web.Response:

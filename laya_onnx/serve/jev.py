@@ -22,6 +22,7 @@ The pydantic models are the schema of record for `/openapi.json` as well as the 
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator
 from typing import Annotated, Any, Literal
 
@@ -63,12 +64,56 @@ def error_type(status: int) -> str:
 
 Content = Any  # text, object or array (laya also reads numbers); laya's validator has the last word
 
+# What the validators below check, for the document (a field typed Any says nothing by itself).
+_NOT_NULL: dict[str, Any] = {"not": {"type": "null"}}
+_SCALAR_LABEL: dict[str, Any] = {"type": ["string", "number", "boolean"]}
+_CHOICE_CRITERIA: dict[str, Any] = {
+    "anyOf": [
+        {"type": "object", "minProperties": 1},
+        {"type": "array", "minItems": 1, "items": _SCALAR_LABEL},
+    ]
+}
+_SCORE_CRITERIA: dict[str, Any] = {"type": "array", "minItems": 1, "items": _NOT_NULL}
+#: An object whose values are not all null (at least one described outcome).
+_DESCRIBED: dict[str, Any] = {
+    "type": "object",
+    "minProperties": 1,
+    "not": {"additionalProperties": {"type": "null"}},
+}
+
+
+_INSTRUCTIONS: dict[str, Any] = {
+    "anyOf": [
+        {"type": "string", "pattern": r"\S"},
+        {"type": "object", "minProperties": 1},
+        {"type": "array", "minItems": 1},
+        {"type": ["number", "boolean", "null"]},
+    ]
+}
+
+
+def _hashable(label: Any) -> bool:
+    return isinstance(label, (str, int, float, bool))
+
+
+def _asks_something(schema: dict[str, Any]) -> None:
+    """A noul needs instructions or a described outcome (`NoulQuestion._asks_something`)."""
+    schema["anyOf"] = [
+        {"required": ["instructions"], "properties": {"instructions": _NOT_NULL}},
+        {"required": ["criteria"], "properties": {"criteria": _DESCRIBED}},
+    ]
+
 
 class _Question(BaseModel):
     # Laya's own question keys (`option_order`, noul `labels`) pass through to laya's validator.
     model_config = ConfigDict(extra="allow")
 
-    instructions: Content | None = Field(None, description="What to decide; optional in Jev.")
+    instructions: Content | None = Field(
+        None,
+        description="What to decide; optional in Jev. Text with a non-blank character, a non-empty "
+        "object or array (read as its JSON text), a number or a boolean.",
+        json_schema_extra=_INSTRUCTIONS,
+    )
 
 
 class ChoiceQuestion(_Question):
@@ -76,7 +121,9 @@ class ChoiceQuestion(_Question):
     criteria: Any = Field(
         ...,
         description="Option names mapped to descriptions (null for none); at least one option. "
-        "A list of names is accepted too (laya).",
+        "A list of names (strings, numbers or booleans) is accepted too (laya); two names that are "
+        'one answer key (true and "true") are a 422.',
+        json_schema_extra=_CHOICE_CRITERIA,
     )
 
     @field_validator("criteria")
@@ -88,12 +135,31 @@ class ChoiceQuestion(_Question):
             )
         if not value:
             raise PydanticCustomError("too_short", "a choice question needs at least one option")
+        if isinstance(value, list):
+            keys: dict[str, Any] = {}
+            for label in value:
+                if not _hashable(label):
+                    continue  # laya refuses a label that is not a scalar, in its own words
+                key = json.dumps({label: 0})
+                if key in keys and keys[key] != label:
+                    # laya's own check takes 1, 1.0 and True as one label; `true` and "true"
+                    # differ for it yet share an answer key, and one would hide the other
+                    raise PydanticCustomError(
+                        "value_error",
+                        "choice labels {first!r} and {second!r} are one answer key; give every option its own",
+                        {"first": keys[key], "second": label},
+                    )
+                keys.setdefault(key, label)
         return value
 
 
 class ScoreQuestion(_Question):
     type: Literal["score"]
-    criteria: Any = Field(..., description="Level descriptions, index 0 first; at least one level.")
+    criteria: Any = Field(
+        ...,
+        description="Level descriptions, index 0 first; at least one level, none null.",
+        json_schema_extra=_SCORE_CRITERIA,
+    )
 
     @field_validator("criteria")
     @classmethod
@@ -112,8 +178,18 @@ class ScoreQuestion(_Question):
 
 
 class NoulQuestion(_Question):
+    model_config = ConfigDict(extra="allow", json_schema_extra=_asks_something)
+
     type: Literal["noul"]
-    criteria: Any = Field(None, description="Optional {true, false} descriptions of the two outcomes.")
+    criteria: Any = Field(
+        None,
+        description="Optional {true, false} descriptions of the two outcomes (keys in any case); "
+        "instructions or one described outcome is needed.",
+        json_schema_extra={
+            "type": ["object", "null"],
+            "propertyNames": {"pattern": "^([Tt][Rr][Uu][Ee]|[Ff][Aa][Ll][Ss][Ee])$"},
+        },
+    )
 
     @model_validator(mode="after")
     def _asks_something(self) -> NoulQuestion:
@@ -134,8 +210,12 @@ class SystemOneRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     model: Any = Field(None, description="Model name; any Jev id (jev-latest, ...) is answered here.")
-    state: Content = Field(..., description="The content every question is about.")
-    questions: dict[str, Question] = Field(..., min_length=1)
+    state: Content = Field(
+        ..., description="The content every question is about.", json_schema_extra=_NOT_NULL
+    )
+    questions: dict[str, Question] = Field(
+        ..., min_length=1, json_schema_extra={"propertyNames": {"pattern": r"\S"}}
+    )
 
     @field_validator("state")
     @classmethod
@@ -151,8 +231,10 @@ class BatchRequest(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     model: Any = None
-    states: list[Content] = Field(..., min_length=1)
-    questions: dict[str, Question] = Field(..., min_length=1)
+    states: list[Content] = Field(..., min_length=1, json_schema_extra={"items": _NOT_NULL})
+    questions: dict[str, Question] = Field(
+        ..., min_length=1, json_schema_extra={"propertyNames": {"pattern": r"\S"}}
+    )
 
 
 # -- response schema (for /openapi.json; `x_` fields are open-ended) ------------------------
@@ -164,7 +246,8 @@ class _Answer(BaseModel):
 
 class ChoiceAnswer(_Answer):
     type: Literal["choice"]
-    choice: str
+    #: The chosen label as the request wrote it (a list-form label may be a number or a boolean).
+    choice: str | float | bool
     confidence: float = Field(..., ge=0, le=1)
     probabilities: dict[str, float]
 

@@ -155,6 +155,17 @@ def _components(kinds: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return schemas
 
 
+def _with_token_budget(schemas: dict[str, Any], budget: int) -> dict[str, Any]:
+    """`max_len` / `head_max_len` capped at this server's token budget (a schema type cannot
+    carry a value read from the environment)."""
+    for name in ("DecisionRequest", "BatchRequest"):
+        for control in ("max_len", "head_max_len"):
+            for branch in schemas[name]["properties"][control].get("anyOf", []):
+                if branch.get("type") == "integer":
+                    branch["maximum"] = budget
+    return schemas
+
+
 def _jev_components() -> dict[str, Any]:
     """The Jev profile's types, plus its batch answer (laya's route, each result Jev-shaped)."""
     schemas = _components(JEV_COMPONENTS, JEV_PREFIX)
@@ -173,8 +184,10 @@ def _jev_components() -> dict[str, Any]:
 
 
 @lru_cache(maxsize=8)
-def openapi_document(root_path: str = "", jev_profile: bool = False) -> dict[str, Any]:
-    """The whole document, built once per process, root path and wire profile.
+def openapi_document(
+    root_path: str = "", jev_profile: bool = False, token_budget: int = settings.MAX_TOKEN_BUDGET.default
+) -> dict[str, Any]:
+    """The whole document, built once per process, root path, wire profile and token budget.
 
     `jev_profile` (LAYA_JEV_PROFILE=typesafe): the decision routes take and answer the Jev
     profile's types and its error shapes.
@@ -242,7 +255,10 @@ def openapi_document(root_path: str = "", jev_profile: bool = False) -> dict[str
             ),
         },
         "components": {
-            "schemas": {**_components(COMPONENTS), **(_jev_components() if jev_profile else {})},
+            "schemas": {
+                **_with_token_budget(_components(COMPONENTS), token_budget),
+                **(_jev_components() if jev_profile else {}),
+            },
             "securitySchemes": {
                 "bearer": {
                     "type": "http",
@@ -254,8 +270,10 @@ def openapi_document(root_path: str = "", jev_profile: bool = False) -> dict[str
     }
 
 
-def openapi_json(root_path: str = "", jev_profile: bool = False) -> bytes:
-    document = openapi_document(root_path, jev_profile)
+def openapi_json(
+    root_path: str = "", jev_profile: bool = False, token_budget: int = settings.MAX_TOKEN_BUDGET.default
+) -> bytes:
+    document = openapi_document(root_path, jev_profile, token_budget)
     return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 

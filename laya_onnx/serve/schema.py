@@ -31,6 +31,14 @@ from laya_onnx.serve import validate as v
 #: Extra keys are ignored by the server (laya-serve walks them only for lone surrogates).
 _OPEN = ConfigDict(extra="allow")
 
+
+def _no_labels(schema: dict[str, Any]) -> None:
+    schema.setdefault("properties", {})["labels"] = False
+
+
+#: A choice or score question may carry any extra key but `labels` (a noul's only: a 422).
+_OPEN_NO_LABELS = ConfigDict(extra="allow", json_schema_extra=_no_labels)
+
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 Count = Annotated[int, Field(ge=0)]
 #: A choice label: a scalar, returned as itself in `choice` and as its JSON text in the keys.
@@ -78,15 +86,21 @@ ChoiceCriteria = Annotated[
 ]
 
 OptionOrder = Annotated[
-    list[Annotated[int, Field(ge=0)]],
-    Field(description="A permutation of range(number of options): the order the options are shown in."),
+    list[Annotated[int, Field(ge=0, le=v.MAX_CHOICE_OPTIONS - 1)]],
+    Field(
+        min_length=1,
+        max_length=v.MAX_CHOICE_OPTIONS,
+        json_schema_extra={"uniqueItems": True},
+        description="A permutation of range(number of options): the order the options are shown in "
+        "(one entry per option, each option once; any other list is a 422).",
+    ),
 ]
 
 
 class ChoiceQuestion(TypedDict):
     """Pick one of the labelled options."""
 
-    __pydantic_config__ = _OPEN  # type: ignore[misc]
+    __pydantic_config__ = _OPEN_NO_LABELS  # type: ignore[misc]
     type: Literal["choice"]
     instructions: Instructions
     criteria: ChoiceCriteria
@@ -96,7 +110,7 @@ class ChoiceQuestion(TypedDict):
 class ScoreQuestion(TypedDict):
     """Rate on an ordinal scale; level i is criteria[i]."""
 
-    __pydantic_config__ = _OPEN  # type: ignore[misc]
+    __pydantic_config__ = _OPEN_NO_LABELS  # type: ignore[misc]
     type: Literal["score"]
     instructions: Instructions
     criteria: Annotated[
@@ -113,6 +127,8 @@ class ScoreQuestion(TypedDict):
 
 class NoulLabels(TypedDict):
     """How a noul's two options are worded: distinct, non-blank strings."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
 
     false: Annotated[str, Field(pattern=r"\S")]
     true: Annotated[str, Field(pattern=r"\S")]
@@ -202,8 +218,9 @@ class _Controls(TypedDict):
         Annotated[
             Annotated[int, Field(ge=1)] | None,
             Field(
-                description=f"Token budget per row; above {settings.MAX_TOKEN_BUDGET.env} "
-                f"({settings.MAX_TOKEN_BUDGET.default}) a 422."
+                description=f"Token budget per row, at most {settings.MAX_TOKEN_BUDGET.env} (the "
+                "document's `maximum`; a 422 above). An integer written without a fraction: 512.0 is "
+                "a 422, as laya-serve refuses it."
             ),
         ]
     ]
@@ -211,7 +228,8 @@ class _Controls(TypedDict):
         Annotated[
             Annotated[int, Field(ge=1)] | None,
             Field(
-                description=f"Token budget of the option head; above {settings.MAX_TOKEN_BUDGET.env} a 422."
+                description=f"Token budget of the option head, at most {settings.MAX_TOKEN_BUDGET.env} "
+                "(the document's `maximum`; a 422 above); 192.0 is a 422, as for max_len."
             ),
         ]
     ]
