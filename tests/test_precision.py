@@ -63,7 +63,7 @@ def test_tiny_presets_export_at_every_precision_with_their_gate(lowered, preset,
     assert set(record["suites"]) == {"export-cases", "parity-core"}
     for name, m in record["suites"].items():
         assert m["requests"] > 5 and m["decisions"] >= m["requests"], name
-        assert m["agreement"] >= gate.min_agreement and m["max_abs_dp"] <= gate.max_abs_dp, name
+        assert m["decisive_agreement"] >= gate.min_agreement and m["max_abs_dp"] <= gate.max_abs_dp, name
         # the graph really was lowered: an fp32 graph is within 1e-5 of torch
         assert m["max_abs_dp"] > 1e-5, name
         # a flip needs fp32's own margin below the measured |dp|: every flip is a near tie
@@ -325,6 +325,66 @@ def test_decision_margin_is_the_least_move_that_flips_a_decision():
     ) == pytest.approx(0.2)
     assert decision_margin({"type": "noul", "noul": 0.7}) == pytest.approx(0.2)
     assert decision_margin({"type": "choice", "probabilities": {"escalate": 0.9}}) == float("inf")
+
+
+def _outcomes(flips_at: list[float], holds_at: list[float]) -> list[tuple[float, bool, str]]:
+    return [(m, True, f"flip {i}") for i, m in enumerate(flips_at)] + [(m, False, "held") for m in holds_at]
+
+
+def test_the_int8_gate_counts_a_flip_only_where_fp32_decided_by_more_than_int8_moved():
+    """Random weights make near ties: a suite where 3 of 10 decisions flip, each within the
+    measured max |dp| of flipping in fp32 itself, passes; the floor over every decision it replaced
+    (90%) refused it. A fixed tie margin below the error counts flips above it."""
+    from laya_onnx.export.ladder import agreement_record, passes
+    from laya_onnx.export.precision import GATES, Gate
+
+    outcomes = _outcomes(flips_at=[0.01, 0.04, 0.09], holds_at=[0.02, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7])
+    m = agreement_record(outcomes, max_dp=0.1, max_dact=0.05, tie_margin=None)
+    assert (m["decisions"], m["agreeing"], m["agreement"]) == (10, 7, 0.7)
+    assert (m["tie_margin"], m["near_ties"], m["decisive"], m["decisive_agreement"]) == (0.1, 4, 6, 1.0)
+    assert m["flipped"][0] == "flip 0 (fp32 margin 0.01)"
+    assert passes(m, GATES["int8"])
+    old = Gate(max_abs_dp=0.15, min_agreement=0.9, tie_margin=0.0)  # the int8 gate before, all decisions
+    assert not passes(agreement_record(outcomes, 0.1, 0.05, old.tie_margin), old)
+    assert not passes(agreement_record(outcomes, 0.16, 0.05, None), GATES["int8"])  # |dp| still binds
+    strict = Gate(max_abs_dp=0.15, min_agreement=1.0, tie_margin=0.03)
+    tight = agreement_record(outcomes, 0.1, 0.05, strict.tie_margin)
+    assert (tight["near_ties"], tight["decisive"], tight["decisive_agreeing"]) == (4, 8, 6)
+    assert not passes(tight, strict)  # the flips at 0.04 and 0.09 count against it
+
+
+def test_fp16_and_bf16_gates_still_count_every_decision():
+    from laya_onnx.export.ladder import agreement_record, passes
+    from laya_onnx.export.precision import GATES
+
+    outcomes = _outcomes(flips_at=[0.001], holds_at=[0.5] * 99)
+    for name in ("fp16", "bf16"):
+        m = agreement_record(outcomes, 1e-3, 0.0, GATES[name].tie_margin)
+        assert m["decisive"] == 100 and m["decisive_agreement"] == 0.99
+    assert not passes(agreement_record(outcomes, 1e-3, 0.0, 0.0), GATES["fp16"])  # 99% < 99.5%
+
+
+def test_export_cli_makes_the_gate_from_its_options():
+    import argparse
+
+    from laya_onnx.cli.common import UsageError
+    from laya_onnx.cli.export import precision_gate
+    from laya_onnx.export.precision import GATES, Gate
+
+    def gate(precision="int8", max_dp=None, agreement=None, tie=None):
+        return precision_gate(
+            argparse.Namespace(
+                precision=precision, gate_max_dp=max_dp, gate_min_agreement=agreement, gate_tie_margin=tie
+            )
+        )
+
+    assert gate() is None
+    assert gate(max_dp=0.05, tie=0.01) == Gate(0.05, GATES["int8"].min_agreement, 0.01)
+    assert gate("fp16", agreement=1.0) == Gate(GATES["fp16"].max_abs_dp, 1.0, 0.0)
+    with pytest.raises(UsageError, match=r"must be within \[0, 1\]"):
+        gate(tie=-0.1)
+    with pytest.raises(UsageError, match="apply to --precision fp16, int8 or bf16"):
+        gate("fp32", max_dp=0.1)
 
 
 def test_export_cli_refuses_int8_options_for_another_precision(tmp_path, capsys):

@@ -133,8 +133,16 @@ def _add_precision_options(p: argparse.ArgumentParser) -> None:
         "--gate-min-agreement",
         type=float,
         default=None,
-        help="the gate's least share of decisions agreeing with fp32 torch (default: %s)"
-        % per_precision("min_agreement"),
+        help="the gate's least share of the decisions fp32 torch makes by at least the tie margin "
+        "that agree with it (default: %s)" % per_precision("min_agreement"),
+    )
+    p.add_argument(
+        "--gate-tie-margin",
+        type=float,
+        default=None,
+        help="decisions fp32 torch makes by a smaller margin (half the gap between its two best "
+        "options) are near ties, reported and not counted; default: %s (none: the measured max "
+        "|dp|, which leaves max |dp| as the bar; 0 counts every decision)" % per_precision("tie_margin"),
     )
     p.add_argument(
         "--int8-keep-fp32",
@@ -155,19 +163,22 @@ def _add_precision_options(p: argparse.ArgumentParser) -> None:
 
 
 def precision_gate(args: argparse.Namespace):
-    """The --precision gate with --gate-max-dp / --gate-min-agreement applied (None: the default)."""
-    if args.gate_max_dp is None and args.gate_min_agreement is None:
+    """The --precision gate with --gate-max-dp / --gate-min-agreement / --gate-tie-margin applied
+    (None: the default)."""
+    given = (args.gate_max_dp, args.gate_min_agreement, args.gate_tie_margin)
+    if all(value is None for value in given):
         return None
-    from laya_onnx.export.precision import GATES, Gate
+    from dataclasses import replace
 
+    from laya_onnx.export.precision import GATES
+
+    options = "--gate-max-dp, --gate-min-agreement and --gate-tie-margin"
     if args.precision not in GATES:
-        raise UsageError("--gate-max-dp and --gate-min-agreement apply to --precision fp16, int8 or bf16")
-    default = GATES[args.precision]
-    max_dp = default.max_abs_dp if args.gate_max_dp is None else args.gate_max_dp
-    agreement = default.min_agreement if args.gate_min_agreement is None else args.gate_min_agreement
-    if not (0.0 <= max_dp <= 1.0 and 0.0 <= agreement <= 1.0):
-        raise UsageError("--gate-max-dp and --gate-min-agreement must be within [0, 1]")
-    return Gate(max_abs_dp=max_dp, min_agreement=agreement)
+        raise UsageError(f"{options} apply to --precision fp16, int8 or bf16")
+    if not all(value is None or 0.0 <= value <= 1.0 for value in given):
+        raise UsageError(f"{options} must be within [0, 1]")
+    changed = zip(("max_abs_dp", "min_agreement", "tie_margin"), given, strict=True)
+    return replace(GATES[args.precision], **{name: value for name, value in changed if value is not None})
 
 
 def int8_plan(args: argparse.Namespace):

@@ -10,8 +10,9 @@ the runtime core and decoded by the core decoder, exactly as for the fp32 valida
 
 Per suite it measures the max |Δp| of the unrounded option probabilities (and the noul value) and
 the share of decisions (choice label, most likely score level, noul side) that agree with fp32,
-both by the parity rule's own code (`laya_onnx.core.judge.judge`). If any suite misses the gate
-(`precision.GATES`), the export stops and nothing is written.
+both by the parity rule's own code (`laya_onnx.core.judge.judge`), and splits the decisions by
+fp32's own margin into near ties and decisive ones (`precision.Gate`). If any suite misses the
+gate (`precision.GATES`), the export stops and nothing is written.
 """
 
 from __future__ import annotations
@@ -79,39 +80,52 @@ class Suite:
     expected: list[tuple] = field(default_factory=list)
 
 
-def measure_agreement(session, suite: Suite, calibration) -> dict[str, Any]:
-    """Run `suite` on `session` and compare its decoded answers with fp32 torch's."""
-    from laya_onnx.core.judge import decision_margin, judge
+def measure_agreement(session, suite: Suite, calibration, tie_margin: float | None = None) -> dict[str, Any]:
+    """Run `suite` on `session` and compare its decoded answers with fp32 torch's.
 
-    decisions = max_dp = max_dact = 0.0
-    flipped: list[str] = []
-    margins: list[float] = []  # fp32 torch's own, per decision
+    Besides max |dp| and the agreement over every decision, the decisions are split at
+    `tie_margin` (None: the measured max |dp|) by fp32 torch's own margin: the near ties below it
+    and the decisive ones, whose agreement the gate reads (`Gate`)."""
+    from laya_onnx.core.judge import decision, decision_margin, judge
+
+    max_dp = max_dact = 0.0
+    outcomes: list[tuple[float, bool, str]] = []  # per decision: fp32's margin, flipped, where
     for call, case, (t_logits, t_act) in zip(suite.calls, suite.cases, suite.expected, strict=True):
         feeds = case["feeds"]
         o_logits, o_act = session.run(list(GRAPH_OUTPUTS), {k: feeds[k] for k in GRAPH_INPUTS})
         reference = validation.decoded_answers(call, feeds, t_logits, t_act, calibration)
-        margins += [decision_margin(a) for state in reference.unrounded for a in state["answers"].values()]
-        verdict = judge(
-            reference,
-            validation.decoded_answers(call, feeds, o_logits, o_act, calibration),
-            tolerance=_MEASURE_ONLY,
-            act_tolerance=_MEASURE_ONLY,
-        )
-        decisions += verdict.rows
+        ours = validation.decoded_answers(call, feeds, o_logits, o_act, calibration)
+        verdict = judge(reference, ours, tolerance=_MEASURE_ONLY, act_tolerance=_MEASURE_ONLY)
         max_dp, max_dact = max(max_dp, verdict.max_abs_dp), max(max_dact, verdict.max_abs_dact)
-        flipped += [f"{call.name}: {text}" for kind, text in verdict.differences if kind == "decision"]
-    agreeing = int(decisions) - len(flipped)
+        for s, (ref_state, our_state) in enumerate(zip(reference.unrounded, ours.unrounded, strict=True)):
+            for qid, answer in ref_state["answers"].items():
+                mine = our_state["answers"].get(qid)
+                flipped = mine is None or decision(answer) != decision(mine)
+                outcomes.append((decision_margin(answer), flipped, f"{call.name}: state {s}, {qid!r}"))
+    return agreement_record(outcomes, max_dp, max_dact, tie_margin) | {"requests": len(suite.calls)}
+
+
+def agreement_record(
+    outcomes: list[tuple[float, bool, str]], max_dp: float, max_dact: float, tie_margin: float | None
+) -> dict[str, Any]:
+    """A suite's measurements from its decisions (fp32's margin, flipped, where) and max |dp|."""
+    tie = max_dp if tie_margin is None else tie_margin
+    flips = [(margin, where) for margin, flipped, where in outcomes if flipped]
+    decisive = [flipped for margin, flipped, _ in outcomes if margin >= tie]
     return {
-        "requests": len(suite.calls),
-        "decisions": int(decisions),
-        "agreeing": agreeing,
-        "agreement": round(agreeing / decisions, 6) if decisions else 1.0,
+        "decisions": len(outcomes),
+        "agreeing": len(outcomes) - len(flips),
+        "agreement": round(1 - len(flips) / len(outcomes), 6) if outcomes else 1.0,
         "max_abs_dp": max_dp,
         "max_abs_dact": max_dact,
         # decisions fp32 torch itself makes within the measured max |dp| of flipping: the only
         # ones that can flip (every flip is one of them); on random weights, most of the suite
-        "near_ties": sum(m < max_dp for m in margins),
-        "flipped": flipped[:20],
+        "near_ties": sum(margin < max_dp for margin, _, _ in outcomes),
+        "tie_margin": tie,
+        "decisive": len(decisive),
+        "decisive_agreeing": decisive.count(False),
+        "decisive_agreement": round(decisive.count(False) / len(decisive), 6) if decisive else 1.0,
+        "flipped": [f"{where} (fp32 margin {margin:.3g})" for margin, where in flips][:20],
     }
 
 
@@ -150,7 +164,7 @@ def torch_bf16_outputs(model, cases: list[dict[str, Any]]) -> list[tuple]:
 
 
 def passes(measured: dict[str, Any], gate: Gate) -> bool:
-    return measured["max_abs_dp"] <= gate.max_abs_dp and measured["agreement"] >= gate.min_agreement
+    return measured["max_abs_dp"] <= gate.max_abs_dp and measured["decisive_agreement"] >= gate.min_agreement
 
 
 class PrecisionStep:
@@ -245,7 +259,7 @@ class PrecisionStep:
 
     def _measure(self, graph: Path, calibration, suites: list[Suite]) -> dict[str, Any]:
         session = _OpenVINOOutputs(graph) if self.precision == "bf16" else validation.open_session(graph)
-        return {s.name: measure_agreement(session, s, calibration) for s in suites}
+        return {s.name: measure_agreement(session, s, calibration, self.gate.tie_margin) for s in suites}
 
     def _kernels_identical(self, graph: Path, record: dict[str, Any], steps=None) -> bool | str:
         """Whether both int8 forms give bit-identical logits on the export cases, where this CPU can
@@ -298,7 +312,7 @@ class PrecisionStep:
             record.update(BF16_RECORD)
             measured = self._measure(graph, calibration, self.suites)
             record["torch_bf16"] = {
-                s.name: measure_agreement(_Replay(outputs), s, calibration)
+                s.name: measure_agreement(_Replay(outputs), s, calibration, self.gate.tie_margin)
                 for s, outputs in zip(self.suites, self.torch_bf16, strict=True)
             }
         elif self.precision == "fp16":
@@ -332,7 +346,8 @@ class PrecisionStep:
                     f"    {name:<14} {m['agreeing']}/{m['decisions']} decisions agree "
                     f"({100 * m['agreement']:.2f}%), max |dp| {m['max_abs_dp']:.2e}, "
                     f"max |dact| {m['max_abs_dact']:.2e}; {m['near_ties']} decisions within that |dp| "
-                    "of flipping in fp32 itself"
+                    f"of flipping in fp32 itself; {m['decisive_agreeing']}/{m['decisive']} of those fp32 "
+                    f"makes by >= {m['tie_margin']:.3g} agree"
                 )
             for name, m in (record.get("torch_bf16") or {}).items():
                 steps.say(
@@ -343,13 +358,16 @@ class PrecisionStep:
                 steps.say(f"    {name:<14} written graph on the CPU EP: max |dp| {m['max_abs_dp']:.2e}")
         if not record["passed"]:
             worst = "; ".join(
-                f"{name}: {100 * m['agreement']:.2f}% agree, max |dp| {m['max_abs_dp']:.3g}"
+                f"{name}: max |dp| {m['max_abs_dp']:.3g}, {100 * m['decisive_agreement']:.2f}% of the "
+                f"{m['decisive']} decisions fp32 makes by >= {m['tie_margin']:.3g} agree"
+                + (f" (flipped: {', '.join(m['flipped'][:3])})" if m["flipped"] else "")
                 for name, m in measured.items()
                 if not passes(m, self.gate)
             )
+            tie = "the measured max |dp|" if self.gate.tie_margin is None else f"{self.gate.tie_margin:g}"
             raise ValidationError(
-                f"{self.precision} misses its gate (max |dp| <= {self.gate.max_abs_dp:g}, "
-                f">= {100 * self.gate.min_agreement:g}% decisions agreeing with fp32 torch): {worst}; "
-                "no bundle was written"
+                f"{self.precision} misses its gate (max |dp| <= {self.gate.max_abs_dp:g}, >= "
+                f"{100 * self.gate.min_agreement:g}% of the decisions fp32 torch makes by a margin of at "
+                f"least {tie} agreeing): {worst}; no bundle was written"
             )
         return record
