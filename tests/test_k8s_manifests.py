@@ -247,7 +247,7 @@ def snapshot(folder: Path) -> dict[str, tuple[int, int]]:
 
 def start_pod(objects, volume: Path, port: int, log_path: Path):
     """The container as the kubelet starts it, with /bundles mapped to `volume` and LAYA_PORT to a
-    free port (the only two changes: this box is shared)."""
+    free port (the only two changes: the test machine is shared)."""
     spec = container(one(objects, "Deployment"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAYA_")}
     env.update(pod_environment(objects))

@@ -1,6 +1,6 @@
 """Execution providers as onnxruntime takes them: names or (name, options), strict mode, IOBinding.
 
-This box has a CPU-only onnxruntime: CUDA/CoreML options are shown to reach onnxruntime's
+A CPU-only onnxruntime is assumed: CUDA/CoreML options are shown to reach onnxruntime's
 InferenceSession (what we hand it), not to act on a device; the IOBinding path is run on CPU.
 """
 

@@ -13,7 +13,7 @@ or op by op), the decision head, its scorer, the act head and the logits.
 - **fp16**: each target MatMul runs in fp16 on fp16 weights, with a Cast to fp16 before it and a
   Cast back to fp32 after it (the rest of the graph never sees an fp16 tensor). We cast by hand
   rather than with onnxconverter-common's float16 pass, which writes graphs onnxruntime refuses to
-  load for this model family and truncates the mask constants (shared/spec/perf-facts.md).
+  load for this model family and truncates the mask constants.
 - **int8**: weights per output column `s_col = max|W[:, n]| / 127`, `W8 = round(W / s_col)`
   (8-bit codes; 7-bit ones, `/ 63`, are a plan option: `WEIGHT_LEVELS`); activations per ROW
   (token) `s_row = max|x[row, :]| / 127`, `x8 = round(x / s_row) + 128` (u8, zero point 128,

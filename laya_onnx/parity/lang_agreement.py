@@ -263,7 +263,7 @@ def markdown(report: Report) -> str:
 
 def bench(records: list[dict[str, Any]], rounds: int = 5) -> list[float]:
     """Seconds per pass of `analyse` over every state, ours / the reference's, interleaved round by
-    round in one process (a ratio per round: this box is shared and absolute times are noise)."""
+    round in one process (a ratio per round: shared machines make absolute times noise)."""
     from laya import lang as reference_lang
 
     states = [r["state"] for r in records]
