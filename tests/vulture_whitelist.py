@@ -87,6 +87,7 @@ _.release_date
 _.x_aliases
 _.x_revision
 _.x_repo
+_.x_int8_kernel
 _.x_graph_sha256
 _.x_manifest_sha256
 _.x_precision
