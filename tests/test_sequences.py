@@ -67,6 +67,18 @@ def test_encode_matches_transformers(tokenizers_pair, text):
     )
 
 
+def test_long_texts_tokenize_as_short_ones_do(tokenizers_pair):
+    """Past LONG_TEXT_CHARS the tokenizer's batch call runs (it lets other threads run): the
+    same ids as the single call."""
+    from laya_onnx.core.tokenizer import LONG_TEXT_CHARS
+
+    _, ours, hf = tokenizers_pair
+    text = " ".join(TEXTS) * (LONG_TEXT_CHARS // len(" ".join(TEXTS)) + 2)
+    assert len(text) > LONG_TEXT_CHARS
+    whole = hf(text, add_special_tokens=False)["input_ids"]
+    assert ours.encode(text) == whole
+
+
 def test_decode_matches_transformers(tokenizers_pair):
     _, ours, hf = tokenizers_pair
     for text in TEXTS:

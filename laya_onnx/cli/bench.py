@@ -4,6 +4,7 @@
   http      a server already running, under 1..N concurrent clients (`laya_onnx.bench.http`)
   saturate  a bundle served in this process and saturated (`laya_onnx.bench.saturate`)
   memory    peak RSS and time of a long-state batch (`laya_onnx.bench.memory`)
+  soak      honest and hostile traffic for minutes against a served bundle (`laya_onnx.bench.soak`)
 
 The defaults the options show are those modules' own constants; the modules import torch,
 onnxruntime and aiohttp only where a measurement runs, so `--help` loads none of them.
@@ -297,11 +298,43 @@ def _run_memory(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- soak -----------------------------------------------------------------------------------
+def _add_soak(group) -> argparse.ArgumentParser:
+    from laya_onnx.bench.soak import DEFAULT_MINUTES
+
+    p = group.add_parser(
+        "soak",
+        help="honest and hostile traffic for minutes against a served bundle: answered/refused, "
+        "/health latency, RSS and fds over time",
+        description="Serve the bundle in a child process on 127.0.0.1 and, for --minutes, post the "
+        "README request from 4 clients and poll /health every 50 ms while hostile clients take turns "
+        "(decompression bombs, a work bomb whose client hangs up, slow uploads and headers, ...); "
+        "print JSON figures.",
+    )
+    p.add_argument("bundle", help="the bundle to serve")
+    p.add_argument(
+        "--minutes", type=float, default=DEFAULT_MINUTES, help="how long to soak (default %(default)s)"
+    )
+    p.add_argument("--log", default=None, help="write the server's log to this file")
+    p.add_argument("--json", default=None, help="also write the report to this file")
+    return p
+
+
+def _run_soak(args: argparse.Namespace) -> int:
+    if not args.minutes > 0:
+        raise UsageError("--minutes must be a positive number, got %r" % (args.minutes,))
+    from laya_onnx.bench.soak import run_soak
+
+    report = run_soak(args.bundle, minutes=args.minutes, log_path=args.log)
+    return emit_report(report, args.json)
+
+
 MEASUREMENTS = {
     "agent": Measurement(_add_agent, _run_agent),
     "http": Measurement(_add_http, _run_http),
     "saturate": Measurement(_add_saturate, _run_saturate),
     "memory": Measurement(_add_memory, _run_memory),
+    "soak": Measurement(_add_soak, _run_soak),
 }
 
 

@@ -25,6 +25,11 @@ class TokenizerError(ValueError):
     """A tokenizer directory that cannot serve a Laya checkpoint."""
 
 
+#: From this many characters on a text is tokenized by the batch call, which lets other threads
+#: run meanwhile; below it the single call's lower overhead wins.
+LONG_TEXT_CHARS = 16 * 1024
+
+
 def _token_text(value: Any) -> str | None:
     """A special token as stored: a plain string or an AddedToken dict with 'content'."""
     if isinstance(value, dict):
@@ -111,6 +116,10 @@ class LayaTokenizer:
         is refused earlier, naming where it is: `sequences.require_encodable`.)
         """
         with caller_value():
+            if len(text) > LONG_TEXT_CHARS:
+                # the batch call releases the interpreter lock while it tokenizes (the single one
+                # holds it: seconds for a 2 MB text, during which no other thread runs)
+                return self._tok.encode_batch([text], add_special_tokens=False)[0].ids
             return self._tok.encode(text, add_special_tokens=False).ids
 
     def truncate(self, ids: list[int], max_tokens: int) -> list[int]:

@@ -47,7 +47,7 @@ def transfer_codings_refusal(values: list[str]) -> ApiError | None:
     return None
 
 
-def _zstd() -> Any:
+def zstd_module() -> Any:
     try:  # Python 3.14's, else the backport the serve extra brings
         return importlib.import_module("compression.zstd")
     except ImportError:
@@ -66,7 +66,7 @@ class Decoder:
         if self.coding == "gzip":
             self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
         elif self.coding == "zstd":
-            self._d = _zstd().ZstdDecompressor()
+            self._d = zstd_module().ZstdDecompressor()
         #: deflate: zlib-wrapped (RFC 9110) or raw (what some clients send), told by the first byte.
 
     def _step(self, data: bytes, limit: int) -> bytes:

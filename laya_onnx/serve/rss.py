@@ -6,10 +6,10 @@ Python frees those objects, but glibc keeps the freed pages (its mmap threshold 
 blocks are freed, so later big blocks land on the heap) and the process's RSS stays at its peak.
 
 `MemoryKeeper.after_request()` runs after every decision request: when the RSS is more than
-`RELEASE_MARGIN` above what it was after the last release (the idle baseline at first), it
-collects garbage and trims the C heap (`malloc_trim`) in a thread, then remembers the RSS that
-is left. A process that cannot give memory back therefore does not pay for a release after
-every request; one that grows again by the margin releases again. Linux only (elsewhere: no-op).
+`RELEASE_MARGIN` above the idle RSS the app started with, it collects garbage and trims the C
+heap (`malloc_trim`) in a thread — at most once every `RELEASE_INTERVAL` seconds, and once more
+that long after the last request if the RSS is still up then, so a process left high by a burst
+comes back down while idle. Linux only (elsewhere: no-op).
 """
 
 from __future__ import annotations
@@ -23,8 +23,10 @@ from laya_onnx.core.session import trim_heap
 
 log = logging.getLogger("laya_onnx.serve")
 
-#: Growth above the RSS left by the last release (the idle baseline at first) that triggers one.
+#: Growth above the idle RSS (at startup) that triggers a release.
 RELEASE_MARGIN = 64 * 1024 * 1024
+#: Seconds between two releases at most (each collects garbage: a few ms to tens of ms).
+RELEASE_INTERVAL = 5.0
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
@@ -46,27 +48,39 @@ def release() -> None:
 class MemoryKeeper:
     """One per app, on its loop: `start()` once serving, `after_request()` after each decision."""
 
-    def __init__(self, margin: int = RELEASE_MARGIN):
+    def __init__(self, margin: int = RELEASE_MARGIN, interval: float = RELEASE_INTERVAL):
         self.margin = margin
+        self.interval = interval
         #: RSS when the app started serving (None before `start`, or off /proc).
         self.baseline: int | None = None
-        #: RSS left after the last release (the baseline at first).
-        self.floor: int | None = None
+        self._last = -float("inf")  # loop time of the last release
         self._task: asyncio.Task[None] | None = None
+        self._later: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
-        self.baseline = self.floor = resident_bytes()
+        self.baseline = resident_bytes()
 
     def after_request(self) -> None:
-        """Start a release in the background when the RSS has grown by the margin."""
-        if self.floor is None or (self._task is not None and not self._task.done()):
+        """Release when the RSS is up by the margin; if one ran too recently, look again later."""
+        if self.baseline is None or (self._task is not None and not self._task.done()):
             return
         now = resident_bytes()
-        if now is not None and now - self.floor > self.margin:
-            self._task = asyncio.get_running_loop().create_task(self._release(now))
+        if now is None or now - self.baseline <= self.margin:
+            return
+        loop = asyncio.get_running_loop()
+        wait = self._last + self.interval - loop.time()
+        if wait > 0:
+            if self._later is None:
+                self._later = loop.call_later(wait, self._look_again)
+            return
+        self._last = loop.time()
+        self._task = loop.create_task(self._release(now))
+
+    def _look_again(self) -> None:
+        self._later = None
+        self.after_request()
 
     async def _release(self, before: int) -> None:
         await asyncio.to_thread(release)
         after = resident_bytes() or before
-        self.floor = after
         log.info("gave memory back after a request: RSS %d -> %d MiB", before >> 20, after >> 20)
