@@ -491,3 +491,36 @@ def test_the_soak_benchmark_reports_a_short_run(tiny, tmp_path):
     assert report["hostile"]["decompression bomb (gzip)"] == {"413": 1}
     assert report["health_ms"]["n"] > 0 and report["rss_mib"]["idle_before"] > 0
     assert report["fds"]["idle_after"] is not None and report["samples_every_30s"]
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads RSS from /proc")
+def test_a_call_stopped_after_a_large_pass_hands_the_arena_back(tiny):
+    """Before: only a call's last planned pass released onnxruntime's arena, so a request
+    cancelled after a large pass left the process holding it (2.2 GB after a 7000-token pass)."""
+    import threading
+
+    from laya_onnx.core.memory import process_memory
+    from laya_onnx.core.work import CallLimits, CallStopped, call_limits
+
+    # two 4096-token rows a pass (~660 MB each): six rows are three passes
+    agent = ONNXAgent(tiny, providers=["CPUExecutionProvider"], max_pass_memory="700M")
+    agent.session = CountingSession(agent.session)
+    agent.predict("warm", SMALL["questions"])
+    idle = process_memory()["VmRSS"] >> 20
+    limits = CallLimits()
+    questions = {"q%d" % i: {"type": "noul", "instructions": "Is it %d?" % i} for i in range(6)}
+    state = " ".join("w%d" % i for i in range(6000))
+
+    def cancel_after_the_first_pass():
+        while agent.session.long_passes() < 1:
+            time.sleep(0.01)
+        limits.cancel("the client went away")
+
+    watcher = threading.Thread(target=cancel_after_the_first_pass)
+    watcher.start()
+    with call_limits(limits), pytest.raises(CallStopped):
+        agent.predict(state, questions, max_len=4096)
+    watcher.join()
+    after = process_memory()["VmRSS"] >> 20
+    assert agent.session.long_passes() < 3  # stopped before its last pass
+    assert after < idle + 150, (idle, after, agent.session.passes)

@@ -47,7 +47,7 @@ from laya_onnx.core.tokenizer import LayaTokenizer
 from laya_onnx.core.tournament import check_group_size, fitting_group_size, run_tournament
 from laya_onnx.core.windows import SCANNING
 from laya_onnx.core.windows import predict_long as scan_long
-from laya_onnx.core.work import PassClock, PassWork, current_limits
+from laya_onnx.core.work import CallStopped, PassClock, PassWork, current_limits
 
 State = str | dict | list | Any
 DEFAULT_MAX_LEN = 512
@@ -528,7 +528,14 @@ class ONNXAgent(HookRegistry):
         gathered = CallLogits(qs, len(encoded))
         for n, refs in enumerate(passes):
             if limits is not None:
-                limits.check()
+                try:
+                    limits.check()
+                except CallStopped:
+                    if n and largest >= ARENA_RELEASE_BYTES:
+                        # stopped before its last pass, which would have released the arena: a
+                        # short pass hands the memory of the large ones back instead
+                        self.session.run(probe_feeds(1, 8), release_memory=True)
+                    raise
             rows = [encoded[i][j] for i, j in refs]
             # After a large call, its last pass hands the arena's free memory back to the OS.
             release = largest >= ARENA_RELEASE_BYTES and n == len(passes) - 1
