@@ -244,3 +244,28 @@ async def test_jev_profile_document_describes_its_own_bodies_answers_and_errors(
     # the document can fail: a laya-profile error body is not a Jev one
     assert list(validator(doc, "JevError").iter_errors({"detail": "busy"}))
     assert "JevSystemOneRequest" in docs
+
+
+def test_not_blank_means_what_the_handlers_strip():
+    """The documents' "not blank" pattern refuses exactly the strings `str.strip()` empties: ECMA's
+    `\\S` would accept U+001C..U+001F and U+0085, which the handlers refuse as blank."""
+    import re
+    import sys
+
+    from laya_onnx.serve.validate import NOT_BLANK
+
+    pattern = re.compile(NOT_BLANK)
+    disagree = [
+        hex(c) for c in range(sys.maxunicode + 1) if bool(pattern.search(chr(c))) != bool(chr(c).strip())
+    ]
+    assert not disagree
+    for jev in (False, True):
+        doc = openapi_document(jev_profile=jev)
+        request = validator(doc, "JevSystemOneRequest" if jev else "DecisionRequest")
+        assert "\\\\S" not in json.dumps(doc)
+        for blank in ("\x1d", "\x85 ", "\u3000"):
+            body = {**BODY, "questions": {blank: BODY["questions"][next(iter(BODY["questions"]))]}}
+            assert not request.is_valid(body), (jev, repr(blank))
+        assert request.is_valid(
+            {**BODY, "questions": {"\x1dq": BODY["questions"][next(iter(BODY["questions"]))]}}
+        )

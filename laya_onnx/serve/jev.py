@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticCustomError
 
 from laya_onnx.serve.errors import ApiError
+from laya_onnx.serve.validate import NOT_BLANK
 from laya_onnx.serve.wire import jev_confidence, strict_projection
 
 #: What the model reads when a Jev question leaves `instructions` out: laya's head needs some
@@ -84,7 +85,7 @@ _DESCRIBED: dict[str, Any] = {
 
 _INSTRUCTIONS: dict[str, Any] = {
     "anyOf": [
-        {"type": "string", "pattern": r"\S"},
+        {"type": "string", "pattern": NOT_BLANK},
         {"type": "object", "minProperties": 1},
         {"type": "array", "minItems": 1},
         {"type": ["number", "boolean", "null"]},
@@ -214,7 +215,7 @@ class SystemOneRequest(BaseModel):
         ..., description="The content every question is about.", json_schema_extra=_NOT_NULL
     )
     questions: dict[str, Question] = Field(
-        ..., min_length=1, json_schema_extra={"propertyNames": {"pattern": r"\S"}}
+        ..., min_length=1, json_schema_extra={"propertyNames": {"pattern": NOT_BLANK}}
     )
 
     @field_validator("state")
@@ -233,7 +234,7 @@ class BatchRequest(BaseModel):
     model: Any = None
     states: list[Content] = Field(..., min_length=1, json_schema_extra={"items": _NOT_NULL})
     questions: dict[str, Question] = Field(
-        ..., min_length=1, json_schema_extra={"propertyNames": {"pattern": r"\S"}}
+        ..., min_length=1, json_schema_extra={"propertyNames": {"pattern": NOT_BLANK}}
     )
 
 

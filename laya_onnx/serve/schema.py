@@ -50,7 +50,7 @@ NonNull = str | float | bool | dict[str, Any] | list[Any]
 # -- requests -------------------------------------------------------------------------------
 
 Instructions = Annotated[
-    Annotated[str, Field(pattern=r"\S")]
+    Annotated[str, Field(pattern=v.NOT_BLANK)]
     | Annotated[dict[str, Any], Field(min_length=1)]
     | Annotated[list[Any], Field(min_length=1)]
     | float
@@ -130,8 +130,8 @@ class NoulLabels(TypedDict):
 
     __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
 
-    false: Annotated[str, Field(pattern=r"\S")]
-    true: Annotated[str, Field(pattern=r"\S")]
+    false: Annotated[str, Field(pattern=v.NOT_BLANK)]
+    true: Annotated[str, Field(pattern=v.NOT_BLANK)]
 
 
 NoulCriteria = Annotated[
@@ -163,7 +163,7 @@ Questions = Annotated[
     dict[str, Question],
     Field(
         max_length=v.MAX_QUESTIONS,
-        json_schema_extra={"propertyNames": {"pattern": r"\S"}},
+        json_schema_extra={"propertyNames": {"pattern": v.NOT_BLANK}},
         description="question id (non-blank) -> question; at most %d (413 beyond); {} is answered "
         "with no answers" % v.MAX_QUESTIONS,
     ),

@@ -16,6 +16,12 @@ from laya_onnx.core.gate import check_min_confidence
 from laya_onnx.core.questions import null_level
 from laya_onnx.serve.errors import INVALID_JSON, ApiError
 
+#: JSON Schema `pattern` for "not blank" as the handlers judge it (`str.strip()`): at least one
+#: character Python does not count as whitespace. ECMA's `\S` is not that: it matches the
+#: separators U+001C..U+001F, which `strip()` removes, so a schema saying `\S` would promise to
+#: answer a question id the handlers refuse.
+NOT_BLANK = "[^%s]" % "".join("\\u%04x" % c for c in range(0x3001) if chr(c).isspace())  # U+3000 is the last
+
 MAX_QUESTIONS = 64
 MAX_STATE_CHARS = 50000
 MAX_BATCH_STATES = 64
