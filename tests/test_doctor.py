@@ -86,6 +86,11 @@ def test_refusals_point_to_what_answers_them():
         and message.endswith("predict(..., tournament=True).")
         and str(refusal).startswith("question")
     )
+    unstopped = InvalidRequest("question 'q': ... lower head_max_len, raise max_len, or use fewer options")
+    add_note(unstopped, "A choice with many options can be answered by elimination.")
+    assert exit_status(unstopped)[1].endswith(
+        "use fewer options. A choice with many options can be answered by elimination."
+    )
     missing = ModuleNotFoundError("No module named 'ray'", name="ray")
     assert "pip install 'laya-onnx[ray]'" in exit_status(missing)[1]
     assert install_hint("numpy") == ""

@@ -69,7 +69,11 @@ def install_hint(module: str | None) -> str:
 def with_notes(message: str, exc: BaseException) -> str:
     """The message and the exception's notes (`add_note`: what answers the refusal), one line."""
     notes = getattr(exc, "__notes__", None) or []
-    return " ".join([message, *(str(n) for n in notes)])
+    if not notes:
+        return message
+    # The message is laya's own text (no closing stop); the notes are sentences of their own.
+    ends = "" if message.rstrip().endswith((".", "!", "?")) else "."
+    return " ".join([message.rstrip() + ends, *(str(n) for n in notes)])
 
 
 def listed_status(exc: BaseException) -> int | None:

@@ -18,6 +18,7 @@ import threading
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypedDict
 
 import numpy as np
@@ -332,7 +333,14 @@ class GraphSession:
             counter.last_reason = reason
         # One report: a warning, which the command line and the server log as one line
         # (`laya_onnx.core.notices`) and an application filters as it likes.
-        warnings.warn(f"laya-onnx: provider fallback: {reason}", RuntimeWarning, stacklevel=3)
+        # Named by the bundle's folder: the session opens before the agent has its name.
+        where = Path(self._path).parent
+        warnings.warn(
+            f"laya-onnx: bundle at {where}: provider fallback: {reason} (strict_providers=True, or "
+            "--strict-providers, refuses instead)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
     def _check_io(self) -> None:
         names = [i.name for i in self._session.get_inputs()]
