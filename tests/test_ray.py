@@ -157,6 +157,9 @@ EDGE_CASES = [
     ("POST", "/v1/systemone/batch", json.dumps({"states": ["a"] * 65, "questions": Q2}).encode(), {}),
     ("GET", "/v1/systemone", None, {}),
     ("POST", "/nowhere", b"{}", {}),
+    ("GET", "/metrics", None, {"Authorization": "Bearer no"}),
+    ("GET", "/metrics/", None, {}),
+    ("POST", "/v1/systemone/?q=1", b"{}", {}),
     ("GET", "/v1/models", None, {}),
     ("GET", "/v1/models", None, {"Authorization": "Bearer no"}),
     ("POST", "/v1/models", b"{}", {}),
@@ -174,7 +177,8 @@ async def _exchange(url_of, cases):
                 method, url_of(path), data=body, headers=sent, allow_redirects=False
             ) as r:
                 payload = await r.read()
-                out.append((r.status, r.headers.get("Allow"), json.loads(payload) if payload else None))
+                head = (r.headers.get("Allow"), r.headers.get("Location"), r.headers.get("Content-Type"))
+                out.append((r.status, head, json.loads(payload) if payload else None))
     return out
 
 
@@ -208,12 +212,88 @@ def test_refusals_and_encodings_equal_the_aiohttp_app(base, tiny_english_agent):
         413,
         405,
         404,
+        401,
+        307,
+        307,
         200,
         200,
         405,
     ]
     assert "x_graph_sha256" in on_ray[-3][2]["models"][0]  # the full listing with the bearer ...
     assert "x_graph_sha256" not in on_ray[-2][2]["models"][0]  # ... Jev's three keys without
+
+
+def _scrape(url: str, headers: dict[str, str]) -> tuple[set[str], dict[tuple[str, tuple], float]]:
+    """A Prometheus scrape: its metric families' names, and every sample as
+    {(name, sorted labels): value}."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=30) as resp:
+        assert resp.headers["Content-Type"].startswith("text/plain")
+        families = list(text_string_to_metric_families(resp.read().decode()))
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families for s in f.samples}
+    # a labelled series' `_created` reads as a family of its own once it has a child
+    return {f.name for f in families if not f.name.endswith("_created")}, samples
+
+
+def test_metrics_count_what_the_ingress_answered_under_the_servers_names(base, tiny_english_agent):
+    """`/metrics` on Ray Serve: the aiohttp app's metric names, less its single worker's (queue,
+    admission limit, provider fallbacks); requests, refusals, passes, rows and tokens counted as
+    they were answered; `/metrics/` redirects to it under the application's prefix."""
+    from aiohttp.test_utils import TestServer
+
+    from laya_onnx.serve import create_app
+
+    async def aiohttp_families():
+        async with TestServer(create_app(tiny_english_agent, api_key=KEY)) as server:
+            return (await asyncio.to_thread(_scrape, str(server.make_url("/metrics")), AUTH))[0]
+
+    _, before = _scrape(base + "/metrics", AUTH)
+    status, _, one = http_json(base + "/v1/systemone", {"state": "metrics", "questions": Q1}, AUTH, 120)
+    assert status == 200
+    body = {"states": ["a", "b"], "questions": Q2}
+    status, _, batch = http_json(base + "/v1/systemone/batch", body, AUTH, 120)
+    assert status == 200
+    assert http_json(base + "/v1/systemone", {"state": "x"}, AUTH)[0] == 400
+    assert http_json(base + "/nowhere", None, AUTH)[0] == 404
+    assert http_json(base + "/metrics", None, {"Authorization": "Bearer no"})[0] == 401
+    families, after = _scrape(base + "/metrics", AUTH)
+
+    def delta(name, **labels):
+        key = (name, tuple(sorted(labels.items())))
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    requests = "laya_onnx_http_requests_total"
+    assert delta(requests, route="/v1/systemone", method="POST", status="200") == 1
+    assert delta(requests, route="/v1/systemone", method="POST", status="400") == 1
+    assert delta(requests, route="/v1/systemone/batch", method="POST", status="200") == 1
+    assert delta(requests, route="unmatched", method="GET", status="404") == 1
+    assert delta(requests, route="/metrics", method="GET", status="401") == 1
+    assert delta(requests, route="/metrics", method="GET", status="200") == 1  # the first scrape
+    assert delta("laya_onnx_http_request_duration_seconds_count", route="/v1/systemone") == 2
+    assert delta("laya_onnx_inference_duration_seconds_count", route="/v1/systemone") == 1
+    assert delta("laya_onnx_inference_duration_seconds_count", route="/v1/systemone/batch") == 1
+    assert delta("laya_onnx_rows_total") == len(Q1) + 2 * len(Q2)
+    tokens = one["usage"]["input_tokens"] + sum(r["usage"]["input_tokens"] for r in batch["results"])
+    assert delta("laya_onnx_input_tokens_total") == tokens
+    assert after[("laya_onnx_http_requests_in_flight", (("route", "/metrics"),))] == 1  # itself
+    assert after[("process_resident_memory_bytes", ())] > 0
+    worker_only = {
+        "laya_onnx_inference_queue_wait_seconds",
+        "laya_onnx_inference_queue_depth",
+        "laya_onnx_admission_limit",
+        "laya_onnx_provider_fallbacks",
+    }
+    theirs = asyncio.run(aiohttp_families())
+    assert worker_only <= theirs
+    assert families == theirs - worker_only
+    ((status, (_, location, content_type), payload),) = asyncio.run(
+        _exchange(lambda p: base + p, [("GET", "/routed/metrics/", None, {})])
+    )
+    assert (status, location, content_type) == (307, "/routed/metrics", "application/json")
+    assert payload == {"detail": "Temporary Redirect"}
 
 
 def test_decisions_carry_the_timing_headers_and_refusals_do_not(base):

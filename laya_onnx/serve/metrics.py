@@ -9,6 +9,10 @@ facts that the inference step leaves behind (`keys.py`); handlers stay free of m
 Three figures are read at scrape time instead of being pushed: the queue in front of the
 inference gate, provider fallbacks (the agent's own table) and the process's memory
 (`ProcessCollector`, from /proc on Linux).
+
+`RequestMetrics` is the part any HTTP edge can count — requests, latency, passes, rows, tokens,
+busy refusals, the process — and what the Ray Serve ingress exports under the same names
+(`ray_app.py`); `Metrics` adds what only the aiohttp app's single worker has.
 """
 
 from __future__ import annotations
@@ -78,14 +82,12 @@ class ProviderFallbacks(Collector):
         yield family
 
 
-class Metrics:
-    """The metric objects of one app, registered on its own registry."""
+class RequestMetrics:
+    """What both servers count at their HTTP edge — requests, latency, in flight, successful
+    passes, rows, tokens, busy refusals and the process — on a registry of their own. The Ray
+    Serve ingress exports these (`ray_app.py`); the aiohttp app adds its worker's figures."""
 
-    def __init__(
-        self, agent: ServedAgent, max_concurrent: int, queue_depth: Callable[[], int], root_path: str = ""
-    ):
-        #: LAYA_ROOT_PATH: a route is one label with and without it.
-        self.root_path = root_path
+    def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.requests = Counter(
@@ -107,19 +109,6 @@ class Metrics:
             ["route"],
             registry=r,
         )
-        self.queue_wait = Histogram(
-            PREFIX + "_inference_queue_wait_seconds",
-            "Time a decision request waited for the single inference worker.",
-            ["route"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        queued = Gauge(
-            PREFIX + "_inference_queue_depth",
-            "Decision requests waiting for the inference worker now (the running one excluded).",
-            registry=r,
-        )
-        queued.set_function(queue_depth)  # read from the inference gate at scrape time
         self.inference = Histogram(
             PREFIX + "_inference_duration_seconds",
             "Time of successful forward passes on the worker (what X-Inference-Time-Ms reports).",
@@ -143,33 +132,66 @@ class Metrics:
             ["route"],
             registry=r,
         )
-        admission = Gauge(
-            PREFIX + "_admission_limit",
-            f"{settings.MAX_CONCURRENT.env}: decision requests admitted at once.",
-            registry=r,
-        )
-        admission.set(max_concurrent)
         ProcessCollector(registry=r)  # process_resident_memory_bytes, cpu seconds, open fds
-        r.register(ProviderFallbacks(agent))
 
     def exposition(self, accept: str | None) -> tuple[bytes, str]:
         """The scrape body and its Content-Type, negotiated from the Accept header."""
         encoder, content_type = choose_encoder(accept or "")
         return encoder(self.registry), content_type
 
-    def observe(self, request: web.Request, route: str, status: int, seconds: float, busy: bool) -> None:
-        self.requests.labels(route, request.method, str(status)).inc()
+    def answered(self, route: str, method: str, status: int, seconds: float, busy: bool) -> None:
+        """One request answered (or its client gone: `CLIENT_GONE`)."""
+        self.requests.labels(route, method, str(status)).inc()
         self.latency.labels(route).observe(seconds)
         if busy:
             self.busy.labels(route).inc()
+
+    def worked(self, rows: int, tokens: int) -> None:
+        """What a successful pass answered (`work_done`)."""
+        self.rows.inc(rows)
+        self.tokens.inc(tokens)
+
+
+class Metrics(RequestMetrics):
+    """The aiohttp app's metrics: the edge's, and its single worker's queue, admission limit and
+    the agent's provider fallbacks."""
+
+    def __init__(
+        self, agent: ServedAgent, max_concurrent: int, queue_depth: Callable[[], int], root_path: str = ""
+    ):
+        super().__init__()
+        #: LAYA_ROOT_PATH: a route is one label with and without it.
+        self.root_path = root_path
+        r = self.registry
+        self.queue_wait = Histogram(
+            PREFIX + "_inference_queue_wait_seconds",
+            "Time a decision request waited for the single inference worker.",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        queued = Gauge(
+            PREFIX + "_inference_queue_depth",
+            "Decision requests waiting for the inference worker now (the running one excluded).",
+            registry=r,
+        )
+        queued.set_function(queue_depth)  # read from the inference gate at scrape time
+        admission = Gauge(
+            PREFIX + "_admission_limit",
+            f"{settings.MAX_CONCURRENT.env}: decision requests admitted at once.",
+            registry=r,
+        )
+        admission.set(max_concurrent)
+        r.register(ProviderFallbacks(agent))
+
+    def observe(self, request: web.Request, route: str, status: int, seconds: float, busy: bool) -> None:
+        self.answered(route, request.method, status, seconds, busy)
         waited = request.get(QUEUE_WAIT_MS)
         if waited is not None:
             self.queue_wait.labels(route).observe(waited / 1000.0)
         result = request.get(PASS_RESULT)
         if result is not None:
-            rows, tokens = work_done(result)
-            self.rows.inc(rows)
-            self.tokens.inc(tokens)
+            self.worked(*work_done(result))
 
 
 METRICS = web.AppKey("metrics", Metrics)

@@ -14,9 +14,11 @@ Two deployments, built by `build(args)` (the `import_path` of a Ray Serve config
     config file's `deployments:` entry.
   * `LayaIngress` — the HTTP edge: routes (404/405/307 as the aiohttp app), the bearer check
     before a body byte is read, the 2 MiB cap and read timeout, Content-Encoding; then the raw
-    body goes to a model replica. A replica that dies under a request (a killed or crashed actor)
-    is retried on another one, so an accepted request is answered, not lost; when no replica
-    answers after `RETRIES` tries the caller gets a 503 with Retry-After.
+    body goes to a model replica. A replica that dies under a request (a killed or crashed
+    actor) is retried on another one, so an accepted request is answered, not lost; when no
+    replica answers after `RETRIES` tries the caller gets a 503 with Retry-After. `/metrics` is
+    the edge's: the aiohttp server's request, latency, pass, row, token and busy metrics
+    (`metrics.RequestMetrics`), as this ingress replica saw them.
 
 `laya-onnx serve --ray CONFIG` is Ray's own `serve run CONFIG`.
 """
@@ -30,7 +32,7 @@ import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 from ray import serve
 from ray.exceptions import RayActorError
@@ -50,6 +52,7 @@ from laya_onnx.serve.errors import (
     UNAUTHORIZED,
     ApiError,
 )
+from laya_onnx.serve.metrics import CLIENT_GONE, UNMATCHED, RequestMetrics, work_done
 from laya_onnx.serve.server import is_models_dir
 from laya_onnx.serve.settings import Settings
 from laya_onnx.serve.wire import Checkpoint, fallback_baseline, render
@@ -60,13 +63,17 @@ log = logging.getLogger("laya_onnx.serve")
 RETRIES = 3
 DEFAULT_MAX_BATCH_SIZE = 8
 DEFAULT_BATCH_WAIT_S = 0.005
-#: (method, path) -> route name; the aiohttp app's decision, health and model-list routes.
+#: (method, path) -> route name; the aiohttp app's decision, health, model-list and metrics routes.
 ROUTES = {
     ("GET", "/health"): "health",
     ("POST", "/v1/systemone"): "systemone",
     ("POST", "/v1/systemone/batch"): "systemone_batch",
     ("GET", "/v1/models"): "models",
+    ("GET", "/metrics"): "metrics",
 }
+#: The work of a successful pass a model replica reports with its answer, for the ingress's
+#: metrics: its milliseconds, question rows and input tokens.
+Work = tuple[float, int, int]
 
 
 def timing_headers(ms: float) -> dict[str, str]:
@@ -139,15 +146,15 @@ class LayaModel:
         if sick:
             raise RuntimeError("the device failed pass after pass for %s; restart needed" % ", ".join(sick))
 
-    async def decide(self, route: str, raw: bytes) -> tuple[int, dict[str, str], bytes]:
+    async def decide(self, route: str, raw: bytes) -> tuple[int, dict[str, str], bytes, Work | None]:
         try:
-            body, ms = await self._decide(route, raw)
+            body, ms, result = await self._decide(route, raw)
         except ApiError as exc:
-            return exc.status, exc.headers, render(contract.api_error_body(self.settings, exc))
-        return 200, timing_headers(ms), body
+            return exc.status, exc.headers, render(contract.api_error_body(self.settings, exc)), None
+        return 200, timing_headers(ms), body, (ms, *work_done(result))
 
-    async def _decide(self, route: str, raw: bytes) -> tuple[bytes, float]:
-        """The payload and the milliseconds of the pass that answered it."""
+    async def _decide(self, route: str, raw: bytes) -> tuple[bytes, float, Any]:
+        """The payload, the milliseconds of the pass that answered it, and the pass's result."""
         agent, checkpoint, settings = self.agent, self.checkpoint, self.settings
         if route == "systemone":
             decision: contract.OneDecision | contract.BatchDecision = contract.parse_systemone(
@@ -169,7 +176,7 @@ class LayaModel:
         body = contract.render_payload(
             partial(decision.payload, result, checkpoint, settings), decision.what, checkpoint.name
         )
-        return body, ms
+        return body, ms, result
 
     @serve.batch(max_batch_size=DEFAULT_MAX_BATCH_SIZE, batch_wait_timeout_s=DEFAULT_BATCH_WAIT_S)
     async def answer_one(self, decisions: list[contract.OneDecision]) -> list[Any]:
@@ -270,6 +277,7 @@ class LayaIngress:
     def __init__(self, model: Any, settings: dict[str, Any] | None = None):
         self.model = model
         self.settings = _settings(settings)
+        self.metrics = RequestMetrics()
 
     def _json(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> Response:
         return Response(content=body, status_code=status, headers=headers, media_type="application/json")
@@ -278,19 +286,33 @@ class LayaIngress:
         return self._json(exc.status, render(contract.api_error_body(self.settings, exc)), exc.headers)
 
     async def __call__(self, request: Request) -> Response:
-        try:
-            return await self._route(request)
-        except ApiError as exc:
-            return self._refusal(exc)
-
-    async def _route(self, request: Request) -> Response:
+        """Route and answer, counted and timed as the aiohttp app's metrics middleware does: a
+        refusal by its status, a caller gone before its answer as 499."""
         method = request.method.upper()
         path, root = request.scope.get("path", "/"), request.scope.get("root_path", "")
         if root and (path == root or path.startswith(root + "/")):
             path = path[len(root) :] or "/"  # the application's route_prefix
+        label = path if (method, path) in ROUTES else UNMATCHED
+        start = time.perf_counter()
+        status, busy = 500, False
+        try:
+            with self.metrics.in_flight.labels(label).track_inprogress():
+                response = await self._route(request, method, path, label)
+            status = response.status_code
+            return response
+        except ApiError as exc:
+            status, busy = exc.status, exc.status == 503 and exc.detail == BUSY
+            return self._refusal(exc)
+        except asyncio.CancelledError:
+            status = CLIENT_GONE
+            raise
+        finally:
+            self.metrics.answered(label, method, status, time.perf_counter() - start, busy)
+
+    async def _route(self, request: Request, method: str, path: str, label: str) -> Response:
         route = ROUTES.get((method, path))
         if route is None:
-            return self._unrouted(method, path, request)
+            self._unrouted(method, path, request)
         full = contract.authorized(self.settings, _header(request, b"authorization"))
         if route == "health":
             return self._json(*await self._on_model("health", full))
@@ -298,19 +320,28 @@ class LayaIngress:
             return self._json(200, await self._on_model("models", full))
         if not full:
             raise ApiError(401, UNAUTHORIZED)
+        if route == "metrics":
+            body, content_type = self.metrics.exposition(_header(request, b"accept"))
+            return Response(content=body, headers={"Content-Type": content_type})
         raw = await read_body(request, self.settings.body_read_timeout)
-        status, headers, body = await self._on_model("decide", route, raw)
+        status, headers, body, work = await self._on_model("decide", route, raw)
+        if work is not None:
+            ms, rows, tokens = work
+            self.metrics.inference.labels(label).observe(ms / 1000.0)
+            self.metrics.worked(rows, tokens)
         return self._json(status, body, headers)
 
-    def _unrouted(self, method: str, path: str, request: Request) -> Response:
+    def _unrouted(self, method: str, path: str, request: Request) -> NoReturn:
+        """404, 405, or the 307 from a trailing slash to its route (a JSON body, as every answer)."""
         allowed = sorted(m for (m, p) in ROUTES if p == path)
         if allowed:
             raise ApiError(405, "Method Not Allowed", {"Allow": ", ".join(allowed)})
         stripped = path.rstrip("/")
         if stripped != path and any(p == stripped for (_, p) in ROUTES):
-            query = request.url.query
-            location = stripped + ("?" + query if query else "")
-            return Response(status_code=307, headers={"Location": location})
+            seen, query = request.scope.get("path", "/"), request.url.query
+            prefix = seen[: len(seen) - len(path)]  # the route_prefix the request came under
+            location = prefix + stripped + ("?" + query if query else "")
+            raise ApiError(307, "Temporary Redirect", {"Location": location})
         raise ApiError(404, "Not Found")
 
     async def _on_model(self, method: str, *args: Any) -> Any:
