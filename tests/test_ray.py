@@ -298,7 +298,7 @@ def test_metrics_count_what_the_ingress_answered_under_the_servers_names(base, t
 
 def test_decisions_carry_the_timing_headers_and_refusals_do_not(base):
     """Server-Timing and X-Inference-Time-Ms as the aiohttp app sets them: the pass's ms on a
-    200 (single, micro-batched, and batch), on no refusal."""
+    200 (single, micro-batched, and batch), on no refusal; X-Model-Fallback as it sets it."""
     import re
 
     def headers_of(path, body):
@@ -315,8 +315,38 @@ def test_decisions_carry_the_timing_headers_and_refusals_do_not(base):
         ms = headers["x-inference-time-ms"]
         assert re.fullmatch(r"\d+\.\d\d", ms) and float(ms) > 0, (path, ms)
         assert headers["server-timing"] == "inference;dur=" + ms, path
+        assert "x-model-fallback" not in headers, path
     status, headers = headers_of("/v1/systemone", {"state": "x"})
     assert status == 400 and "server-timing" not in headers and "x-inference-time-ms" not in headers
+    # a model the server does not know is answered as the aiohttp app answers it, and says so
+    for path, body, answered in [
+        ("/v1/systemone", {"state": "x", "questions": Q1, "model": "englsh"}, "tiny-english"),
+        ("/v1/systemone/batch", {"states": ["a"], "questions": Q2, "model": "englsh"}, "tiny-english"),
+        (
+            "/routed/v1/systemone",
+            {"state": "I was charged twice, refund me", "questions": Q1, "model": "x"},
+            "english",
+        ),
+    ]:
+        status, headers = headers_of(path, body)
+        assert status == 200 and headers["x-model-fallback"] == answered, path
+
+
+def test_the_index_lists_the_ingress_routes(base):
+    """`GET /` as the aiohttp app answers it, with the ingress's own routes (no /docs on Ray),
+    under the application's route prefix; no version on a keyed server."""
+    status, _, index = http_json(base + "/")
+    assert status == 200 and index["name"] == "laya-onnx" and "version" not in index
+    assert set(index["routes"]) == {
+        "GET /",
+        "GET /health",
+        "POST /v1/systemone",
+        "POST /v1/systemone/batch",
+        "GET /v1/models",
+        "GET /metrics",
+    }
+    status, _, index = http_json(base + "/routed")
+    assert status == 200 and "POST /routed/v1/systemone" in index["routes"]
 
 
 def _ask(base, state, questions):

@@ -425,7 +425,12 @@ async def test_root_path_serves_every_route_with_and_without_the_prefix():
             assert (r.status, body) == (401, {"detail": "invalid or missing bearer token"})
         r = await c.post("/laya" + URL + "/", json=BODY, allow_redirects=False)
         assert (r.status, r.headers["Location"]) == (307, "/laya" + URL)
-        for path in ("/layax/health", "/laya", "/laya/", "/laya/laya/health", "/other/health"):
+        for path in ("/", "/laya"):  # the index, its paths under the prefix
+            r = await c.get(path)
+            assert r.status == 200 and "GET /laya/health" in (await r.json())["routes"], path
+        r = await c.get("/laya/", allow_redirects=False)
+        assert (r.status, r.headers["Location"]) == (307, "/laya")
+        for path in ("/layax/health", "/laya/laya/health", "/other/health"):
             r = await c.get(path)
             assert (r.status, await r.json()) == (404, {"detail": "Not Found"}), path
         r = await c.post("/laya/health")

@@ -44,6 +44,36 @@ async def test_model_names_this_checkpoint_or_auto_routes(model):
         assert r.status == 200
 
 
+@pytest.mark.parametrize("model", ["englsh", "jev-1", "gpt-5", "not-a-checkpoint", True, 5])
+@aio
+async def test_a_model_naming_nothing_served_says_who_answered(model, caplog):
+    """laya-serve answers such a name with its default checkpoint and says nothing; here the
+    answer is the same (200, same body) and X-Model-Fallback names the checkpoint, on both routes."""
+    caplog.set_level(logging.INFO, logger="laya_onnx.serve")
+    async with served() as c:
+        r, body = await post(c, URL, {**BODY, "model": model})
+        assert r.status == 200 and r.headers["X-Model-Fallback"] == "english"
+        assert "x_model_fallback" not in body and body["routing"]["model"] == "english"
+        _, plain = await post(c, URL, BODY)
+        assert {**body, "usage": None} == {**plain, "usage": None}  # laya-serve's body, untouched
+        r, batch = await post(c, BATCH, {"states": ["a", "b"], "questions": Q, "model": model})
+        assert r.status == 200 and r.headers["X-Model-Fallback"] == "english"
+        assert all("x_model_fallback" not in x for x in batch["results"])
+    lines = [m for m in caplog.messages if "names no checkpoint" in m]
+    assert lines == ["model %r names no checkpoint served here; answered by english" % str(model).strip()] * 2
+
+
+@pytest.mark.parametrize(
+    "model", ["english", " English ", "en", "", None, False, "jev-latest", "convaiinnovations/laya"]
+)
+@aio
+async def test_a_model_naming_this_checkpoint_is_no_fallback(model):
+    async with served() as c:
+        for path, base in ((URL, BODY), (BATCH, {"states": ["x"], "questions": Q})):
+            r, _ = await post(c, path, {**base, "model": model})
+            assert r.status == 200 and "X-Model-Fallback" not in r.headers
+
+
 @pytest.mark.parametrize(
     "model",
     [

@@ -99,6 +99,26 @@ async def test_jev_strict_keeps_the_contract_only_with_jev_confidence(monkeypatc
 
 
 @aio
+async def test_a_model_naming_nothing_served_is_answered_and_named_as_a_fallback(monkeypatch):
+    """jev.md: `model` is answered (jev-latest plainly); a name this server does not know is
+    answered too, with `x_model_fallback` in each result and X-Model-Fallback; strict keeps the header."""
+    async with served(**JEV) as c:
+        r, body = await post(c, URL, {**BODY, "model": "englsh"})
+        assert r.status == 200 and r.headers["X-Model-Fallback"] == "english"
+        assert list(body) == ["model", "answers", "usage", "x_routing", "x_model_fallback"]
+        assert body["x_model_fallback"] == {"requested": "englsh", "answered_by": "english"}
+        r, batch = await post(c, BATCH, {"states": ["a", "b"], "questions": Q, "model": "jev-1.13"})
+        assert r.status == 200 and r.headers["X-Model-Fallback"] == "english"
+        assert [x["x_model_fallback"]["requested"] for x in batch["results"]] == ["jev-1.13"] * 2
+        r, body = await post(c, URL, {**BODY, "model": "jev-latest"})
+        assert "X-Model-Fallback" not in r.headers and "x_model_fallback" not in body
+    monkeypatch.setenv("LAYA_JEV_STRICT", "1")
+    async with served(**JEV) as c:
+        r, body = await post(c, URL, {**BODY, "model": "englsh"})
+    assert r.headers["X-Model-Fallback"] == "english" and list(body) == ["model", "answers", "usage"]
+
+
+@aio
 async def test_jev_batch_results_are_shaped_too():
     async with served(**JEV) as c:
         r, body = await post(c, BATCH, {"states": ["a", "b"], "questions": Q})

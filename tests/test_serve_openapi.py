@@ -60,7 +60,9 @@ async def test_openapi_document_describes_exactly_the_routes_served():
     for path in ("/v1/systemone", "/v1/systemone/batch"):
         op = doc["paths"][path]["post"]
         assert set(op["responses"]) == {"200"} | DECISION_ERRORS
-        assert set(op["responses"]["200"]["headers"]) == {"Server-Timing", "X-Inference-Time-Ms"}
+        headers = op["responses"]["200"]["headers"]
+        assert set(headers) == {"Server-Timing", "X-Inference-Time-Ms", "X-Model-Fallback"}
+        assert headers["X-Model-Fallback"]["required"] is False
         assert set(op["responses"]["503"]["headers"]) == {"Retry-After"}
         for status in DECISION_ERRORS:
             ref = op["responses"][status]["content"]["application/json"]["schema"]["$ref"]
@@ -86,6 +88,31 @@ async def test_docs_and_openapi_are_absent_when_a_key_is_set():
             for headers in ({}, {"Authorization": "Bearer s3cret"}):
                 r = await c.get(path, headers=headers)
                 assert (r.status, await r.json()) == (404, {"detail": "Not Found"})
+
+
+@pytest.mark.parametrize("profile", [{}, {"jev_profile": "typesafe"}])
+@aio
+async def test_the_index_names_every_route_and_the_documents(profile):
+    """`GET /`: 200 with every served route and its summary (laya-serve 404s here; a person or a
+    probe at the bare URL learns what answers); no version and no doc links with a key set."""
+    doc = openapi_document()
+    async with served(**profile) as c:
+        r = await c.get("/")
+        index = await r.json()
+    assert r.status == 200 and r.content_type == "application/json"
+    assert_valid(doc, "Index", index)
+    assert index["name"] == "laya-onnx" and index["version"] == doc["info"]["version"]
+    assert (index["docs"], index["openapi"]) == ("/docs", "/openapi.json")
+    served_routes = app_routes(create_app(FakeAgent(), **profile))
+    assert {tuple(route.split(" ")) for route in index["routes"]} == {
+        (m.upper(), p) for m, p in served_routes
+    }
+    assert index["routes"]["POST /v1/systemone"] == doc["paths"]["/v1/systemone"]["post"]["summary"]
+    async with served(api_key="s3cret", **profile) as c:
+        r = await c.get("/")
+        keyed = await r.json()
+    assert r.status == 200 and "version" not in keyed and "docs" not in keyed and "openapi" not in keyed
+    assert "GET /docs" not in keyed["routes"] and "GET /health" in keyed["routes"]
 
 
 @aio
@@ -218,6 +245,7 @@ async def test_jev_profile_document_describes_its_own_bodies_answers_and_errors(
             await post(c, BATCH, {"states": [BODY["state"], "another"], "questions": BODY["questions"]}),
             await post(c, URL, {"state": "x", "questions": {}}),
             await post(c, URL, b"{not json"),
+            await post(c, URL, {**BODY, "model": "englsh"}),
         ]
         docs = await (await c.get("/docs")).text()
     statuses = [r.status for r, _ in replies]
@@ -234,7 +262,13 @@ async def test_jev_profile_document_describes_its_own_bodies_answers_and_errors(
     assert post_single["responses"]["503"]["content"]["application/json"]["schema"]["$ref"].endswith(
         "/JevError"
     )
-    assert statuses == [200, 200, 422, 422]
+    assert statuses == [200, 200, 422, 422, 200]
+    assert "X-Model-Fallback" in post_single["responses"]["200"]["headers"]
+    assert answers[4]["x_model_fallback"] == {"requested": "englsh", "answered_by": "english"}
+    assert_valid(doc, "JevSystemOneResponse", answers[4])
+    # the document can fail: a fallback that does not say what answered is not one
+    broken = {**answers[4], "x_model_fallback": {"requested": "englsh"}}
+    assert list(validator(doc, "JevSystemOneResponse").iter_errors(broken))
     assert_valid(doc, "JevSystemOneRequest", BODY)
     assert_valid(doc, "JevSystemOneResponse", answers[0])
     assert_valid(doc, "JevBatchResponse", answers[1])

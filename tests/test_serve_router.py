@@ -80,6 +80,25 @@ async def test_the_model_field_as_laya_serve_resolves_it():
 
 
 @aio
+async def test_a_model_naming_no_checkpoint_is_auto_routed_and_says_so():
+    """laya-serve auto-routes a miss silently; here X-Model-Fallback names the checkpoints the
+    router chose (state by state in a batch), and a named or generic model carries none."""
+    r = router()
+    async with serving(r) as c:
+        resp, body = await post(c, URL, {"state": DE, "questions": Q, "model": "englsh"})
+        assert resp.status == 200 and body["routing"]["model"] == "multilingual"
+        assert resp.headers["X-Model-Fallback"] == "multilingual" and "x_model_fallback" not in body
+        resp, body = await post(c, BATCH, {"states": [EN, DE, EN], "questions": Q, "model": "gpt-5"})
+        assert resp.status == 200 and resp.headers["X-Model-Fallback"] == "english, multilingual"
+        for model in ("english", "ml", "jev-latest", "convaiinnovations/laya", None):
+            resp, _ = await post(c, URL, {"state": EN, "questions": Q, "model": model})
+            assert resp.status == 200 and "X-Model-Fallback" not in resp.headers, model
+    async with serving(router(), jev_profile="typesafe") as c:
+        resp, body = await post(c, URL, {"state": JA, "questions": Q, "model": "multilingal"})
+        assert body["x_model_fallback"] == {"requested": "multilingal", "answered_by": "multilingual"}
+
+
+@aio
 async def test_task_lang_and_lang_guess_reach_the_router():
     r = router()
     async with serving(r) as c:

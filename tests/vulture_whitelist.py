@@ -63,6 +63,7 @@ _.noul
 _.output_tokens
 _.loc
 _.msg
+_.x_model_fallback
 # the served schema's TypedDicts (serve/schema.py): /openapi.json is generated from them
 _.false
 _.diagnostics
@@ -84,6 +85,7 @@ _.device_is_preference
 _.checkpoint_devices
 _.provider_fallbacks
 _.release_date
+_.openapi
 _.x_aliases
 _.x_revision
 _.x_repo

@@ -47,7 +47,7 @@ from laya_onnx.serve.keys import INFERENCE_MS, request_key
 from laya_onnx.serve.logs import REQUEST_ID_HEADER, accept_request_id, current_request_id, log_cancelled
 from laya_onnx.serve.metrics import METRICS, Metrics, metrics_middleware
 from laya_onnx.serve.microbatch import MicroBatcher
-from laya_onnx.serve.openapi import docs_html, openapi_json
+from laya_onnx.serve.openapi import docs_html, index_payload, openapi_json
 from laya_onnx.serve.protocol import ServedAgent
 from laya_onnx.serve.routed import IdleUnload, RoutedCatalog, served_router
 from laya_onnx.serve.rss import MemoryKeeper
@@ -286,7 +286,8 @@ async def _answer(request: web.Request, raw: bytes, parse: Callable[..., Any]) -
     body = contract.render_payload(
         partial(decision.payload, result, checkpoint, settings), decision.what, checkpoint.name
     )
-    return web.Response(body=body, content_type="application/json")
+    headers = contract.model_fallback_headers(decision, result, checkpoint)
+    return web.Response(body=body, content_type="application/json", headers=headers)
 
 
 async def systemone(request: web.Request) -> web.Response:
@@ -331,6 +332,14 @@ async def openapi_route(request: web.Request) -> web.Response:
 
 async def docs_route(request: web.Request) -> web.Response:
     return web.Response(text=docs_html(request.app[SETTINGS].jev), content_type="text/html")
+
+
+async def index_route(request: web.Request) -> web.Response:
+    """`GET /`: the routes of this app, where its documentation is (never 401, as /health)."""
+    settings = request.app[SETTINGS]
+    routes = [(method, path) for method, path, _, _ in _routes(settings)]
+    public = settings.api_key is None
+    return json_response(index_payload(routes, settings.root_path, public=public, docs=public))
 
 
 # -- lifecycle and factory -----------------------------------------------------------------
@@ -442,10 +451,10 @@ def create_app(agent: ServedAgent | Router, **settings: Any) -> web.Application:
     return app
 
 
-def _add_routes(router: web.UrlDispatcher, config: Settings) -> None:
-    """Every route, and again under LAYA_ROOT_PATH (`/laya/health` answers as `/health`, as
-    laya-serve's root_path does), except where that path is a route of its own, which wins."""
+def _routes(config: Settings) -> list[tuple[str, str, Handler, str]]:
+    """(method, path, handler, name) of every route the app serves with `config`."""
     routes: list[tuple[str, str, Handler, str]] = [
+        ("GET", "/", index_route, "index"),
         ("GET", "/health", health, "health"),
         ("POST", "/v1/systemone", systemone, "systemone"),
         ("POST", "/v1/systemone/batch", systemone_batch, "systemone_batch"),
@@ -454,9 +463,18 @@ def _add_routes(router: web.UrlDispatcher, config: Settings) -> None:
     ]
     if config.api_key is None:  # as laya-serve: no API documentation on a keyed server (404)
         routes += [("GET", "/openapi.json", openapi_route, "openapi"), ("GET", "/docs", docs_route, "docs")]
+    return routes
+
+
+def _add_routes(router: web.UrlDispatcher, config: Settings) -> None:
+    """Every route, and again under LAYA_ROOT_PATH (`/laya/health` answers as `/health`, as
+    laya-serve's root_path does; `/laya` as `/`), except where that path is a route of its own,
+    which wins."""
+    routes = _routes(config)
     own = {path for _, path, _, _ in routes}
     root = config.root_path
     for method, path, handler, name in routes:
         router.add_route(method, path, handler, name=name)
-        if root and root + path not in own:
-            router.add_route(method, root + path, handler, name=ROOT_ROUTE + name)
+        prefixed = (root + path).rstrip("/")
+        if root and prefixed not in own:
+            router.add_route(method, prefixed, handler, name=ROOT_ROUTE + name)

@@ -13,6 +13,8 @@ asked, and how its answer is shaped and rendered live only here, so two front en
   * `run_pass(fn, what, model)` / `pass_refusal(exc, ...)` — the pass's failures as 413/422/500;
   * `decision.payload(result, checkpoint, settings)` + `render_payload(make, what, model)` — shaping
     (routing block, `x_jev_confidence`, strict Jev projection, Jev profile) and JSON bytes;
+  * `model_fallback_headers(decision, result, checkpoint)` — `X-Model-Fallback` when the body's
+    `model` named no checkpoint here and another answered (and its log line);
   * `error_body(settings, status, detail, errors)` — a refusal in the configured wire profile;
   * `health_payload(agent, checkpoint, baseline, full)` — `/health` (liveness only unless `full`).
 
@@ -40,6 +42,7 @@ from laya_onnx.serve.routed import RoutedCheckpoints
 from laya_onnx.serve.settings import Settings
 from laya_onnx.serve.wire import (
     Checkpoint,
+    ModelChoice,
     NonFiniteNumber,
     cpu_fallbacks,
     preferred_device,
@@ -54,6 +57,11 @@ log = logging.getLogger("laya_onnx.serve")
 ServedCheckpoints = Checkpoint | RoutedCheckpoints
 
 LIVENESS_ONLY = {"status": "ok"}
+#: On a decision answered although its `model` named no checkpoint served here: the checkpoints
+#: that answered instead (laya-serve auto-routes such a name without a word).
+MODEL_FALLBACK_HEADER = "X-Model-Fallback"
+#: The Jev profile's body field for the same (extra fields there are `x_` fields).
+MODEL_FALLBACK_FIELD = "x_model_fallback"
 #: /health's status (with a 503) once a checkpoint's device keeps failing passes.
 UNHEALTHY = "unhealthy"
 
@@ -101,8 +109,21 @@ def check_body_size(n_bytes: int) -> None:
 # -- validated requests --------------------------------------------------------------------
 
 
-def _shape(settings: Settings, result: dict[str, Any], strict: bool) -> dict[str, Any]:
-    return jev.shape(result, strict) if settings.jev else shape(result, strict)
+def _shape(settings: Settings, result: dict[str, Any], fallback: str | None) -> dict[str, Any]:
+    """One routed result in the wire profile; the Jev profile also names a model fallback in
+    the body (laya-serve's body stays as it is: the header says it)."""
+    if not settings.jev:
+        return shape(result, settings.jev_strict)
+    if fallback is not None:
+        answered = {"requested": fallback, "answered_by": answered_by(result)}
+        result = {**result, MODEL_FALLBACK_FIELD: answered}
+    return jev.shape(result, settings.jev_strict)
+
+
+def answered_by(routed: dict[str, Any]) -> str:
+    """The checkpoint a result's `routing` block names."""
+    routing = routed.get("routing")
+    return str(routing.get("model")) if isinstance(routing, dict) else ""
 
 
 @dataclass(frozen=True)
@@ -113,6 +134,8 @@ class OneDecision:
     questions: Any
     #: Only the controls the caller sent (`agent_controls`).
     controls: dict[str, Any] = field(default_factory=dict)
+    #: The body's `model` when it named no checkpoint here (`wire.ModelChoice.fallback`).
+    fallback: str | None = None
 
     what = "inference"
 
@@ -124,7 +147,7 @@ class OneDecision:
     def payload(
         self, result: dict[str, Any], checkpoint: ServedCheckpoints, settings: Settings
     ) -> dict[str, Any]:
-        return _shape(settings, checkpoint.with_routing(result), settings.jev_strict)
+        return _shape(settings, checkpoint.with_routing(result), self.fallback)
 
 
 @dataclass(frozen=True)
@@ -135,6 +158,8 @@ class BatchDecision:
     questions: Any
     #: The caller's controls plus the planned `batch_size` / `sort_by_length`.
     controls: dict[str, Any] = field(default_factory=dict)
+    #: The body's `model` when it named no checkpoint here (`wire.ModelChoice.fallback`).
+    fallback: str | None = None
 
     what = "batch inference"
 
@@ -146,20 +171,22 @@ class BatchDecision:
     def payload(
         self, results: list[dict[str, Any]], checkpoint: ServedCheckpoints, settings: Settings
     ) -> dict[str, Any]:
-        strict = settings.jev_strict
         routed = [checkpoint.with_routing(r) for r in results]
         return {
-            "results": [_shape(settings, r, strict) for r in routed],
+            "results": [_shape(settings, r, self.fallback) for r in routed],
             "total_usage": aggregate_usage(routed),
         }
 
 
-def agent_controls(body: dict[str, Any], checkpoint: ServedCheckpoints, settings: Settings) -> dict[str, Any]:
+def agent_controls(
+    body: dict[str, Any], checkpoint: ServedCheckpoints, settings: Settings
+) -> tuple[dict[str, Any], ModelChoice]:
     """model → max_len → head_max_len → lang → lang_guess → min_confidence, in contract order.
 
     Returns only the controls the caller sent (absent/null are never forwarded, so the bundle's
-    own budgets stay in charge). Behind a Router, `model` (resolved, None to auto-route), `task`
-    and `lang_guess` go to it too; one bundle has nothing to route, so they stop at the checks.
+    own budgets stay in charge), and how `model` was taken. Behind a Router, `model` (resolved,
+    None to auto-route), `task` and `lang_guess` go to it too; one bundle has nothing to route,
+    so they stop at the checks.
     """
     model = checkpoint.check_model(body.get("model"))
     cap = settings.max_token_budget
@@ -175,8 +202,8 @@ def agent_controls(body: dict[str, Any], checkpoint: ServedCheckpoints, settings
     threshold = v.min_confidence(body)
     if threshold is not None:
         controls["min_confidence"] = threshold
-    controls.update(checkpoint.routing_controls(model, body.get("task"), lang_guess))
-    return controls
+    controls.update(checkpoint.routing_controls(model.pinned, body.get("task"), lang_guess))
+    return controls, model
 
 
 def parse_systemone(
@@ -195,9 +222,9 @@ def parse_systemone(
         v.refuse_hooks(body)
         if v.has_lone_surrogate(body):
             raise ApiError(400, LONE_SURROGATE)
-        controls = agent_controls(body, checkpoint, settings)
+        controls, model = agent_controls(body, checkpoint, settings)
         checkpoint.check_task(body.get("task"))
-    return OneDecision(state, questions, controls)
+    return OneDecision(state, questions, controls, model.fallback)
 
 
 def parse_batch(
@@ -216,7 +243,7 @@ def parse_batch(
         v.refuse_out_parameters(body)
         if v.has_lone_surrogate(body):
             raise ApiError(400, LONE_SURROGATE)
-        controls = agent_controls(body, checkpoint, settings)
+        controls, model = agent_controls(body, checkpoint, settings)
         caller_size = v.batch_size(body)
         planned = v.chunk_plan(
             len(states),
@@ -232,7 +259,7 @@ def parse_batch(
         if v.sort_by_length(body):
             controls["sort_by_length"] = True  # False is the agent's own default: not forwarded
         checkpoint.check_task(body.get("task"))
-    return BatchDecision(states, questions, controls)
+    return BatchDecision(states, questions, controls, model.fallback)
 
 
 # -- the pass and the answer ---------------------------------------------------------------
@@ -269,6 +296,22 @@ def render_payload(make_payload: Callable[[], Any], what: str, model: str) -> by
     except Exception:
         log.exception("%s failed for model=%s", what, model)
         raise ApiError(500, INFERENCE_FAILED) from None
+
+
+def model_fallback_headers(
+    decision: OneDecision | BatchDecision, result: Any, checkpoint: ServedCheckpoints
+) -> dict[str, str]:
+    """`X-Model-Fallback: <checkpoint>[, <checkpoint>...]` for a decision whose `model` named no
+    checkpoint served here: the checkpoints that answered (a batch may route states apart), and
+    one log line saying so. Nothing for any other decision."""
+    if decision.fallback is None:
+        return {}
+    results = result if isinstance(result, list) else [result]
+    names = dict.fromkeys(answered_by(checkpoint.with_routing(r)) for r in results)
+    answered = ", ".join(filter(None, names)) or checkpoint.name
+    log.info("model %.200r names no checkpoint served here; answered by %s", decision.fallback, answered)
+    # a header value is printable ASCII; a checkpoint's name comes from its folder or option
+    return {MODEL_FALLBACK_HEADER: "".join(c if " " <= c <= "~" else "?" for c in answered)}
 
 
 def error_body(settings: Settings, status: int, detail: str, errors: Any = None) -> Any:

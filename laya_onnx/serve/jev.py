@@ -210,7 +210,11 @@ class SystemOneRequest(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    model: Any = Field(None, description="Model name; any Jev id (jev-latest, ...) is answered here.")
+    model: Any = Field(
+        None,
+        description="Model name: jev-latest, or a checkpoint's name or alias. Any other name is "
+        "answered too, and the answer says so (x_model_fallback, X-Model-Fallback).",
+    )
     state: Content = Field(
         ..., description="The content every question is about.", json_schema_extra=_NOT_NULL
     )
@@ -276,12 +280,22 @@ class Usage(BaseModel):
     output_tokens: int = Field(..., ge=0)
 
 
+class ModelFallback(BaseModel):
+    requested: str = Field(..., description="The body's `model`, which names no checkpoint here.")
+    answered_by: str = Field(..., description="The checkpoint that answered instead.")
+
+
 class SystemOneResponse(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     model: str
     answers: dict[str, Answer]
     usage: Usage
+    x_model_fallback: ModelFallback | None = Field(
+        None,
+        description="Only when the body's `model` named no checkpoint this server knows and the "
+        "request was answered anyway (also in the X-Model-Fallback header).",
+    )
 
 
 class ValidationErrorItem(BaseModel):
@@ -430,6 +444,7 @@ __all__ = [
     "ErrorBody",
     "HTTPValidationError",
     "JevValidationError",
+    "ModelFallback",
     "NoulAnswer",
     "NoulQuestion",
     "ScoreAnswer",

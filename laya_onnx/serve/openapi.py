@@ -1,4 +1,5 @@
-"""`/openapi.json` and `/docs`: the OpenAPI 3.1 document, generated from `schema.py`.
+"""`/openapi.json` and `/docs`: the OpenAPI 3.1 document, generated from `schema.py`; and `GET /`,
+the short index of the routes a server answers (`index_payload`).
 
 laya-serve (FastAPI) serves `/openapi.json`, `/docs` and `/redoc` only when LAYA_API_KEY is unset
 (http.md §1); with a key they do not exist (404). This server does the same with `/openapi.json`
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
@@ -43,6 +45,7 @@ COMPONENTS: dict[str, Any] = {
     "BatchResponse": s.BatchResponse,
     "Health": s.Health,
     "ModelList": s.ModelList,
+    "Index": s.Index,
     "Error": s.ErrorBody,
 }
 
@@ -57,7 +60,7 @@ JEV_COMPONENTS: dict[str, Any] = {
     "ValidationError": jev.HTTPValidationError,
 }
 
-_TIMING_HEADERS = {
+_ANSWER_HEADERS = {
     "Server-Timing": {
         "description": "inference;dur=<ms>: the forward pass on the worker, queue wait excluded.",
         "required": True,
@@ -67,6 +70,14 @@ _TIMING_HEADERS = {
         "description": "The same milliseconds as Server-Timing.",
         "required": True,
         "schema": {"type": "string", "pattern": r"^\d+\.\d{2}$"},
+    },
+    "X-Model-Fallback": {
+        "description": "Only when the body's `model` named no checkpoint this server knows (a typo, "
+        "another provider's id; not `jev-latest`) and the request was answered anyway, as "
+        "laya-serve answers it: the checkpoint(s) that answered, comma-separated (a batch may "
+        "route states to different ones). The Jev profile also says it in `x_model_fallback`.",
+        "required": False,
+        "schema": {"type": "string"},
     },
 }
 
@@ -116,7 +127,7 @@ def _decision(
     summary: str, description: str, request: str, response: str, op_id: str, profile: bool = False
 ) -> dict[str, Any]:
     responses: dict[str, Any] = {
-        "200": {"description": "The answers.", "headers": _TIMING_HEADERS, "content": _json(response)}
+        "200": {"description": "The answers.", "headers": _ANSWER_HEADERS, "content": _json(response)}
     }
     responses.update({str(code): _error(code, why, profile) for code, why in _DECISION_ERRORS.items()})
     return {
@@ -202,6 +213,13 @@ def openapi_document(
         "info": {"title": TITLE, "summary": SUMMARY, "version": __version__},
         **servers,
         "paths": {
+            "/": _get(
+                "index",
+                "What answers here",
+                "The server's name, its routes with a line each, and where this document is (the "
+                f"version and the documentation links only without {_API_KEY}). Never 401.",
+                _json("Index"),
+            ),
             "/v1/systemone": _decision(
                 "Answer questions about one state",
                 "Every question is answered in one forward pass on the single inference worker.",
@@ -275,6 +293,26 @@ def openapi_json(
 ) -> bytes:
     document = openapi_document(root_path, jev_profile, token_budget)
     return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def index_payload(
+    routes: Iterable[tuple[str, str]], root_path: str = "", public: bool = True, docs: bool = True
+) -> dict[str, Any]:
+    """`GET /`: the (method, path) `routes` a server answers, each with its summary from the
+    document, under `root_path`. `public` (no API key): the version too, which the document
+    also shows; `docs`: the links to `/docs` and `/openapi.json`, where they are served."""
+    paths = openapi_document()["paths"]
+    out: dict[str, Any] = {"name": TITLE, "summary": SUMMARY}
+    if public:
+        out["version"] = __version__
+    out["routes"] = {
+        "%s %s" % (method, (root_path + path).rstrip("/") or "/"): paths[path][method.lower()]["summary"]
+        for method, path in routes
+    }
+    if docs:
+        out["docs"] = root_path + "/docs"
+        out["openapi"] = root_path + "/openapi.json"
+    return out
 
 
 # -- /docs ----------------------------------------------------------------------------------

@@ -53,6 +53,7 @@ from laya_onnx.serve.errors import (
     ApiError,
 )
 from laya_onnx.serve.metrics import CLIENT_GONE, UNMATCHED, RequestMetrics, work_done
+from laya_onnx.serve.openapi import index_payload
 from laya_onnx.serve.server import is_models_dir
 from laya_onnx.serve.settings import Settings
 from laya_onnx.serve.wire import Checkpoint, fallback_baseline, render
@@ -65,6 +66,7 @@ DEFAULT_MAX_BATCH_SIZE = 8
 DEFAULT_BATCH_WAIT_S = 0.005
 #: (method, path) -> route name; the aiohttp app's decision, health, model-list and metrics routes.
 ROUTES = {
+    ("GET", "/"): "index",
     ("GET", "/health"): "health",
     ("POST", "/v1/systemone"): "systemone",
     ("POST", "/v1/systemone/batch"): "systemone_batch",
@@ -148,13 +150,14 @@ class LayaModel:
 
     async def decide(self, route: str, raw: bytes) -> tuple[int, dict[str, str], bytes, Work | None]:
         try:
-            body, ms, result = await self._decide(route, raw)
+            body, ms, result, headers = await self._decide(route, raw)
         except ApiError as exc:
             return exc.status, exc.headers, render(contract.api_error_body(self.settings, exc)), None
-        return 200, timing_headers(ms), body, (ms, *work_done(result))
+        return 200, {**timing_headers(ms), **headers}, body, (ms, *work_done(result))
 
-    async def _decide(self, route: str, raw: bytes) -> tuple[bytes, float, Any]:
-        """The payload, the milliseconds of the pass that answered it, and the pass's result."""
+    async def _decide(self, route: str, raw: bytes) -> tuple[bytes, float, Any, dict[str, str]]:
+        """The payload, the milliseconds of the pass that answered it, the pass's result, and the
+        answer's headers besides the timing ones (`contract.model_fallback_headers`)."""
         agent, checkpoint, settings = self.agent, self.checkpoint, self.settings
         if route == "systemone":
             decision: contract.OneDecision | contract.BatchDecision = contract.parse_systemone(
@@ -176,7 +179,7 @@ class LayaModel:
         body = contract.render_payload(
             partial(decision.payload, result, checkpoint, settings), decision.what, checkpoint.name
         )
-        return body, ms, result
+        return body, ms, result, contract.model_fallback_headers(decision, result, checkpoint)
 
     @serve.batch(max_batch_size=DEFAULT_MAX_BATCH_SIZE, batch_wait_timeout_s=DEFAULT_BATCH_WAIT_S)
     async def answer_one(self, decisions: list[contract.OneDecision]) -> list[Any]:
@@ -313,6 +316,9 @@ class LayaIngress:
         route = ROUTES.get((method, path))
         if route is None:
             self._unrouted(method, path, request)
+        if route == "index":  # no /docs or /openapi.json on Ray: the aiohttp server serves them
+            public, root = self.settings.api_key is None, request.scope.get("root_path", "")
+            return self._json(200, render(index_payload(ROUTES, root, public=public, docs=False)))
         full = contract.authorized(self.settings, _header(request, b"authorization"))
         if route == "health":
             return self._json(*await self._on_model("health", full))

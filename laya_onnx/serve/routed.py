@@ -38,8 +38,10 @@ from laya_onnx.core.session import FallbackEntry, resolve_threads
 from laya_onnx.serve.catalog import describe_checkpoint, int8_kernels_block, random_weights_block
 from laya_onnx.serve.errors import ApiError
 from laya_onnx.serve.wire import (
+    ModelChoice,
     cpu_fallbacks,
     fallback_baseline,
+    fallback_choice,
     names_a_path,
     preferred_device,
     provider_device,
@@ -211,23 +213,24 @@ class RoutedCheckpoints:
             self.cold.baselines[name] = fallback_baseline(agent.fallbacks)
             log.info("loaded checkpoint %s in %.2fs", name, router.load_seconds.get(name, 0.0))
 
-    def check_model(self, model: Any) -> str | None:
-        """laya-serve's `_resolve_model`: None (auto-route) for no model, the bundle repo or any
-        other miss; the checkpoint for a name, alias or published id; 422 for a path or Hub id."""
+    def check_model(self, model: Any) -> ModelChoice:
+        """laya-serve's `_resolve_model`: auto-route for no model, the bundle repo or any other
+        miss (the miss reported as a fallback); the checkpoint for a name, alias or published
+        id; 422 for a path or Hub id."""
         if not model:
-            return None
+            return ModelChoice()
         text = str(model).strip()
         published = _published_ids().get(text.lower())
         if published is not None:
-            return published
+            return ModelChoice(published)
         if text.lower() == BUNDLE_REPO:
-            return None
+            return ModelChoice()
         try:
-            return self.router.resolve(model)
+            return ModelChoice(self.router.resolve(model))
         except ValueError as exc:
             if names_a_path(text):
                 raise ApiError(422, "%s, or omit model to let the router choose" % exc) from None
-            return None
+            return fallback_choice(text)
 
     def check_task(self, task: Any) -> None:
         """`task` reaches the Router, which refuses an unknown one (422) when it routes."""

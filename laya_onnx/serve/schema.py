@@ -205,9 +205,10 @@ class _Controls(TypedDict):
         Annotated[
             Any,
             Field(
-                description="Empty/absent, a Jev id such as 'jev-latest', or this checkpoint's name, "
-                "alias or Hub id: answered here. A path, an unpublished Hub id or another laya "
-                "checkpoint's name: 422."
+                description="Empty/absent, 'jev-latest', or this checkpoint's name, alias or Hub id: "
+                "answered here. Any other name (a typo, another Jev id): answered here too, with the "
+                "X-Model-Fallback header naming the checkpoint that answered. A path, an unpublished "
+                "Hub id or another laya checkpoint's name: 422."
             ),
         ]
     ]
@@ -443,6 +444,17 @@ class ModelCard(TypedDict):
 
 class ModelList(TypedDict):
     models: list[ModelCard]
+
+
+class Index(TypedDict):
+    """`GET /`: what answers here and where (LAYA_ROOT_PATH included in every path)."""
+
+    name: str
+    summary: str
+    version: NotRequired[Annotated[str, Field(description=f"Only without {settings.API_KEY.env}.")]]
+    routes: Annotated[dict[str, str], Field(description='"METHOD /path" -> what the route does')]
+    docs: NotRequired[Annotated[str, Field(description="The HTML API page, where it is served.")]]
+    openapi: NotRequired[Annotated[str, Field(description="The OpenAPI document, where it is served.")]]
 
 
 class ErrorBody(TypedDict):

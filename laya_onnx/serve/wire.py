@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 from laya_onnx.core.bundle import Bundle, bundle_origin
 from laya_onnx.core.names import (
@@ -25,6 +25,24 @@ from laya_onnx.serve.errors import ApiError
 from laya_onnx.serve.protocol import ServedAgent
 
 ROUTING_REASON = "served bundle"
+#: `model` values that ask for whatever this server answers with (TypeSafe's "latest" id): not
+#: a fallback to report, unlike a name this server does not know.
+GENERIC_MODEL_IDS = frozenset({"jev-latest"})
+
+
+class ModelChoice(NamedTuple):
+    """A body's `model` as the server took it."""
+
+    #: The checkpoint it pins (None: the router chooses, or the one checkpoint answers).
+    pinned: str | None = None
+    #: Its text when it named no checkpoint this server knows and was answered anyway (laya-serve
+    #: routes such a name silently; this server says so: `contract.model_fallback_headers`).
+    fallback: str | None = None
+
+
+def fallback_choice(text: str) -> ModelChoice:
+    """The choice for a `model` that named nothing here: answered anyway, reported as a fallback."""
+    return ModelChoice(None, None if text.lower() in GENERIC_MODEL_IDS else text)
 
 
 def names_a_path(text: str) -> bool:
@@ -52,26 +70,28 @@ class Checkpoint:
     def _unknown(self, value: Any) -> str:
         return "unknown model %r; choose one of %s (or an alias: %s)" % (value, [self.name], self.aliases)
 
-    def check_model(self, model: Any) -> None:
+    def check_model(self, model: Any) -> ModelChoice:
         """Accept a body's `model` or refuse it with 422 (http.md §2.3, one checkpoint).
 
         Falsy, the bundle id, this checkpoint's name/alias/published id, and any other name
-        (a Jev id like `jev-1`) are answered by this checkpoint. A path or an unpublished Hub id
-        is a 422: the caller named a checkpoint this server cannot load. So is another laya
-        checkpoint's name: laya-serve would pin it, and answering it with this checkpoint
-        instead would be the wrong answer the 422 exists to prevent.
+        (a Jev id like `jev-1`, a typo) are answered by this checkpoint — the last kind as a
+        reported fallback. A path or an unpublished Hub id is a 422: the caller named a
+        checkpoint this server cannot load. So is another laya checkpoint's name: laya-serve
+        would pin it, and answering it with this checkpoint instead would be the wrong answer
+        the 422 exists to prevent.
         """
         if not model:
-            return
+            return ModelChoice()
         text = str(model).strip()
         low = text.lower()
         if low == BUNDLE_REPO:
-            return
+            return ModelChoice()
         target = published_name(low) or canonical_name(text)
         if target == self.name:
-            return
+            return ModelChoice()
         if target in PUBLISHED_CHECKPOINTS or names_a_path(text):
             raise ApiError(422, self._unknown(model) + ", or omit model to let the router choose")
+        return fallback_choice(text)
 
     def check_task(self, task: Any) -> None:
         """`task` pins a checkpoint by name; anything but this one is the core's unknown-model 422."""
@@ -80,7 +100,7 @@ class Checkpoint:
         if canonical_name(task) != self.name:
             raise ApiError(422, self._unknown(task))
 
-    def routing_controls(self, model: Any, task: Any, lang_guess: Any) -> dict[str, Any]:
+    def routing_controls(self, model: str | None, task: Any, lang_guess: Any) -> dict[str, Any]:
         """Nothing to route: the checks above already refused a model or task this is not."""
         return {}
 
