@@ -445,3 +445,112 @@ def test_every_measurement_is_under_bench(old, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(old)
     assert exit_.value.code == EXIT_USAGE
+
+
+# -- bench: a table a person reads, every figure as JSON only when asked --------------------
+
+_LOAD = {
+    "clients": 8,
+    "window_s": 10.0,
+    "statuses": {"200": 950, "503": 12},
+    "answered_per_s": 95.0,
+    "refused_503_without_retry_after": 0,
+    "hung": 0,
+    "client_errors": {},
+    "latency_ms_200": {"n": 950, "p50": 80.5, "p99": 140.25, "max": 150.0},
+}
+_SERVER = {k: {"n": 950, "p50": 1.25, "p99": 3.0, "max": 4.0} for k in ("wall_ms", "gateway_overhead_ms")}
+_MS = {"median": 2.5, "min": 2.0, "max": 3.0}
+BENCH_REPORTS = {
+    "agent": (
+        "run_bench",
+        ["bench", "agent", "CKPT", "BUNDLE"],
+        {
+            "threads": 2,
+            "repeats": 9,
+            "tools": {"onnxruntime": "1.x", "torch": "2.x"},
+            "workloads": {
+                "readme-1x3": {
+                    "cpu": "AMD EPYC (AVX-512)",
+                    "ms": {"reference": {**_MS, "median": 10.0}, "fp32": _MS},
+                    "bundles": {
+                        "fp32": {
+                            "speedup_vs_reference": 4.0,
+                            "speedup_range": [3.5, 4.5],
+                            "python_ms": _MS,
+                            "session_ms": _MS,
+                            "agreement": {
+                                "same_keys": True,
+                                "decisions_identical": True,
+                                "max_printed_gap": 0,
+                            },
+                        }
+                    },
+                    "process_peak_rss_mib": 900.0,
+                    "peak_rss_alone_mib": {"reference": 812.0, "fp32": 95.0},
+                }
+            },
+        },
+        "readme-1x3   fp32",
+    ),
+    "saturate": (
+        "run_saturate",
+        ["bench", "saturate", "BUNDLE"],
+        {
+            "clients": 8,
+            "sequential": {"client": {**_LOAD, "clients": 1}, "server": _SERVER},
+            "saturated": {
+                "client": _LOAD,
+                "health": {"statuses": {"200": 90}, "hung": 0, "latency_ms": {"n": 90, "p50": 1, "p99": 2.5}},
+                "server": _SERVER,
+            },
+            "providers": ["CPUExecutionProvider"],
+            "max_concurrent": 16,
+        },
+        "saturated         8       95.0     80.5   140.25 200:950 503:12",
+    ),
+    "soak": (
+        "run_soak",
+        ["bench", "soak", "BUNDLE", "--minutes", "1"],
+        {
+            "bundle": "tiny-english",
+            "minutes": 1.0,
+            "cpu": "AMD EPYC, 2 cores",
+            "honest": {"answered": 900, "refused_or_failed": {}, "latency_ms": {"p50": 5.0, "p99": 9.0}},
+            "hostile": {"gzip-bomb": {"413": 12}},
+            "health_ms": {"n": 1200, "p50": 1.0, "p99": 3.0, "max": 9.0, "over_250ms": 0},
+            "rss_mib": {"idle_before": 100.0, "min": 100.0, "max": 140.0, "idle_after": 104.0},
+            "fds": {"idle_before": 20, "max": 40, "idle_after": 20},
+            "threads": {"idle_before": 9, "idle_after": 9},
+            "samples_every_30s": [{"rss_mib": 100.0, "fds": 20}] * 40,
+        },
+        "honest: 900 answered",
+    ),
+    "http": (
+        "drive_server",
+        ["bench", "http", "http://127.0.0.1:9"],
+        {"url": "http://127.0.0.1:9", "seconds": 10.0, "runs": {"8": _LOAD}},
+        None,  # its progress lines, one per client count, are the table
+    ),
+}
+
+
+@pytest.mark.parametrize("measurement", sorted(BENCH_REPORTS))
+def test_bench_prints_a_short_table_and_writes_json_only_when_asked(
+    measurement, monkeypatch, capsys, tmp_path
+):
+    import importlib
+
+    runner, argv, report, row = BENCH_REPORTS[measurement]
+    module = importlib.import_module("laya_onnx.bench." + measurement)
+    monkeypatch.setattr(module, runner, lambda *a, **k: report)
+    status, out = _run(capsys, argv)
+    lines = out.out.strip().splitlines()
+    assert status == 0 and len(lines) <= 12, out.out
+    assert "{\n" not in out.out and lines[-1] == "every figure, as JSON: --json PATH"
+    if row is not None:
+        assert any(line.startswith(row) for line in lines), out.out
+    path = tmp_path / "report.json"
+    status, out = _run(capsys, [*argv, "--json", str(path)])
+    assert status == 0 and out.out.strip() == "report written: %s" % path
+    assert json.loads(path.read_text()) == report

@@ -371,7 +371,7 @@ def format_workload(name: str, figures: dict[str, Any]) -> str:
                 ms["max"],
                 bf16["speedup"],
                 *bf16["range"],
-                "identical" if bf16["agreement"]["decisions_identical"] else "DIFFER",
+                _decided(bf16),
                 bf16["agreement"]["max_printed_gap"],
             )
         )
@@ -396,11 +396,52 @@ def format_workload(name: str, figures: dict[str, Any]) -> str:
                 b["python_ms"]["median"],
                 b["python_ms"]["min"],
                 b["session_ms"]["median"],
-                "identical" if b["agreement"]["decisions_identical"] else "DIFFER",
+                _decided(b),
                 b["agreement"]["max_printed_gap"],
             )
         )
     return "\n".join(lines)
+
+
+def format_summary(report: dict[str, Any]) -> str:
+    """The run as one short table: each runtime's median per workload, its ratio to the
+    reference (and that ratio's range over the repeats), whether it decided as the reference
+    did, and its peak RSS alone (where measured)."""
+    first: dict[str, Any] = next(iter(report["workloads"].values()), {})
+    lines = [
+        "%s; %d threads, %d interleaved calls per runtime; x ref = reference median / this median"
+        % (first.get("cpu", "CPU unknown"), report["threads"], report["repeats"]),
+        "%-12s %-28s %10s %6s %13s %10s %9s"
+        % ("workload", "runtime", "median ms", "x ref", "x ref range", "decisions", "peak MiB"),
+    ]
+    for name, figures in report["workloads"].items():
+        peaks = figures.get("peak_rss_alone_mib", {})
+        # (runtime, its ratio to the reference, the ratio's range, its decisions against the reference's)
+        rows: list[tuple[str, float, list[float] | None, str]] = [(REFERENCE, 1.0, None, "-")]
+        bf16 = figures.get("reference_bf16")
+        if bf16 is not None:
+            rows.append((REFERENCE_BF16, bf16["speedup"], bf16["range"], _decided(bf16)))
+        for label, b in figures["bundles"].items():
+            rows.append((label, b["speedup_vs_reference"], b["speedup_range"], _decided(b)))
+        for label, speedup, spread, decided in rows:
+            peak = peaks.get(label)
+            lines.append(
+                "%-12s %-28s %10.2f %6.2f %13s %10s %9s"
+                % (
+                    name,
+                    label,
+                    figures["ms"][label]["median"],
+                    speedup,
+                    "%.2f-%.2f" % tuple(spread) if spread else "",
+                    decided,
+                    "%.0f" % peak if isinstance(peak, (int, float)) else "",
+                )
+            )
+    return "\n".join(lines)
+
+
+def _decided(figures: dict[str, Any]) -> str:
+    return "identical" if figures["agreement"]["decisions_identical"] else "DIFFER"
 
 
 def _rss_now_mib() -> float:

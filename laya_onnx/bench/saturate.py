@@ -117,6 +117,35 @@ async def bench_app(
     return out
 
 
+def format_summary(figures: dict[str, Any]) -> str:
+    """Both phases as a few lines: answers per second, latency, statuses, /health's latency
+    under load and the server's own overhead around the pass."""
+    lines = [
+        "%-11s %7s %10s %8s %8s %-22s %12s %13s"
+        % ("phase", "clients", "answers/s", "p50 ms", "p99 ms", "statuses", "/health p99", "overhead p50"),
+    ]
+    for phase in ("sequential", "saturated"):
+        run = figures.get(phase)
+        if not run:
+            continue
+        client, latency = run["client"], run["client"]["latency_ms_200"]
+        health = run.get("health", {}).get("latency_ms", {}).get("p99")
+        lines.append(
+            "%-11s %7d %10.1f %8s %8s %-22s %12s %13s"
+            % (
+                phase,
+                client["clients"],
+                client["answered_per_s"],
+                latency["p50"],
+                latency["p99"],
+                " ".join("%s:%d" % kv for kv in client["statuses"].items()),
+                "" if health is None else health,
+                run["server"]["gateway_overhead_ms"]["p50"],
+            )
+        )
+    return "\n".join(lines)
+
+
 def run_saturate(
     bundle: str,
     clients: int = DEFAULT_CLIENTS,

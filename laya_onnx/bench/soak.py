@@ -455,6 +455,29 @@ def run_soak(
         log.close()
 
 
+def format_summary(report: dict[str, Any]) -> str:
+    """The soak in a few lines: the honest clients, each hostile kind's outcomes, /health's
+    latency, and memory, descriptors and threads before, at most and after."""
+    honest, health = report["honest"], report["health_ms"]
+    stalls = next((v for k, v in health.items() if k.startswith("over_")), 0)
+    lines = [
+        "%s, %g min against %s" % (report["cpu"], report["minutes"], report["bundle"]),
+        "honest: %d answered, refused or failed %s, latency p50 %s / p99 %s ms"
+        % (
+            honest["answered"],
+            honest["refused_or_failed"] or "none",
+            honest["latency_ms"]["p50"],
+            honest["latency_ms"]["p99"],
+        ),
+        "/health: n=%s p50 %s / p99 %s / max %s ms, %s over %d ms"
+        % (health["n"], health["p50"], health["p99"], health["max"], stalls, HEALTH_STALL_MS),
+    ]
+    lines += ["hostile %-24s %s" % (kind, outcomes) for kind, outcomes in report["hostile"].items()]
+    for what in ("rss_mib", "fds", "threads"):
+        lines.append("%-8s %s" % (what, "  ".join("%s %s" % kv for kv in report[what].items())))
+    return "\n".join(lines)
+
+
 def _report(
     soak: Soak, bundle: Any, minutes: float, before: dict[str, Any], after: dict[str, Any]
 ) -> dict[str, Any]:

@@ -87,7 +87,7 @@ def _add_agent(group) -> argparse.ArgumentParser:
 
 
 def _run_agent(args: argparse.Namespace) -> int:
-    from laya_onnx.bench.agent import WORKLOADS, run_bench
+    from laya_onnx.bench.agent import WORKLOADS, format_summary, run_bench
     from laya_onnx.core.int8_kernel import CHOICES
 
     unknown = [name for name in args.workloads or () if name not in WORKLOADS]
@@ -113,7 +113,7 @@ def _run_agent(args: argparse.Namespace) -> int:
         int8_kernels=args.int8_kernels,
         reference_bf16=False if args.no_reference_bf16 else None,
     )
-    return emit_report(report, args.json)
+    return emit_report(report, args.json, format_summary(report))
 
 
 # -- http -----------------------------------------------------------------------------------
@@ -166,7 +166,7 @@ def _run_http(args: argparse.Namespace) -> int:
     report = drive_server(
         args.url, clients=clients, seconds=args.seconds, deadline_s=args.deadline, progress=print
     )
-    return emit_report(report, args.json)
+    return emit_report(report, args.json)  # the progress lines, one per client count, are the table
 
 
 # -- saturate -------------------------------------------------------------------------------
@@ -177,7 +177,8 @@ def _add_saturate(group) -> argparse.ArgumentParser:
         "saturate",
         help="serve a bundle on 127.0.0.1 and saturate it: throughput, 503s, /health latency, gateway overhead",
         description="Serve the bundle in-process on 127.0.0.1 and load it from child processes: one "
-        "client, then --clients posting the README request while /health is polled; print JSON figures.",
+        "client, then --clients posting the README request while /health is polled; print a table "
+        "of the figures (--json PATH writes them all).",
     )
     add_bundle_and_providers(p)
     p.add_argument(
@@ -193,6 +194,7 @@ def _add_saturate(group) -> argparse.ArgumentParser:
         help="length of the saturated phase in seconds (default %(default)s)",
     )
     settings.add_arguments(p, settings.MAX_CONCURRENT, settings.THREADS)
+    p.add_argument("--json", default=None, metavar="PATH", help="write the report here as JSON")
     return p
 
 
@@ -201,7 +203,7 @@ def _run_saturate(args: argparse.Namespace) -> int:
         raise UsageError("--clients must be at least 1, got %r" % (args.clients,))
     if not args.seconds > 0:
         raise UsageError("--seconds must be a positive number, got %r" % (args.seconds,))
-    from laya_onnx.bench.saturate import run_saturate
+    from laya_onnx.bench.saturate import format_summary, run_saturate
 
     figures = run_saturate(
         args.bundle,
@@ -211,8 +213,7 @@ def _run_saturate(args: argparse.Namespace) -> int:
         providers=args.providers,
         threads=args.threads,
     )
-    print(json.dumps(figures, indent=2))
-    return EXIT_OK
+    return emit_report(figures, args.json, format_summary(figures))
 
 
 # -- memory ---------------------------------------------------------------------------------
@@ -309,24 +310,24 @@ def _add_soak(group) -> argparse.ArgumentParser:
         description="Serve the bundle in a child process on 127.0.0.1 and, for --minutes, post the "
         "README request from 4 clients and poll /health every 50 ms while hostile clients take turns "
         "(decompression bombs, a work bomb whose client hangs up, slow uploads and headers, ...); "
-        "print JSON figures.",
+        "print a summary (--json PATH writes every figure).",
     )
     p.add_argument("bundle", help="the bundle to serve")
     p.add_argument(
         "--minutes", type=float, default=DEFAULT_MINUTES, help="how long to soak (default %(default)s)"
     )
     p.add_argument("--log", default=None, help="write the server's log to this file")
-    p.add_argument("--json", default=None, help="also write the report to this file")
+    p.add_argument("--json", default=None, metavar="PATH", help="write the report here as JSON")
     return p
 
 
 def _run_soak(args: argparse.Namespace) -> int:
     if not args.minutes > 0:
         raise UsageError("--minutes must be a positive number, got %r" % (args.minutes,))
-    from laya_onnx.bench.soak import run_soak
+    from laya_onnx.bench.soak import format_summary, run_soak
 
     report = run_soak(args.bundle, minutes=args.minutes, log_path=args.log)
-    return emit_report(report, args.json)
+    return emit_report(report, args.json, format_summary(report))
 
 
 MEASUREMENTS = {

@@ -75,14 +75,21 @@ def read_json_argument(value: str, option: str) -> Any:
         raise UsageError(f"{source} is not valid JSON ({exc})") from None
 
 
-def emit_report(report: Any, path: str | None) -> int:
-    """A bench's report: written to `path` as JSON, or printed."""
+#: What a bench prints under its table when no `--json PATH` was given.
+JSON_HINT = "every figure, as JSON: --json PATH"
+
+
+def emit_report(report: Any, path: str | None, table: str | None = None) -> int:
+    """A bench's report: written to `path` as JSON; without one, `table` (a few lines a person
+    reads; None where the progress lines already were the table) and where the rest is."""
     if path:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
         print(f"report written: {path}")
     else:
-        print(json.dumps(report, indent=2))
+        if table:
+            print(table)
+        print(JSON_HINT)
     return EXIT_OK
 
 
