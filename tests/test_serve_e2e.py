@@ -16,31 +16,12 @@ import time
 
 import pytest
 
+from laya_onnx.bench.sample import README_REQUEST as REQUEST
 from tests.parity_exchange import check_served, core_suite_exchanges
 from tests.parity_exchange import http_json as _call
 
 pytestmark = [pytest.mark.serve, pytest.mark.runtime]
 
-REQUEST = {
-    "state": "I was charged twice this month, I want my money back",
-    "questions": {
-        "queue": {
-            "type": "choice",
-            "instructions": "Which team?",
-            "criteria": {
-                "billing": "billing and refunds",
-                "tech": "login and app issues",
-                "other": "everything else",
-            },
-        },
-        "urgency": {
-            "type": "score",
-            "instructions": "How urgent?",
-            "criteria": ["calm", "firm", "angry", "furious"],
-        },
-        "refund": {"type": "noul", "instructions": "Does the user ask for a refund?"},
-    },
-}
 STARTUP_SECONDS = 90
 
 

@@ -21,14 +21,13 @@ pytest.importorskip("prometheus_client")
 from laya_onnx.bench.saturate import bench_app
 from laya_onnx.serve import create_app
 from laya_onnx.serve.metrics import METRICS
-from tests.serve_support import FakeAgent, Q
+from tests.serve_support import BODY, FakeAgent
 
 pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("no_laya_env")]
 
 PASS_SECONDS = 0.02
 SLOTS = 4
 CLIENTS = 12
-BODY = {"state": "I was charged twice this month, I want my money back", "questions": Q}
 
 
 class FixedDelayAgent(FakeAgent):
