@@ -493,6 +493,34 @@ def test_the_soak_benchmark_reports_a_short_run(tiny, tmp_path):
     assert report["fds"]["idle_after"] is not None and report["samples_every_30s"]
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="samples the server from /proc")
+def test_the_proofs_report_each_attack_and_what_it_got(tiny, tmp_path):
+    """`bench soak --proofs`: the answers, not the times (those the bench prints)."""
+    from laya_onnx.bench.proofs import format_summary, run_proofs
+
+    report = run_proofs(tiny, log_path=tmp_path / "server.log")
+    table = format_summary(report)
+    assert table.count("peak") == 3 and "LAYA_MAX_REQUEST_SECONDS" in table
+    work = report["work bombs, clients gone after 3 s"]
+    over = work.pop("1 long state, 64 questions, max_len 8192, client waits")
+    assert over["status"] == "413" and "LAYA_MAX_REQUEST_SECONDS" in over["detail"]
+    assert "estimated" in over["detail"]
+    hung_up = [v for k, v in work.items() if k.startswith(("64 states", "1 long state"))]
+    assert len(hung_up) == 3
+    assert all(run["then the README request"]["status"] == "200" for run in hung_up)
+    assert work["server"]["access_log_cancelled"] >= 0 and len(work["load_average_before_after"]) == 2
+    assert work["64 states x 64 questions, max_len 7400"]["bomb"] != "200"
+    (bombs,) = (
+        v for k, v in report["3 gzip bombs under /health every 50 ms"].items() if k.startswith("bombs")
+    )
+    assert [b["status"] for b in bombs] == ["413"] * 3
+    assert report["3 gzip bombs under /health every 50 ms"]["health_ms"]["n"] > 0
+    slow = report["16 slow uploaders at 1 byte/s"]
+    assert [r["status"] for r in slow["the README request while they upload"]] == ["200"] * 3
+    assert slow["uploaders got"] == {"408": 16}
+    assert report["server_peak_rss_mib"] > report["server_idle"]["rss_mib"] > 0
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads RSS from /proc")
 def test_a_call_stopped_after_a_large_pass_hands_the_arena_back(tiny):
     """Before: only a call's last planned pass released onnxruntime's arena, so a request

@@ -18,10 +18,10 @@ are printed, never asserted.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import json
 import os
-import platform
 import random
 import signal
 import string
@@ -31,13 +31,14 @@ import sys
 import time
 import zlib
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from laya_onnx.bench.http import summary_ms
 from laya_onnx.bench.sample import README_REQUEST
 from laya_onnx.core import settings
+from laya_onnx.core.machine import read_cpu
 from laya_onnx.serve.body import zstd_module
 
 DEFAULT_MINUTES = 10.0
@@ -76,11 +77,19 @@ def status_of(raw: bytes) -> str:
 async def exchange(port: int, data: bytes, timeout: float = REQUEST_DEADLINE_S) -> tuple[str, float]:
     """Send `data` while reading the answer to EOF; (status, seconds). A reset or a timeout is
     an outcome too."""
+    status, _, seconds = await exchange_raw(port, data, timeout)
+    return status, seconds
+
+
+async def exchange_raw(
+    port: int, data: bytes, timeout: float = REQUEST_DEADLINE_S
+) -> tuple[str, bytes, float]:
+    """`exchange`, with the raw response too: (status, raw bytes read, seconds)."""
     began = time.monotonic()
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
     except OSError:
-        return "refused connection", time.monotonic() - began
+        return "refused connection", b"", time.monotonic() - began
 
     async def send() -> None:
         try:
@@ -98,13 +107,13 @@ async def exchange(port: int, data: bytes, timeout: float = REQUEST_DEADLINE_S) 
                 break
             raw += chunk
     except asyncio.TimeoutError:
-        return "timeout", time.monotonic() - began
+        return "timeout", raw, time.monotonic() - began
     except (OSError, ConnectionError):
-        return status_of(raw) if raw else "reset", time.monotonic() - began
+        return status_of(raw) if raw else "reset", raw, time.monotonic() - began
     finally:
         sending.cancel()
         writer.close()
-    return status_of(raw), time.monotonic() - began
+    return status_of(raw), raw, time.monotonic() - began
 
 
 # -- bodies ---------------------------------------------------------------------------------
@@ -232,28 +241,28 @@ class Soak:
         status, _ = await exchange(self.port, self.post("/v1/systemone", self.bodies.huge_instructions))
         self.hostile["1.9 MB instructions"][status] += 1
 
-    async def slow_uploaders(self) -> None:
+    async def slow_upload(self) -> str:
+        """An authorised request whose body comes at 1 byte/s, for up to 15 s: what it got."""
         head = self.post("/v1/systemone", b"", [("Content-Length", str(len(self.bodies.small)))])
+        reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+        try:
+            writer.write(head)
+            for k in range(15):
+                writer.write(self.bodies.small[k : k + 1])
+                await writer.drain()
+                try:
+                    raw = await asyncio.wait_for(reader.read(65536), 1.0)
+                    return status_of(raw)
+                except asyncio.TimeoutError:
+                    continue
+            return "still open"
+        except (OSError, ConnectionError):
+            return "reset"
+        finally:
+            writer.close()
 
-        async def drip() -> str:
-            reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
-            try:
-                writer.write(head)
-                for k in range(15):
-                    writer.write(self.bodies.small[k : k + 1])
-                    await writer.drain()
-                    try:
-                        raw = await asyncio.wait_for(reader.read(65536), 1.0)
-                        return status_of(raw)
-                    except asyncio.TimeoutError:
-                        continue
-                return "still open"
-            except (OSError, ConnectionError):
-                return "reset"
-            finally:
-                writer.close()
-
-        for status in await asyncio.gather(*(drip() for _ in range(16))):
+    async def slow_uploaders(self) -> None:
+        for status in await asyncio.gather(*(self.slow_upload() for _ in range(16))):
             self.hostile["slow uploader (1 byte/s)"][status] += 1
 
     async def slow_headers(self) -> None:
@@ -366,13 +375,15 @@ class Soak:
 
 
 def process_figures(pid: int) -> dict[str, Any]:
-    """RSS (MiB), open file descriptors and threads of `pid`, from /proc."""
+    """RSS and peak RSS (MiB), open file descriptors and threads of `pid`, from /proc."""
     figures: dict[str, Any] = {}
     try:
         with open("/proc/%d/status" % pid) as f:
             for line in f:
                 if line.startswith("VmRSS:"):
                     figures["rss_mib"] = round(int(line.split()[1]) / 1024, 1)
+                elif line.startswith("VmHWM:"):
+                    figures["peak_rss_mib"] = round(int(line.split()[1]) / 1024, 1)
                 elif line.startswith("Threads:"):
                     figures["threads"] = int(line.split()[1])
         figures["fds"] = len(os.listdir("/proc/%d/fd" % pid))
@@ -381,13 +392,10 @@ def process_figures(pid: int) -> dict[str, Any]:
     return figures
 
 
-def _cpu() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
-    except OSError:
-        model = ""
-    return "%s, %d cores" % (model or platform.processor() or "unknown CPU", os.cpu_count() or 0)
+def cpu_class() -> str:
+    """This CPU as the reports name it: model, the instruction sets that matter, cores."""
+    cpu = read_cpu()
+    return "%s, %d cores" % (cpu.label, cpu.cores)
 
 
 def _free_port() -> int:
@@ -398,7 +406,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-async def _wait_healthy(port: int, proc: subprocess.Popen[bytes], within: float = 120.0) -> None:
+async def wait_healthy(port: int, proc: subprocess.Popen[bytes], within: float = 120.0) -> None:
     began = time.monotonic()
     while time.monotonic() - began < within:
         if proc.poll() is not None:
@@ -415,16 +423,18 @@ async def _idle_figures(pid: int, settle_s: float) -> dict[str, Any]:
     return process_figures(pid)
 
 
-def run_soak(
-    bundle: os.PathLike[str] | str,
-    minutes: float = DEFAULT_MINUTES,
-    progress: Callable[[str], Any] = print,
-    log_path: os.PathLike[str] | str | None = None,
-) -> dict[str, Any]:
-    """Serve `bundle` in a child process, soak it for `minutes`, stop it; the figures."""
+@contextlib.contextmanager
+def served(
+    bundle: os.PathLike[str] | str, log_path: os.PathLike[str] | str | None, quiet: bool = True
+) -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """`laya-onnx serve BUNDLE` in a child process on a free port of 127.0.0.1, with `KEY` and
+    otherwise the default settings (`quiet`: no access log, warnings only); (port, process).
+    Stopped with SIGTERM on the way out."""
     port = _free_port()
     env = settings.without_settings(os.environ)
-    env.update({settings.API_KEY.env: KEY, settings.ACCESS_LOG.env: "off", settings.LOG_LEVEL.env: "warning"})
+    env[settings.API_KEY.env] = KEY
+    if quiet:
+        env.update({settings.ACCESS_LOG.env: "off", settings.LOG_LEVEL.env: "warning"})
     log = open(log_path or os.devnull, "wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "laya_onnx", "serve", str(bundle), "--port", str(port)],
@@ -433,18 +443,7 @@ def run_soak(
         env=env,
     )
     try:
-
-        async def main() -> dict[str, Any]:
-            await _wait_healthy(port, proc)
-            soak = Soak(port, proc.pid, minutes * 60.0, progress)
-            for _ in range(3):  # a warm server: the first requests load what every later one uses
-                await exchange(port, soak.post("/v1/systemone", soak.bodies.small))
-            idle_before = await _idle_figures(proc.pid, 2.0)
-            await soak.run()
-            idle_after = await _idle_figures(proc.pid, 10.0)
-            return _report(soak, bundle, minutes, idle_before, idle_after)
-
-        return asyncio.run(main())
+        yield port, proc
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -453,6 +452,33 @@ def run_soak(
             proc.kill()
             proc.wait(10)
         log.close()
+
+
+async def warm(port: int, soak: Soak) -> None:
+    """A warm server: the first requests load what every later one uses."""
+    for _ in range(3):
+        await exchange(port, soak.post("/v1/systemone", soak.bodies.small))
+
+
+def run_soak(
+    bundle: os.PathLike[str] | str,
+    minutes: float = DEFAULT_MINUTES,
+    progress: Callable[[str], Any] = print,
+    log_path: os.PathLike[str] | str | None = None,
+) -> dict[str, Any]:
+    """Serve `bundle` in a child process, soak it for `minutes`, stop it; the figures."""
+    with served(bundle, log_path) as (port, proc):
+
+        async def main() -> dict[str, Any]:
+            await wait_healthy(port, proc)
+            soak = Soak(port, proc.pid, minutes * 60.0, progress)
+            await warm(port, soak)
+            idle_before = await _idle_figures(proc.pid, 2.0)
+            await soak.run()
+            idle_after = await _idle_figures(proc.pid, 10.0)
+            return _report(soak, bundle, minutes, idle_before, idle_after)
+
+        return asyncio.run(main())
 
 
 def format_summary(report: dict[str, Any]) -> str:
@@ -487,7 +513,7 @@ def _report(
     return {
         "bundle": Path(str(bundle)).name,
         "minutes": minutes,
-        "cpu": _cpu(),
+        "cpu": cpu_class(),
         "honest": {
             "answered": soak.honest.get("200", 0),
             "refused_or_failed": {k: v for k, v in soak.honest.items() if k != "200"},

@@ -316,12 +316,25 @@ def _add_soak(group) -> argparse.ArgumentParser:
     p.add_argument(
         "--minutes", type=float, default=DEFAULT_MINUTES, help="how long to soak (default %(default)s)"
     )
+    p.add_argument(
+        "--proofs",
+        action="store_true",
+        help="instead of the timed soak, three attacks one at a time, each with the figure that shows "
+        "the server held: work bombs whose clients hang up after 3 s then the README request; three "
+        "1 GiB gzip bombs under /health every 50 ms; 16 uploaders at 1 byte/s then the README request "
+        "(about a minute)",
+    )
     p.add_argument("--log", default=None, help="write the server's log to this file")
     p.add_argument("--json", default=None, metavar="PATH", help="write the report here as JSON")
     return p
 
 
 def _run_soak(args: argparse.Namespace) -> int:
+    if args.proofs:
+        from laya_onnx.bench import proofs
+
+        report = proofs.run_proofs(args.bundle, log_path=args.log)
+        return emit_report(report, args.json, proofs.format_summary(report))
     if not args.minutes > 0:
         raise UsageError("--minutes must be a positive number, got %r" % (args.minutes,))
     from laya_onnx.bench.soak import format_summary, run_soak
