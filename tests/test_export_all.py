@@ -70,3 +70,30 @@ def test_export_all_from_the_hub_makes_a_models_directory(tmp_path, monkeypatch,
     assert answer["routing"]["model"] == "multilingual"
     assert answer["routing"]["repo"] == "convaiinnovations/laya/multilingual"
     assert router.loaded_revisions == {"multilingual": SHA_A}
+
+
+def test_export_all_without_a_source_never_names_a_test_bundle_after_a_real_checkpoint(tmp_path):
+    """The tiny presets go to tiny-english/ ... under their own names; a Router over the directory
+    still routes in the real checkpoints' places, and /v1/models calls them random, Hub id-free."""
+    import json
+
+    from laya_onnx.core.router import Router
+    from laya_onnx.export.models_dir import export_models_dir
+    from laya_onnx.serve.routed import RoutedCatalog
+
+    out = tmp_path / "models"
+    export_models_dir(out, verbose=False, measure_memory=False)
+    folders = sorted(p.name for p in out.iterdir())
+    assert folders == ["tiny-english", "tiny-multilingual", "tiny-typed-decisions"]
+    for folder in folders:
+        assert json.loads((out / folder / "manifest.json").read_text())["source"]["name"] == folder
+    router = Router(out)
+    result = router.predict(
+        "Mein Konto wurde zweimal belastet", {"r": {"type": "noul", "instructions": "Refund?"}}
+    )
+    assert (result["routing"]["model"], result["routing"]["repo"]) == ("multilingual", "tiny-multilingual")
+    listing = RoutedCatalog(router).listing(None, full=True)["models"]
+    assert [m["name"] for m in listing] == ["english", "multilingual", "typed-decisions"]
+    for entry in listing:
+        assert entry["x_random_weights"] == "tiny-" + entry["name"] and entry["x_repo"] is None
+        assert not any("/" in alias for alias in entry["x_aliases"])  # no Hub id answers for it

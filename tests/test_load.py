@@ -64,6 +64,19 @@ def test_an_unknown_name_is_refused_with_the_routers_text(models):
     assert str(ours.value) == str(ref.value)
 
 
+def test_a_test_bundle_stands_in_for_its_checkpoint(tmp_path, monkeypatch):
+    """A models directory of `export --all` test bundles: `english` loads tiny-english/."""
+    monkeypatch.delenv(settings.MODELS_DIR.env, raising=False)
+    for folder, encoder in (("tiny-english", "tiny-english"), ("tiny-multilingual", "other")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "rl_agent_config.json").write_text(
+            '{"encoder": "laya-onnx/%s-encoder"}' % encoder
+        )
+    assert resolve_bundle("en", models_dir=tmp_path) == str(tmp_path / "tiny-english")
+    with pytest.raises(FileNotFoundError, match="no bundle for 'multilingual'"):
+        resolve_bundle("multilingual", models_dir=tmp_path)  # its preset is not tiny-multilingual
+
+
 def test_a_name_needs_a_models_directory_and_its_bundle(models):
     with pytest.raises(InvalidRequest, match="pass models_dir= or set LAYA_MODELS_DIR"):
         resolve_bundle("english")

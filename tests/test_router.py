@@ -308,3 +308,30 @@ def test_bundles_in_reads_a_models_directory(tmp_path):
         bundles_in(tmp_path / "missing")
     r = Router({"english": tmp_path / "english"}, agent_factory=FakeAgent)
     assert r.repo("english") == "english"  # the folder's name, never its absolute path
+
+
+def _test_bundle(folder, preset=None):
+    folder.mkdir()
+    (folder / "laya.onnx").write_bytes(b"")
+    encoder = "laya-onnx/%s-encoder" % preset if preset else "answerdotai/ModernBERT-base"
+    (folder / "rl_agent_config.json").write_text('{"encoder": "%s"}' % encoder)
+
+
+def test_a_test_bundle_named_for_its_preset_stands_in_for_its_checkpoint(tmp_path):
+    """`export --all` without --hub writes tiny-english/ ...: random weights under their own
+    name, routed in english's place; a real english/ beside it keeps that place."""
+    for preset in ("tiny-english", "tiny-multilingual"):
+        _test_bundle(tmp_path / preset, preset)
+    _test_bundle(tmp_path / "tiny-typed-decisions")  # real weights under a test-like name
+    _test_bundle(tmp_path / "tiny-papers", "tiny-papers")  # no published checkpoint of that name
+    assert bundles_in(tmp_path) == {
+        "english": tmp_path / "tiny-english",
+        "multilingual": tmp_path / "tiny-multilingual",
+        "tiny-papers": tmp_path / "tiny-papers",
+        "tiny-typed-decisions": tmp_path / "tiny-typed-decisions",
+    }
+    r = Router(tmp_path, agent_factory=FakeAgent)
+    assert r.repo("english") == "tiny-english"  # the folder's name says what answers
+    _test_bundle(tmp_path / "english")
+    found = bundles_in(tmp_path)
+    assert found["english"] == tmp_path / "english" and found["tiny-english"] == tmp_path / "tiny-english"

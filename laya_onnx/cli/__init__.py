@@ -34,7 +34,7 @@ EPILOG = """\
 examples:
   laya-onnx demo                                   # the whole path on a tiny test checkpoint
   laya-onnx export convaiinnovations/laya -o work/laya-bundle
-  laya-onnx export --all -o work/models              # english/ multilingual/ typed-decisions/
+  laya-onnx export --all -o work/models              # tiny-english/ ... (random; --hub: the real three)
   laya-onnx predict work/laya-bundle --request '{"state": "I was charged twice",
       "questions": {"refund": {"type": "noul", "instructions": "Refund?"}}}'
   laya-onnx serve work/laya-bundle --port 8000

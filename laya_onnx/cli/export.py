@@ -49,8 +49,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "--all",
         action="store_true",
         help="write english/, multilingual/ and typed-decisions/ bundles into the output (a models "
-        "directory for 'laya-onnx serve MODELS_DIR'): the tiny test presets, or CHECKPOINT's "
-        "three, or with --hub laya's own from the Hub",
+        "directory for 'laya-onnx serve MODELS_DIR'): CHECKPOINT's three, or with --hub laya's own "
+        "from the Hub; with neither, the tiny test presets as tiny-english/, tiny-multilingual/ "
+        "and tiny-typed-decisions/ (random weights, routed in those checkpoints' places)",
     )
     p.add_argument(
         "--hub",

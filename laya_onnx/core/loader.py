@@ -24,7 +24,15 @@ from typing import Any
 
 from laya_onnx.core import settings
 from laya_onnx.core.errors import InvalidRequest, SourceNotFound
-from laya_onnx.core.names import ALIASES, PUBLISHED_CHECKPOINTS, canonical_name, published_name
+from laya_onnx.core.names import (
+    ALIASES,
+    PUBLISHED_CHECKPOINTS,
+    TEST_PRESET_PREFIX,
+    bundle_random_weights,
+    canonical_name,
+    published_name,
+    stand_in_role,
+)
 
 
 def _looks_like_path(arg: str) -> bool:
@@ -54,6 +62,9 @@ def resolve_bundle(
         name = canonical_name(arg)
         if root is not None and (root / name).is_dir():
             return str(root / name)
+        stand_in = root / (TEST_PRESET_PREFIX + name) if root is not None else None
+        if stand_in is not None and stand_in_role(stand_in.name, bundle_random_weights(stand_in)) == name:
+            return str(stand_in)  # `laya-onnx export --all`'s test bundle in this checkpoint's place
         if name not in PUBLISHED_CHECKPOINTS:
             raise InvalidRequest(
                 "unknown model %r; choose one of %s (or an alias: %s)"

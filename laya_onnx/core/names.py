@@ -80,6 +80,21 @@ def bundle_random_weights(folder: Any) -> str | None:
     return random_weights_preset(config)
 
 
+#: A test preset named this prefix + a published checkpoint's name stands in for that checkpoint.
+TEST_PRESET_PREFIX = "tiny-"
+
+
+def stand_in_role(folder_name: str, preset: str | None) -> str | None:
+    """The published checkpoint a models directory's test bundle fills the place of: a folder
+    `tiny-english/` holding the tiny-english preset's random weights stands in for `english` (so
+    a Router over a directory of test bundles routes as over the real ones, while the folder and
+    the bundle keep the test preset's name). None for anything else."""
+    if preset is None or canonical_name(folder_name) != preset or not preset.startswith(TEST_PRESET_PREFIX):
+        return None
+    role = preset[len(TEST_PRESET_PREFIX) :]
+    return role if role in PUBLISHED_CHECKPOINTS else None
+
+
 def aliases_of(name: str) -> list[str]:
     """The aliases that resolve to `name`, sorted."""
     return sorted(alias for alias, target in ALIASES.items() if target == name)
@@ -94,4 +109,5 @@ __all__ = [
     "canonical_name",
     "published_name",
     "random_weights_preset",
+    "stand_in_role",
 ]

@@ -5,10 +5,15 @@
       multilingual/
       typed-decisions/
 
-which is what `Router(MODELS_DIR)` and `laya-onnx serve MODELS_DIR` read. The checkpoints come from
-the tiny test presets (the default: no network, seconds), or from laya's bundle repo on the Hub
-(`convaiinnovations/laya`: english at its root, the others in subfolders) or any repo or local
-directory laid out the same way.
+which is what `Router(MODELS_DIR)` and `laya-onnx serve MODELS_DIR` read, from laya's bundle repo
+on the Hub (`convaiinnovations/laya`: english at its root, the others in subfolders) or any repo or
+local directory laid out the same way. Without a source the checkpoints are the tiny test presets
+(no network, seconds) and nothing of theirs takes a real checkpoint's name:
+
+    MODELS_DIR/
+      tiny-english/          random weights; the bundle is named tiny-english, and a Router
+      tiny-multilingual/     reading the directory routes to it where it would route to english
+      tiny-typed-decisions/  (`core.router.registry.bundles_in`)
 """
 
 from __future__ import annotations
@@ -53,15 +58,18 @@ def export_models_dir(
 ) -> dict[str, Path]:
     """Export the three checkpoints into `out_dir/<name>`; returns {name: bundle folder}.
 
-    `source` None: the tiny presets (made here, in a temporary directory). Otherwise `hub`, a Hub
-    repo id or a local directory in the bundle repo's layout (`checkpoint_sources`).
+    `source` None: the tiny presets (made here, in a temporary directory), each into
+    `out_dir/<preset>` under the preset's name. Otherwise `hub`, a Hub repo id or a local
+    directory in the bundle repo's layout (`checkpoint_sources`).
     `export_options` go to every `export_bundle` call (revision, opset, tolerance, ...).
     Every output folder is checked before anything is exported, so a refusal writes nothing.
     """
     from laya_onnx.export.exporter import export_bundle
 
     out = Path(out_dir)
-    targets = {name: out / name for name in PUBLISHED_CHECKPOINTS}
+    # a test checkpoint never takes a real one's name: its folder and bundle are the preset's
+    names = PRESET_FOR if source is None else {name: name for name in PUBLISHED_CHECKPOINTS}
+    targets = {name: out / names[name] for name in PUBLISHED_CHECKPOINTS}
     if out.exists() and not out.is_dir():
         raise InvalidRequest(f"output {str(out)!r} exists and is not a directory")
     for folder in targets.values():
@@ -81,7 +89,7 @@ def export_models_dir(
             if verbose:
                 print(f"== {name}: {checkpoint}", flush=True)
             export_bundle(
-                checkpoint, targets[name], force=force, name=name, verbose=verbose, **export_options
+                checkpoint, targets[name], force=force, name=names[name], verbose=verbose, **export_options
             )
     return targets
 

@@ -19,7 +19,13 @@ from typing import Any
 
 from laya_onnx.core.bundle import GRAPH_FILE, bundle_origin, read_manifest_quietly
 from laya_onnx.core.errors import InvalidRequest, InvalidRequestType, SourceNotFound
-from laya_onnx.core.names import ALIASES, PUBLISHED_CHECKPOINTS, canonical_name
+from laya_onnx.core.names import (
+    ALIASES,
+    PUBLISHED_CHECKPOINTS,
+    bundle_random_weights,
+    canonical_name,
+    stand_in_role,
+)
 
 BUILTIN_NAMES = tuple(PUBLISHED_CHECKPOINTS)
 ENGLISH, MULTILINGUAL, TYPED_DECISIONS = BUILTIN_NAMES
@@ -64,7 +70,11 @@ def is_bundle_dir(path: Path) -> bool:
 
 def bundles_in(models_dir: str | os.PathLike) -> dict[str, Path]:
     """{name: bundle folder} for every bundle folder directly under `models_dir`, by folder name
-    (trimmed, lowercased, alias resolved); folders that hold no bundle are not checkpoints."""
+    (trimmed, lowercased, alias resolved); folders that hold no bundle are not checkpoints.
+
+    A test bundle in a folder named after its preset (`tiny-english/`, as `laya-onnx export
+    --all` writes them) is registered under the checkpoint it stands in for (`english`), unless
+    the directory also holds that checkpoint's own folder (`names.stand_in_role`)."""
     root = Path(models_dir)
     if not root.is_dir():
         raise SourceNotFound("models directory %r does not exist" % os.fspath(models_dir))
@@ -79,6 +89,10 @@ def bundles_in(models_dir: str | os.PathLike) -> dict[str, Path]:
                 % (os.fspath(root), key, found[key].name, child.name)
             )
         found[key] = child
+    for key, child in list(found.items()):
+        role = stand_in_role(key, bundle_random_weights(child))
+        if role is not None and role not in found:
+            found[role] = found.pop(key)
     if not found:
         raise SourceNotFound(
             "models directory %r holds no bundle (a folder with %s); write one with "
