@@ -35,6 +35,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from laya_onnx.core.bundle import Bundle
 from laya_onnx.core.errors import InvalidRequest
 from laya_onnx.core.gate import apply_confidence_gate
+from laya_onnx.core.manifest import Manifest
 from laya_onnx.core.tournament import DEFAULT_GROUP_SIZE
 from laya_onnx.serve import create_app
 from laya_onnx.serve.protocol import ServedAgent
@@ -123,7 +124,7 @@ class FakeAgent:
         self.int8_kernel = None
         self.bundle = Bundle(
             root=Path("/srv/bundles/english"),
-            manifest={"source": {"repo": "convaiinnovations/laya"}},
+            manifest=Manifest.parse({"source": {"repo": "convaiinnovations/laya"}}),
             config={},
         )
 

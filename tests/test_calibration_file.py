@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import warnings
@@ -165,13 +166,14 @@ def test_identity_mismatch_warns_and_still_loads(bundle_factory, tmp_path):
 def test_a_bundle_carries_its_calibration_file_hashed(bundle_factory, tmp_path):
     from laya_onnx import ONNXAgent
     from laya_onnx.core.bundle import MANIFEST_FILE, BundleError, write_manifest
+    from laya_onnx.core.manifest import CalibrationRecord, Manifest
 
     bundle = tmp_path / "calibrated"
     shutil.copytree(bundle_factory("tiny-english"), bundle)
     shutil.copyfile(_write(tmp_path, PAYLOAD), bundle / "calibration.json")
     manifest = json.loads((bundle / MANIFEST_FILE).read_text())
-    sections = {k: v for k, v in manifest.items() if k not in ("format", "format_version", "files")}
-    write_manifest(bundle, **sections, calibration={"file": "calibration.json", "source": "cal.json"})
+    calibration = CalibrationRecord(file="calibration.json", source="cal.json")
+    write_manifest(bundle, dataclasses.replace(Manifest.parse(manifest), calibration=calibration))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         carried = ONNXAgent(bundle).predict(STATES[0], QUESTIONS)

@@ -45,7 +45,7 @@ def test_bundle_layout_and_manifest(preset, checkpoint_factory, bundle_factory):
     ]
     for name in ("rl_agent_config.json", "tokenizer/tokenizer.json", "tokenizer/tokenizer_config.json"):
         assert (bundle / name).read_bytes() == (ckpt / name).read_bytes()
-    m = opened.manifest
+    m = opened.manifest.as_json()  # the manifest as written
     assert m["source"]["path"] == str(ckpt) and m["source"]["repo"] is None
     assert m["source"]["weights_sha256"] == sha256_file(ckpt / "model.safetensors")
     assert set(m["tools"]) >= {"laya_onnx", "torch", "transformers", "onnx", "onnxruntime"}
@@ -196,12 +196,10 @@ def test_output_directory_rules(checkpoint_factory, bundle_factory, tmp_path):
     assert (out / "stale.txt").exists()
     manifest = export_bundle(ckpt, out, force=True, verbose=False, measure_memory=False)
     assert not (out / "stale.txt").exists() and (out / "laya.onnx").exists()
-    assert json.loads((out / "manifest.json").read_text())["files"] == manifest["files"]
+    assert json.loads((out / "manifest.json").read_text()) == manifest.as_json()
     assert _leftovers(tmp_path, "out") == []
     # The same checkpoint exports to the same graph bytes (the exporter is deterministic here).
-    assert manifest["files"]["laya.onnx"]["sha256"] == sha256_file(
-        bundle_factory("tiny-english") / "laya.onnx"
-    )
+    assert manifest.digest("laya.onnx") == sha256_file(bundle_factory("tiny-english") / "laya.onnx")
 
 
 def _broken_copy(ckpt: Path, dst: Path) -> Path:
@@ -317,21 +315,21 @@ def test_dynamo_exporter(checkpoint_factory, tmp_path):
     from laya_onnx.export import export_bundle
 
     manifest = export_bundle(checkpoint_factory("tiny-english"), tmp_path / "dyn", dynamo=True, verbose=False)
-    assert manifest["export"]["exporter"] == "torch.onnx.export (dynamo)"
-    assert manifest["export"]["opset"] == 18  # the dynamo exporter cannot target 17
-    assert manifest["validation"]["passed"]
+    assert manifest.export.exporter == "torch.onnx.export (dynamo)"
+    assert manifest.export.opset == 18  # the dynamo exporter cannot target 17
+    assert manifest.validation.passed
 
 
 def test_default_profile_documents_the_code():
     from laya_onnx.core.bundle import MIN_MARKER_COLUMNS
-    from laya_onnx.export import exporter
+    from laya_onnx.export import options
 
     profile = json.loads((Path(__file__).parent.parent / "export" / "profiles" / "default.json").read_text())
-    assert profile["opset"] == exporter.DEFAULT_OPSET
-    assert profile["attention"] == exporter.DEFAULT_ATTENTION
-    assert profile["dynamo_min_opset"] == exporter.DYNAMO_MIN_OPSET
-    assert profile["tolerance"] == exporter.DEFAULT_TOLERANCE
-    assert profile["precision"] == exporter.DEFAULT_PRECISION
+    assert profile["opset"] == options.DEFAULT_OPSET
+    assert profile["attention"] == options.DEFAULT_ATTENTION
+    assert profile["dynamo_min_opset"] == options.DYNAMO_MIN_OPSET
+    assert profile["tolerance"] == options.DEFAULT_TOLERANCE
+    assert profile["precision"] == options.DEFAULT_PRECISION
     assert profile["inputs"] == {k: [d, list(a)] for k, (d, a) in GRAPH_INPUTS.items()}
     assert profile["outputs"] == {k: [d, list(a)] for k, (d, a) in GRAPH_OUTPUTS.items()}
     assert profile["min_marker_columns"] == MIN_MARKER_COLUMNS
@@ -354,3 +352,46 @@ def test_cli_reports_bad_checkpoints_without_traceback(tmp_path):
     assert "laya-onnx export: error:" in proc.stderr and "model.safetensors" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"precision": "int4"}, r"precision must be one of \('fp32', 'fp16', 'int8'.*\), got 'int4'"),
+        ({"attention": "flash"}, r"attention must be one of \('fused', 'unfused'\), got 'flash'"),
+        ({"dynamo": True, "attention": "fused"}, "fused attention is written by the TorchScript exporter"),
+        ({"opset": 13}, r"opset must be an integer >= 14 \(scaled_dot_product_attention\), got 13"),
+        ({"opset": 17.0}, "opset must be an integer >= 14"),
+        ({"external_data_threshold": -1}, "external_data_threshold must be a non-negative number of bytes"),
+        ({"tolerance": float("nan")}, "tolerance must be a positive number, got nan"),
+        ({"tolerance": True}, "tolerance must be a positive number, got True"),
+        ({"optimize": "yes"}, "optimize must be True or False, got 'yes'"),
+        ({"name": 3}, "name must be a string, got 3"),
+        ({"precision_gate": 0.1}, "precision_gate must be a Gate, got 0.1"),
+    ],
+)
+def test_export_options_are_checked_when_made(fields, message, tmp_path):
+    from laya_onnx.export import ExportError, ExportOptionError, ExportOptions, export_bundle
+
+    with pytest.raises(ExportOptionError, match=message):
+        ExportOptions(**fields)
+    # the export refuses them the same way, before reading the checkpoint or writing anything
+    with pytest.raises(ExportOptionError, match=message) as caught:
+        export_bundle(tmp_path / "no-checkpoint", tmp_path / "out", **fields)
+    assert isinstance(caught.value, (ExportError, ValueError)) and not (tmp_path / "out").exists()
+
+
+@pytest.mark.torch
+def test_export_options_resolve_the_exporters_own_choices():
+    import dataclasses
+
+    from laya_onnx.export import ExportOptionError, ExportOptions
+
+    options = ExportOptions()
+    assert (options.attention_kind, options.graph_opset, options.lowered) == ("fused", 17, False)
+    dynamo = dataclasses.replace(options, dynamo=True)
+    assert (dynamo.attention_kind, dynamo.graph_opset) == ("unfused", 18)
+    assert ExportOptions(precision="int8").lowered
+    with pytest.raises(ExportOptionError, match="fused attention"):  # replace checks again
+        dataclasses.replace(options, dynamo=True, attention="fused")

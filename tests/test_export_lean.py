@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from laya_onnx.core.bundle import GRAPH_DATA_FILE, GRAPH_FILE, GRAPH_INPUTS, Bundle, BundleError, sha256_file
+from laya_onnx.core.manifest import GraphRecord
 
 pytestmark = pytest.mark.torch
 
@@ -55,9 +56,9 @@ def test_external_data_is_written_hashed_and_runs(external_bundle, bundle_factor
 
     manifest = Bundle.open(external_bundle, verify=True).manifest
     assert manifest is not None
-    assert manifest["graph"] == {"file": GRAPH_FILE, "external_data": [GRAPH_DATA_FILE]}
+    assert manifest.graph == GraphRecord(file=GRAPH_FILE, external_data=[GRAPH_DATA_FILE])
     for name in (GRAPH_FILE, GRAPH_DATA_FILE):
-        assert manifest["files"][name]["sha256"] == sha256_file(external_bundle / name)
+        assert manifest.digest(name) == sha256_file(external_bundle / name)
     assert b"garbage" not in (external_bundle / GRAPH_DATA_FILE).read_bytes()
     # Every initializer but the tiny ones (onnx_ir keeps tensors under 256 bytes inline) lives in
     # the data file.
@@ -69,12 +70,12 @@ def test_external_data_is_written_hashed_and_runs(external_bundle, bundle_factor
     inline = [t.name for t in proto.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL]
     assert all(len(t.raw_data) <= 256 for t in proto.graph.initializer if t.name in inline)
     assert len(inline) < len(proto.graph.initializer) / 2
-    assert manifest["validation"]["passed"] is True
+    assert manifest.validation.passed is True
 
     # The same weights and graph as the inline export: identical outputs, bit for bit.
     inline_bundle = bundle_factory("tiny-english")
     assert not (inline_bundle / GRAPH_DATA_FILE).exists()
-    assert Bundle.open(inline_bundle).manifest["graph"]["external_data"] == []
+    assert Bundle.open(inline_bundle).manifest.external_data == []
     ckpt = checkpoint_factory("tiny-english")
     feeds = encode_calls(ckpt / "tokenizer", 512, 192, CALLS[-2:-1])[0]["feeds"]
     for ours, theirs in zip(
@@ -91,8 +92,8 @@ def test_reexporting_inline_removes_the_data_file(external_bundle, checkpoint_fa
     manifest = export_bundle(
         checkpoint_factory("tiny-english"), out, force=True, verbose=False, measure_memory=False
     )
-    assert not (out / GRAPH_DATA_FILE).exists() and GRAPH_DATA_FILE not in manifest["files"]
-    assert manifest["graph"]["external_data"] == []
+    assert not (out / GRAPH_DATA_FILE).exists() and GRAPH_DATA_FILE not in manifest.files
+    assert manifest.graph.external_data == []
     Bundle.open(out, verify=True)
 
 
@@ -215,18 +216,16 @@ def test_optimize_fuses_and_records_it(checkpoint_factory, tmp_path):
         external_data_threshold=0,
         optimize=True,
     )
-    record = manifest["optimization"]
-    assert record["kept"] is True and record["validation"]["passed"] is True
-    assert record["fusions"]["SkipLayerNormalization"] > 0 and record["nodes_after"] < record["nodes_before"]
+    record = manifest.optimization
+    assert record.kept is True and record.validation["passed"] is True
+    assert record.fusions["SkipLayerNormalization"] > 0 and record.nodes_after < record.nodes_before
     ops = op_counts(out / GRAPH_FILE)
     assert (
-        ops == record["op_types_after"]
-        and ops.get("SkipLayerNormalization") == record["fusions"]["SkipLayerNormalization"]
+        ops == record.op_types_after
+        and ops.get("SkipLayerNormalization") == record.fusions["SkipLayerNormalization"]
     )
-    assert record["op_types_before"].get("SkipLayerNormalization", 0) == 0
-    assert manifest["validation"]["passed"] is True and manifest["graph"]["external_data"] == [
-        GRAPH_DATA_FILE
-    ]
+    assert record.op_types_before.get("SkipLayerNormalization", 0) == 0
+    assert manifest.validation.passed is True and manifest.graph.external_data == [GRAPH_DATA_FILE]
     assert sorted(p.name for p in out.iterdir()) == sorted(
         [GRAPH_FILE, GRAPH_DATA_FILE, "manifest.json", "rl_agent_config.json", "tokenizer"]
     )
@@ -253,13 +252,11 @@ def test_optimized_graph_that_fails_validation_is_not_kept(checkpoint_factory, t
     manifest = export_bundle(
         checkpoint_factory("tiny-english"), out, verbose=False, measure_memory=False, optimize=True
     )
-    record = manifest["optimization"]
+    record = manifest.optimization
     assert (
-        record["kept"] is False
-        and "failed validation" in record["reason"]
-        and "beyond tolerance" in record["reason"]
+        record.kept is False and "failed validation" in record.reason and "beyond tolerance" in record.reason
     )
-    assert manifest["validation"]["passed"] is True and manifest["validation"]["max_abs_logit_diff"] < 1e-4
-    assert op_counts(out / GRAPH_FILE) == record["op_types_before"]
+    assert manifest.validation.passed is True and manifest.validation.max_abs_logit_diff < 1e-4
+    assert op_counts(out / GRAPH_FILE) == record.op_types_before
     assert not (out / "optimized").exists()
     Bundle.open(out, verify=True)

@@ -44,13 +44,11 @@ def _agent_for(golden: dict, bundle: Path):
         agent = ONNXAgent(bundle)
     manifest = agent.bundle.manifest
     ckpt = golden["checkpoint"]
-    assert manifest["source"]["weights_sha256"] == ckpt["weights_sha256"], (
+    assert manifest.source.weights_sha256 == ckpt["weights_sha256"], (
         f"bundle {bundle} was exported from other weights than golden {ckpt['preset']!r}; {REGENERATE}"
     )
     for name, sha in ckpt["files_sha256"].items():
-        assert manifest["files"][name]["sha256"] == sha, (
-            f"bundle file {name} differs from the golden checkpoint's"
-        )
+        assert manifest.digest(name) == sha, f"bundle file {name} differs from the golden checkpoint's"
     return agent, instrument_agent(agent)
 
 

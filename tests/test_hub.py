@@ -228,10 +228,10 @@ def test_export_from_a_hub_id_records_repo_and_commit(checkpoint_factory, tmp_pa
     manifest = export_bundle(
         "acme/laya-tiny/english", tmp_path / "bundle", verbose=False, measure_memory=False
     )
-    source = manifest["source"]
-    assert (source["repo"], source["subfolder"], source["revision"]) == ("acme/laya-tiny", "english", SHA_B)
-    assert source["path"].endswith(f"snapshots/{SHA_B}/english")
-    assert Bundle.open(tmp_path / "bundle").manifest["source"] == source
+    source = manifest.source
+    assert (source.repo, source.subfolder, source.revision) == ("acme/laya-tiny", "english", SHA_B)
+    assert source.path.endswith(f"snapshots/{SHA_B}/english")
+    assert Bundle.open(tmp_path / "bundle").manifest.source == source
 
 
 def test_checkpoint_names_for_servers(tmp_path):

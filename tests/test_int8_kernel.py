@@ -7,6 +7,7 @@ can run (the u8 x s8 one needs VNNI here; the test says so when it skips).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from functools import partial
 
@@ -26,12 +27,15 @@ from laya_onnx.core.int8_kernel import (
     requested_kernel,
 )
 from laya_onnx.core.machine import Cpu, read_cpu
+from laya_onnx.core.manifest import PrecisionRecord
 
 ZEN3 = Cpu("AMD EPYC 7763", frozenset({"avx2", "fma"}), 2)
 ZEN4 = Cpu("AMD EPYC 9654", frozenset({"avx2", "avx512f", "avx512_vnni", "avx512_bf16"}), 2)
 ALDER_LAKE = Cpu("12th Gen Intel Core i7", frozenset({"avx2", "avx_vnni"}), 2)
 UNKNOWN = Cpu("arm64", frozenset(), 2)
-TWO_FORMS = {"precision": "int8", "weight_bits": 8, "kernels": {U8U8: "laya.onnx", U8S8: U8S8_GRAPH_FILE}}
+TWO_FORMS = PrecisionRecord.parse(
+    {"precision": "int8", "weight_bits": 8, "kernels": {U8U8: "laya.onnx", U8S8: U8S8_GRAPH_FILE}}
+)
 NEEDS_VNNI = pytest.mark.skipif(
     not cpu_info().vnni,
     reason=f"this CPU ({cpu_info().model}) has no VNNI: u8 x s8 with 8-bit codes saturates",
@@ -51,7 +55,7 @@ def test_cpuinfo_is_read_from_the_first_processor():
 @pytest.mark.parametrize(("cpu", "kernel"), [(ZEN3, U8U8), (ZEN4, U8S8), (ALDER_LAKE, U8S8), (UNKNOWN, U8U8)])
 def test_auto_takes_u8s8_only_where_the_cpu_has_vnni(cpu, kernel):
     choice = choose_kernel(TWO_FORMS, AUTO, cpu)
-    assert choice.kernel == kernel and choice.graph == TWO_FORMS["kernels"][kernel]
+    assert choice.kernel == kernel and choice.graph == TWO_FORMS.kernels[kernel]
     assert cpu.model in choice.reason
     assert ("no VNNI" if cpu is ZEN3 else "flags unknown" if cpu is UNKNOWN else "VNNI: ") in choice.reason
 
@@ -66,19 +70,19 @@ def test_forcing_a_kernel_that_would_answer_wrongly_is_refused():
 
 
 def test_seven_bit_codes_run_u8s8_everywhere():
-    seven = {**TWO_FORMS, "weight_bits": 7}
+    seven = dataclasses.replace(TWO_FORMS, weight_bits=7)
     assert choose_kernel(seven, AUTO, ZEN3).kernel == U8S8
     assert choose_kernel(seven, U8S8, ZEN3).kernel == U8S8
 
 
 def test_bundles_with_one_form_run_it_and_refuse_the_other():
-    old_8bit = {"precision": "int8", "weight_bits": 8}
-    old_7bit = {"precision": "int8", "weight_bits": 7}
+    old_8bit = PrecisionRecord.parse({"precision": "int8", "weight_bits": 8})
+    old_7bit = PrecisionRecord.parse({"precision": "int8", "weight_bits": 7})
     assert choose_kernel(old_8bit, AUTO, ZEN4).kernel == U8U8
     assert choose_kernel(old_7bit, AUTO, ZEN3).kernel == U8S8
     with pytest.raises(Int8KernelError, match="holds the u8u8 form only; re-export"):
         choose_kernel(old_8bit, U8S8, ZEN4)
-    fp32 = choose_kernel({"precision": "fp32"}, U8S8, ZEN3)  # nothing to choose: not refused
+    fp32 = choose_kernel(PrecisionRecord(), U8S8, ZEN3)  # nothing to choose: not refused
     assert fp32.kernel is None and fp32.graph == "laya.onnx"
 
 
@@ -118,7 +122,7 @@ def test_an_int8_bundle_holds_both_forms_of_the_same_codes(lowered):
     record = json.loads((bundle / "manifest.json").read_text())["precision"]
     assert record["kernels"] == {U8U8: "laya.onnx", U8S8: U8S8_GRAPH_FILE}
     assert record["kernels_identical"] is True or "no VNNI" in record["kernels_identical"]
-    here = choose_kernel(record, AUTO)
+    here = choose_kernel(PrecisionRecord.parse(record), AUTO)
     assert record["measured_on"].endswith(f"{here.kernel} kernel ({here.graph})")
 
     def weights(name):

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from laya_onnx.core.errors import InvalidRequest, PassTooLarge
+from laya_onnx.core.manifest import Manifest
 from laya_onnx.core.memory import (
     DEFAULT_MAX_PASS_MEMORY,
     GiB,
@@ -121,10 +122,10 @@ def test_fit_recovers_the_coefficients_and_covers_every_sample():
 
 
 def test_for_bundle_prefers_the_measurement_then_the_architecture():
-    measured = {"memory": {"model": MODEL.as_dict()}}
+    measured = Manifest.parse({"memory": {"model": MODEL.as_dict()}})
     assert PassMemoryModel.for_bundle(measured) == MODEL
     arch = {"layers": 4, "hidden": 64, "heads": 2, "intermediate": 96, "head_heads": 1, "attention": "fused"}
-    from_arch = PassMemoryModel.for_bundle({"export": {"architecture": arch}})
+    from_arch = PassMemoryModel.for_bundle(Manifest.parse({"export": {"architecture": arch}}))
     assert from_arch == estimate_from_architecture(arch)
     largest = PassMemoryModel.for_bundle(None)
     assert largest.per_token_sq > from_arch.per_token_sq and "largest" in largest.source

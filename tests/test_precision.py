@@ -93,7 +93,7 @@ def test_tiny_presets_export_at_every_precision_with_their_gate(lowered, preset,
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             agent = ONNXAgent(bundle)
-    assert agent.precision == precision and agent.precision_record == record
+    assert agent.precision == precision and agent.precision_record.as_json() == record
     assert f"precision='{precision}'" in repr(agent)
     answer = agent.predict(STATE, QUESTIONS)["answers"]
     assert set(answer) == set(QUESTIONS)
@@ -105,7 +105,7 @@ def test_an_fp32_bundle_says_nothing_and_reports_fp32(bundle_factory):
     with warnings.catch_warnings():
         warnings.simplefilter("error", ReducedPrecisionWarning)
         agent = ONNXAgent(bundle_factory("tiny-english"))
-    assert agent.precision == "fp32" and agent.precision_record == {"precision": "fp32"}
+    assert agent.precision == "fp32" and agent.precision_record.as_json() == {"precision": "fp32"}
 
 
 def test_a_gate_that_fails_refuses_to_write_the_bundle(checkpoint_factory, tmp_path):
@@ -461,12 +461,12 @@ def test_a_lowered_graph_from_external_data_is_the_inline_one(
         external_data_threshold=between if lowered_inline else 0,
     )
     data = [] if lowered_inline else [GRAPH_DATA_FILE]
-    assert manifest["graph"]["external_data"] == data
+    assert manifest.graph.external_data == data
     assert sorted(p.name for p in out.iterdir()) == sorted([*(p.name for p in inline.iterdir()), *data])
     graph = onnx.load(str(out / GRAPH_FILE), load_external_data=False)
     locations = {e.value for t in graph.graph.initializer for e in t.external_data if e.key == "location"}
     assert locations == set(data)
-    assert manifest["precision"] == json.loads((inline / "manifest.json").read_text())["precision"]
+    assert manifest.precision.as_json() == json.loads((inline / "manifest.json").read_text())["precision"]
     a, b = _agent(inline), _agent(out)
     ref = _row_outputs(a, lambda: a.predict(STATE, QUESTIONS))
     got = _row_outputs(b, lambda: b.predict(STATE, QUESTIONS))

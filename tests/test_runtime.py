@@ -224,8 +224,8 @@ def test_paired_surrogates_and_emoji_pass(agent):
 
 def test_agent_reports_checkpoint_name_and_source(agent, bundle_factory):
     assert agent.name == "tiny-english"  # exported with name=preset (tests/conftest.py)
-    source = agent.bundle.manifest["source"]
-    assert source["name"] == "tiny-english" and len(source["weights_sha256"]) == 64
+    source = agent.bundle.source
+    assert source.name == "tiny-english" and len(source.weights_sha256) == 64
 
 
 def test_predict_cli_answers_and_names_bad_requests(bundle_factory):

@@ -10,6 +10,7 @@ import pytest
 
 pytest.importorskip("aiohttp")
 
+from laya_onnx.core.manifest import Manifest
 from laya_onnx.serve.catalog import UNKNOWN_RELEASE_DATE
 from tests.serve_support import BODY, URL, FakeAgent, aio, post, served
 
@@ -106,7 +107,7 @@ def test_every_listed_name_and_alias_is_answered_as_model(name, other, standalon
 )
 def test_precision_comes_from_the_manifest(manifest, want):
     agent = FakeAgent()
-    agent.bundle = dataclasses.replace(agent.bundle, manifest=manifest)
+    agent.bundle = dataclasses.replace(agent.bundle, manifest=Manifest.parse(manifest))
 
     @aio
     async def run():

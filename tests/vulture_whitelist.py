@@ -94,3 +94,20 @@ _.x_graph_sha256
 _.x_manifest_sha256
 _.x_precision
 _.x_providers
+
+# -- manifest.json's keys: fields of the typed records (core/manifest.py), read and written
+# through dataclasses.fields when a manifest is parsed and written; bundle users read them
+_.weights_sha256
+_.total_seconds
+_.rule
+_.tool
+_.nodes_before
+_.nodes_after
+_.fusions
+_.optimizer_statistics
+_.op_types_before
+_.op_types_after
+_.kernels_identical
+_.measured_on
+_.cpu_ep
+_.format_version

@@ -250,11 +250,12 @@ def load_reference_bf16(checkpoint: str | Path) -> Any:
 def bundle_runs(paths: Sequence[str], int8_kernels: Sequence[str]) -> list[tuple[str, str, str | None]]:
     """(label, bundle, int8 kernel) per timed runtime: an int8 bundle once per kernel asked for
     (labelled `BUNDLE [kernel]` unless auto), any other bundle once."""
-    from laya_onnx.core.bundle import precision_record, read_manifest_quietly
+    from laya_onnx.core.bundle import read_manifest_quietly
 
     runs: list[tuple[str, str, str | None]] = []
     for path in paths:
-        if precision_record(read_manifest_quietly(Path(path)))["precision"] != "int8":
+        manifest = read_manifest_quietly(Path(path))
+        if manifest is None or manifest.graph_precision.precision != "int8":
             runs.append((path, path, None))
             continue
         for kernel in int8_kernels:
@@ -312,7 +313,7 @@ def run_bench(
         "bundles": {
             label: {
                 "providers": runtimes[label].providers,
-                "precision": _precision(runtimes[label]),
+                "precision": runtimes[label].precision,
                 "int8_kernel": runtimes[label].int8_kernel,
             }
             for label, _, _ in runs
@@ -343,11 +344,6 @@ def run_bench(
             if progress:
                 progress("  %-12s peak RSS alone: %s" % (name, json.dumps(peaks)))
     return out
-
-
-def _precision(agent: Any) -> Any:
-    manifest = agent.bundle.manifest or {}
-    return manifest.get("precision") or (manifest.get("graph") or {}).get("precision") or "fp32"
 
 
 def format_workload(name: str, figures: dict[str, Any]) -> str:

@@ -289,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.fp16_bundle:
         from laya_onnx.core.bundle import Bundle
 
-        gate = Bundle.open(Path(args.fp16_bundle)).precision.get("gate")
+        gate = Bundle.open(Path(args.fp16_bundle)).precision.gate
     report["faults"] = verdict(report, gate)
     text = json.dumps(report, indent=1, default=repr)
     print(text)

@@ -45,7 +45,7 @@ def bundle_facts(path: str) -> dict[str, Any]:
         kernel = {"kernel": None, "reason": str(exc)}
     return {
         "path": str(bundle.root),
-        "precision": bundle.precision["precision"],
+        "precision": bundle.precision.precision,
         "int8_kernel": kernel,
         "random_weights": random_weights_preset(bundle.config),
         "size_bytes": size,

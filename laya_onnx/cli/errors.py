@@ -24,6 +24,7 @@ USER_ERRORS = (
     "laya_onnx.core.errors.LayaInputError",
     "laya_onnx.core.errors.ConfigError",
     "laya_onnx.core.bundle.BundleError",
+    "laya_onnx.core.manifest.ManifestError",
     "laya_onnx.core.bundle.OutputExistsError",
     "laya_onnx.core.tokenizer.TokenizerError",
     "laya_onnx.core.session.ProviderError",

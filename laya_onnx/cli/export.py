@@ -25,6 +25,9 @@ HELP = "turn a checkpoint into a validated ONNX bundle (needs the export extra)"
 def add_parser(sub) -> argparse.ArgumentParser:
     from laya_onnx.core.bundle import DEFAULT_EXTERNAL_DATA_THRESHOLD, GRAPH_DATA_FILE  # torch-free
 
+    # options.py needs no torch: the defaults shown are the exporter's own
+    from laya_onnx.export.options import ATTENTION_KINDS, DEFAULT_OPSET, DEFAULT_TOLERANCE, DYNAMO_MIN_OPSET
+
     p = sub.add_parser(
         NAME,
         help=HELP,
@@ -59,14 +62,22 @@ def add_parser(sub) -> argparse.ArgumentParser:
         help="with --all: export the three registry checkpoints of convaiinnovations/laya from the Hub",
     )
     p.add_argument("--revision", default=None, help="Hub revision (commit, tag, or 'reviewed')")
-    p.add_argument("--opset", type=int, default=17, help="ONNX opset (default 17; dynamo uses 18+)")
     p.add_argument(
-        "--tolerance", type=float, default=1e-4, help="max |Δlogit| allowed vs torch (default 1e-4)"
+        "--opset",
+        type=int,
+        default=DEFAULT_OPSET,
+        help=f"ONNX opset (default %(default)s; dynamo uses {DYNAMO_MIN_OPSET}+)",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=DEFAULT_TOLERANCE,
+        help="max |Δlogit| allowed vs torch (default %(default)s)",
     )
     p.add_argument("--dynamo", action="store_true", help="use the torch.export-based exporter")
     p.add_argument(
         "--attention",
-        choices=["fused", "unfused"],
+        choices=ATTENTION_KINDS,
         default=None,
         help="fused (default with TorchScript): one MultiHeadAttention node per layer, masks built "
         "once; unfused: transformers' op-by-op graph (the old default; the only one with --dynamo)",

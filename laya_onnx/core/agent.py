@@ -19,7 +19,6 @@ from laya_onnx.core.bundle import (
     Bundle,
     RandomWeightsWarning,
     ReducedPrecisionWarning,
-    describe_precision,
 )
 from laya_onnx.core.calibration import Calibration, CallLogits, act_probabilities, empty_result
 from laya_onnx.core.calibration_file import apply_calibration, bundle_calibration, warn_if_other_checkpoint
@@ -28,6 +27,7 @@ from laya_onnx.core.errors import InvalidRequest, InvalidRequestType, StateTrunc
 from laya_onnx.core.hooks import HookRegistry, PredictContext
 from laya_onnx.core.hub import BUNDLE_FILES, fetch_checkpoint
 from laya_onnx.core.int8_kernel import choose_kernel, requested_kernel, resolve_graph
+from laya_onnx.core.manifest import PrecisionRecord
 from laya_onnx.core.memory import (
     ARENA_RELEASE_BYTES,
     PassMemoryModel,
@@ -131,10 +131,10 @@ class ONNXAgent(HookRegistry):
         #: Validated questions and their heads, reused by calls that ask the same questions.
         self.question_cache = QuestionCache(self.tok)
         self.calibration = Calibration.from_config(self.cfg, lang_temperatures=lang_temperatures)
-        source = (self.bundle.manifest or {}).get("source") or {}
+        source = self.bundle.source
         #: The checkpoint a calibration file's recorded identity is compared with.
-        self.model_id_or_path = source.get("repo") or source.get("path") or str(bundle)
-        self.subfolder = source.get("subfolder")
+        self.model_id_or_path = source.repo or source.path or str(bundle)
+        self.subfolder = source.subfolder
         for path in (bundle_calibration(self.bundle.root, self.bundle.manifest), calibration):
             if path is not None:
                 self.load_calibration(path)
@@ -143,8 +143,8 @@ class ONNXAgent(HookRegistry):
         self.threads = resolve_threads(threads)
         #: "fp32", "fp16", "int8" or "bf16" (`laya-onnx export --precision`); `precision_record`
         #: holds its gate and the agreement with fp32 torch measured at export.
-        self.precision_record: dict[str, Any] = self.bundle.precision
-        self.precision: str = self.precision_record["precision"]
+        self.precision_record: PrecisionRecord = self.bundle.precision
+        self.precision: str = self.precision_record.precision
         #: The integer GEMM an int8 bundle runs here, its graph file and why (`int8_kernel`: None
         #: for other precisions).
         self.int8_kernel_choice = choose_kernel(
@@ -167,8 +167,7 @@ class ONNXAgent(HookRegistry):
         )
         if self.precision != "fp32":
             warnings.warn(
-                f"laya-onnx: bundle {str(self.bundle.root)!r} runs in "
-                f"{describe_precision(self.precision_record)}"
+                f"laya-onnx: bundle {str(self.bundle.root)!r} runs in {self.precision_record.describe()}"
                 + (f"; {self.int8_kernel} kernel" if self.int8_kernel else ""),
                 ReducedPrecisionWarning,
                 stacklevel=2,
@@ -178,8 +177,8 @@ class ONNXAgent(HookRegistry):
         #: Seconds of one pass as a function of (rows, padded length): the architecture's
         #: operations at the speed this process measures (`laya_onnx.core.work`).
         self.pass_clock = PassClock(PassWork.for_bundle(self.bundle.manifest), probe=self._probe_pass)
-        self.revision: str | None = located.revision or source.get("revision")
-        self.name = name or source.get("name") or self.bundle.root.resolve().name
+        self.revision: str | None = located.revision or source.revision
+        self.name = name or source.name or self.bundle.root.resolve().name
         #: The test preset this bundle's random weights come from (`tiny-english`, ...), None for a
         #: real checkpoint; shown by /health, /v1/models and the CLI.
         self.random_weights: str | None = random_weights_preset(self.cfg)

@@ -22,11 +22,20 @@ import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from laya_onnx.core.errors import InvalidRequest
+from laya_onnx.core.manifest import (
+    FORMAT,
+    FORMAT_VERSION,
+    FileEntry,
+    Manifest,
+    ManifestError,
+    PrecisionRecord,
+    SourceRecord,
+)
 
 GRAPH_FILE = "laya.onnx"
 #: The graph's weights when they are stored as ONNX external data (large graphs), beside GRAPH_FILE.
@@ -40,8 +49,6 @@ CONFIG_FILE = "rl_agent_config.json"
 WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_DIR = "tokenizer"
 MANIFEST_FILE = "manifest.json"
-FORMAT = "laya-onnx-bundle"
-FORMAT_VERSION = 1
 
 #: Inputs in the order the graph declares them: name -> (numpy dtype, dynamic axes).
 #: This is the contract laya's own ONNXAgent feeds, so either runtime can run our graph.
@@ -93,9 +100,9 @@ def bundle_files(root: Path) -> list[str]:
     return out
 
 
-def file_digests(root: Path, names: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
+def file_digests(root: Path, names: Iterable[str] | None = None) -> dict[str, FileEntry]:
     names = bundle_files(root) if names is None else names
-    return {n: {"sha256": sha256_file(root / n), "bytes": (root / n).stat().st_size} for n in names}
+    return {n: FileEntry(sha256=sha256_file(root / n), bytes=(root / n).stat().st_size) for n in names}
 
 
 def io_signature() -> dict[str, Any]:
@@ -158,16 +165,14 @@ def staged_directory(out_dir: Path) -> Iterator[Path]:
         raise
 
 
-def write_manifest(root: Path, **sections: Any) -> dict[str, Any]:
-    """Hash every file under `root` and write manifest.json; `sections` are merged in as given."""
-    manifest: dict[str, Any] = {"format": FORMAT, "format_version": FORMAT_VERSION}
-    manifest.update(sections)
-    manifest.setdefault("io", io_signature())
-    manifest["files"] = file_digests(root)
+def write_manifest(root: Path, manifest: Manifest) -> Manifest:
+    """Hash every file under `root` and write `manifest` listing them (with the graph I/O when it
+    has none) as manifest.json, atomically; returns what was written."""
+    written = replace(manifest, io=manifest.io or io_signature(), files=file_digests(root))
     tmp = root / (MANIFEST_FILE + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.write_text(json.dumps(written.as_json(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     os.replace(tmp, root / MANIFEST_FILE)
-    return manifest
+    return written
 
 
 class ReducedPrecisionWarning(UserWarning):
@@ -178,35 +183,13 @@ class RandomWeightsWarning(UserWarning):
     """A bundle of a test checkpoint (`laya-onnx make-checkpoint`: random weights) was loaded."""
 
 
-def precision_record(manifest: dict[str, Any] | None) -> dict[str, Any]:
-    """The manifest's `precision` record; {"precision": "fp32"} for fp32 and pre-ladder bundles."""
-    record = (manifest or {}).get("precision")
-    if not isinstance(record, dict) or not isinstance(record.get("precision"), str):
-        return {"precision": "fp32"}
-    return record
-
-
-def describe_precision(record: dict[str, Any]) -> str:
-    """One line: the precision and, per suite, the agreement with fp32 torch measured at export."""
-    name = record["precision"]
-    if name == "fp32":
-        return "fp32"
-    suites = record.get("suites") or {}
-    measured = "; ".join(
-        f"{suite}: {m.get('agreeing')}/{m.get('decisions')} decisions agree with fp32 torch, "
-        f"max |dp| {float(m.get('max_abs_dp', float('nan'))):.2g}"
-        for suite, m in suites.items()
-        if isinstance(m, dict)
-    )
-    return f"{name} (not fp32; {measured or 'no agreement measured'})"
-
-
 @dataclass(frozen=True)
 class Bundle:
     """A bundle directory, checked: graph, config and tokenizer present, manifest consistent."""
 
     root: Path
-    manifest: dict[str, Any] | None
+    #: manifest.json, parsed once, when the bundle is opened.
+    manifest: Manifest
     config: dict[str, Any]
 
     @property
@@ -218,9 +201,14 @@ class Bundle:
         return self.root / TOKENIZER_DIR
 
     @property
-    def precision(self) -> dict[str, Any]:
+    def precision(self) -> PrecisionRecord:
         """What the graph computes in (manifest `precision`) and its gate's measurements."""
-        return precision_record(self.manifest)
+        return self.manifest.graph_precision
+
+    @property
+    def source(self) -> SourceRecord:
+        """The checkpoint the bundle was exported from, as far as its manifest says."""
+        return self.manifest.source or SourceRecord()
 
     @classmethod
     def open(cls, root: os.PathLike, verify: bool = True) -> Bundle:
@@ -229,27 +217,31 @@ class Bundle:
         root = Path(root)
         if not root.is_dir():
             raise BundleError(f"bundle {str(root)!r} is not a directory")
-        manifest = None
         mpath = root / MANIFEST_FILE
-        if not mpath.exists() and (root / GRAPH_FILE).exists():
+        if not mpath.exists():
+            if not (root / GRAPH_FILE).exists():
+                raise BundleError(f"bundle {str(root)!r} has no {GRAPH_FILE}; is it a laya-onnx export?")
             # Every file is verified against the manifest's hashes before it is parsed: without it
             # nothing could be, so a bundle that lost it is refused rather than run unchecked.
             raise BundleError(
                 f"bundle {str(root)!r} has no {MANIFEST_FILE}, so its files cannot be verified; "
                 "re-export it (laya-onnx export CHECKPOINT -o BUNDLE) or copy the whole bundle folder"
             )
-        if mpath.exists():
-            manifest = read_json_object(mpath, f"bundle {str(root)!r}", BundleError)
-            if manifest.get("format") != FORMAT:
-                raise BundleError(f"bundle {str(root)!r}: {MANIFEST_FILE} is not a {FORMAT} manifest")
-            if manifest.get("format_version") != FORMAT_VERSION:
-                raise BundleError(
-                    f"bundle {str(root)!r}: manifest format_version {manifest.get('format_version')!r} "
-                    f"is not supported by this laya-onnx (expects {FORMAT_VERSION}); re-export it"
-                )
-            check_graph_data(root, manifest)
-            if verify:
-                verify_files(root, manifest.get("files") or {})
+        data = read_json_object(mpath, f"bundle {str(root)!r}", BundleError)
+        if data.get("format") != FORMAT:
+            raise BundleError(f"bundle {str(root)!r}: {MANIFEST_FILE} is not a {FORMAT} manifest")
+        if data.get("format_version") != FORMAT_VERSION:
+            raise BundleError(
+                f"bundle {str(root)!r}: manifest format_version {data.get('format_version')!r} "
+                f"is not supported by this laya-onnx (expects {FORMAT_VERSION}); re-export it"
+            )
+        try:
+            manifest = Manifest.parse(data)
+        except ManifestError as exc:
+            raise BundleError(str(exc)) from None
+        check_graph_data(root, manifest)
+        if verify:
+            verify_files(root, manifest.files)
         for need in (GRAPH_FILE, CONFIG_FILE, TOKENIZER_DIR + "/tokenizer.json"):
             if not (root / need).exists():
                 raise BundleError(f"bundle {str(root)!r} has no {need}; is it a laya-onnx export?")
@@ -257,43 +249,30 @@ class Bundle:
         return cls(root=root, manifest=manifest, config=config)
 
 
-def read_manifest_quietly(root: Path) -> dict[str, Any]:
-    """The manifest of the bundle at `root` as a dict, or {} when it is missing or unreadable."""
+def read_manifest_quietly(root: Path) -> Manifest | None:
+    """The manifest of the bundle at `root`, or None when it is missing, unreadable or not one."""
     try:
         data = json.loads((root / MANIFEST_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+        return Manifest.parse(data) if isinstance(data, dict) else None
+    except (OSError, ValueError):  # ManifestError and JSON errors included
+        return None
 
 
-def bundle_origin(manifest: dict[str, Any] | None, root: Path) -> str | None:
+def bundle_origin(manifest: Manifest | None, root: Path) -> str | None:
     """Where a bundle came from: its Hub checkpoint (`org/repo[/subfolder]`, the manifest's
     `source`), else the bundle folder's name. Never an absolute path (that would publish the
-    host's filesystem layout). The manifest is a file someone may have edited: read defensively."""
-    source = (manifest or {}).get("source")
-    repo = source.get("repo") if isinstance(source, dict) else None
-    if isinstance(source, dict) and isinstance(repo, str) and repo:
-        sub = source.get("subfolder")
-        return "%s/%s" % (repo, sub) if isinstance(sub, str) and sub else repo
+    host's filesystem layout)."""
+    source = manifest.source if manifest is not None else None
+    if source is not None and source.repo:
+        return "%s/%s" % (source.repo, source.subfolder) if source.subfolder else source.repo
     return root.name or None
 
 
-def graph_data_files(manifest: dict[str, Any]) -> list[str]:
-    """The external data files the manifest says the graph reads its weights from (maybe none)."""
-    graph = manifest.get("graph") or {}
-    names = graph.get("external_data") if isinstance(graph, dict) else None
-    if names is None:
-        return []
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise BundleError("bundle manifest: graph.external_data must be a list of file names")
-    return names
-
-
-def check_graph_data(root: Path, manifest: dict[str, Any]) -> None:
+def check_graph_data(root: Path, manifest: Manifest) -> None:
     """The graph's external data must be listed (so hashed) by the manifest, and a data file the
     manifest does not list must not sit beside the graph: it would be read unverified."""
-    files = manifest.get("files") or {}
-    for name in graph_data_files(manifest):
+    files = manifest.files
+    for name in manifest.external_data:
         if name not in files:
             raise BundleError(
                 f"bundle {str(root)!r}: the graph's external data {name!r} is not hashed in {MANIFEST_FILE}; re-export it"
@@ -305,7 +284,7 @@ def check_graph_data(root: Path, manifest: dict[str, Any]) -> None:
         )
 
 
-def verify_files(root: Path, files: dict[str, Any]) -> None:
+def verify_files(root: Path, files: dict[str, FileEntry]) -> None:
     """Check each listed file's sha256; names must stay inside `root`."""
     base = root.resolve()
     for name, entry in files.items():
@@ -314,9 +293,9 @@ def verify_files(root: Path, files: dict[str, Any]) -> None:
             raise BundleError(f"bundle manifest lists an unsafe path {name!r}")
         if not path.is_file():
             raise BundleError(f"bundle {str(root)!r} is missing {name!r}, which its manifest lists")
-        want = (entry.get("sha256") if isinstance(entry, dict) else entry) or ""
+        want = entry.sha256
         got = sha256_file(path)
-        if got.lower() != str(want).lower():
+        if got.lower() != want.lower():
             raise BundleError(
                 f"bundle {str(root)!r}: sha256 mismatch for {name!r} (manifest {want}, file {got}); "
                 "the bundle was modified or corrupted, re-export it"

@@ -23,6 +23,7 @@ from typing import Any
 
 from laya_onnx.core.calibration import TEMP_MAX, TEMP_MIN, Calibration, clamp_temperatures
 from laya_onnx.core.errors import SourceNotFound
+from laya_onnx.core.manifest import Manifest
 
 #: The calibration file inside a bundle (`laya-onnx export --calibration FILE` copies it there).
 BUNDLE_CALIBRATION_FILE = "calibration.json"
@@ -201,9 +202,9 @@ def apply_calibration(calibration: Calibration, payload: CalibrationPayload) -> 
     )
 
 
-def bundle_calibration(bundle_root: Path, manifest: Mapping[str, Any] | None) -> Path | None:
+def bundle_calibration(bundle_root: Path, manifest: Manifest) -> Path | None:
     """The calibration file a bundle's manifest names (`"calibration": {"file": ...}`), or None."""
-    entry = (manifest or {}).get("calibration")
-    if not isinstance(entry, dict) or not entry.get("file"):
+    record = manifest.calibration
+    if record is None or not record.file:
         return None
-    return bundle_root / str(entry["file"])
+    return bundle_root / record.file

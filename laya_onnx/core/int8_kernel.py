@@ -28,6 +28,7 @@ from typing import Any
 
 from laya_onnx.core import settings
 from laya_onnx.core.machine import Cpu, read_cpu
+from laya_onnx.core.manifest import PrecisionRecord
 
 AUTO, U8S8, U8U8 = settings.INT8_KERNELS
 KERNELS = (U8S8, U8U8)
@@ -76,27 +77,24 @@ class Int8Kernel:
         }
 
 
-def bundle_forms(record: dict[str, Any]) -> dict[str, str]:
+def bundle_forms(record: PrecisionRecord) -> dict[str, str]:
     """{kernel: graph file} of an int8 precision record. A bundle exported before the two forms
     holds one: u8 x u8 with 8-bit weights, u8 x s8 with 7-bit ones."""
-    forms = record.get("kernels")
-    if isinstance(forms, dict) and all(isinstance(v, str) for v in forms.values()):
-        return {k: v for k, v in forms.items() if k in KERNELS}
-    return {U8S8 if record.get("weight_bits") == SAFE_WEIGHT_BITS else U8U8: "laya.onnx"}
+    if record.kernels is not None:
+        return {k: v for k, v in record.kernels.items() if k in KERNELS}
+    return {U8S8 if record.weight_bits == SAFE_WEIGHT_BITS else U8U8: "laya.onnx"}
 
 
 def choose_kernel(
-    record: dict[str, Any], requested: str, cpu: Cpu | None = None, default_graph: str = "laya.onnx"
+    record: PrecisionRecord, requested: str, cpu: Cpu | None = None, default_graph: str = "laya.onnx"
 ) -> Int8Kernel:
     """The form of the int8 bundle whose precision record is `record` to run on `cpu`."""
-    if record.get("precision") != "int8":
-        return Int8Kernel(
-            None, default_graph, requested, f"the bundle is {record.get('precision')}, not int8"
-        )
+    if record.precision != "int8":
+        return Int8Kernel(None, default_graph, requested, f"the bundle is {record.precision}, not int8")
     cpu = cpu or cpu_info()
     forms = bundle_forms(record)
     # Bundles before the record said so: 8-bit codes (the unsafe case) unless it says 7.
-    safe_codes = record.get("weight_bits") == SAFE_WEIGHT_BITS
+    safe_codes = record.weight_bits == SAFE_WEIGHT_BITS
     where = (
         f"{cpu.model or 'this CPU'} ({'VNNI' if cpu.vnni else 'no VNNI' if cpu.flags else 'flags unknown'})"
     )

@@ -36,6 +36,7 @@ import numpy as np
 
 from laya_onnx.core import settings
 from laya_onnx.core.errors import PassTooLarge
+from laya_onnx.core.manifest import Manifest
 from laya_onnx.core.parsers import GiB, KiB, MiB
 from laya_onnx.core.settings import DEFAULT_MAX_PASS_MEMORY, parse_bytes
 
@@ -152,15 +153,14 @@ class PassMemoryModel:
             raise ValueError(f"bundle manifest: 'memory' is not a pass memory model ({exc})") from None
 
     @classmethod
-    def for_bundle(cls, manifest: Mapping[str, Any] | None) -> PassMemoryModel:
+    def for_bundle(cls, manifest: Manifest | None) -> PassMemoryModel:
         """The bundle's measured model, else an estimate from its architecture, else the largest."""
-        manifest = manifest or {}
-        memory = manifest.get("memory")
-        if isinstance(memory, Mapping) and isinstance(memory.get("model"), Mapping):
-            return cls.from_dict(memory["model"])
-        arch = (manifest.get("export") or {}).get("architecture")
-        if isinstance(arch, Mapping):
-            return estimate_from_architecture(arch)
+        memory = manifest.memory if manifest is not None else None
+        if memory is not None and memory.model is not None:
+            return cls.from_dict(memory.model)
+        export = manifest.export if manifest is not None else None
+        if export is not None and export.architecture is not None:
+            return estimate_from_architecture(export.architecture)
         return estimate_from_architecture(LARGEST_ARCHITECTURE, source="largest Laya encoder (no record)")
 
 

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from laya_onnx.core.errors import InvalidRequest
+from laya_onnx.core.manifest import Manifest
 from laya_onnx.core.memory import LARGEST_ARCHITECTURE
 
 #: How many recent passes `PassClock` judges this process's speed from.
@@ -109,11 +110,11 @@ class PassWork:
         )
 
     @classmethod
-    def for_bundle(cls, manifest: Mapping[str, Any] | None) -> PassWork:
+    def for_bundle(cls, manifest: Manifest | None) -> PassWork:
         """From the manifest's architecture record, else the largest Laya encoder's."""
-        arch = ((manifest or {}).get("export") or {}).get("architecture")
-        if isinstance(arch, Mapping):
-            return cls.of(arch, "the bundle's architecture")
+        export = manifest.export if manifest is not None else None
+        if export is not None and export.architecture is not None:
+            return cls.of(export.architecture, "the bundle's architecture")
         return cls.of(LARGEST_ARCHITECTURE, "the largest Laya encoder (no record)")
 
 

@@ -10,13 +10,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from laya_onnx.export.errors import ExportError, ValidationError
+    from laya_onnx.export.errors import ExportError, ExportOptionError, ValidationError
     from laya_onnx.export.exporter import export_bundle
     from laya_onnx.export.model import DecisionModel, load_decision_model
+    from laya_onnx.export.options import ExportOptions
     from laya_onnx.export.validation import validate_graph
 
 _LAZY = {
-    **dict.fromkeys(("ExportError", "ValidationError"), "errors"),
+    **dict.fromkeys(("ExportError", "ExportOptionError", "ValidationError"), "errors"),
+    "ExportOptions": "options",
     "export_bundle": "exporter",
     "validate_graph": "validation",
     **dict.fromkeys(("DecisionModel", "load_decision_model"), "model"),
@@ -25,6 +27,8 @@ _LAZY = {
 __all__ = [
     "DecisionModel",
     "ExportError",
+    "ExportOptionError",
+    "ExportOptions",
     "ValidationError",
     "export_bundle",
     "load_decision_model",

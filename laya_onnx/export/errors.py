@@ -13,3 +13,7 @@ class ValidationError(ExportError):
 
 class CheckpointError(ExportError):
     """A checkpoint that is not a readable Laya checkpoint (configs, weights, their shapes)."""
+
+
+class ExportOptionError(ExportError):
+    """An export option with a value it cannot take (checked before anything is read or written)."""

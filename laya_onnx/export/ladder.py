@@ -31,6 +31,7 @@ from laya_onnx.core.bundle import (
     GRAPH_OUTPUTS,
 )
 from laya_onnx.core.int8_kernel import AUTO, U8S8, Int8KernelError, choose_kernel, cpu_info
+from laya_onnx.core.manifest import PrecisionRecord
 from laya_onnx.export import validation
 from laya_onnx.export.cases import Call, encode_calls
 from laya_onnx.export.errors import ExportError, ValidationError
@@ -265,7 +266,7 @@ class PrecisionStep:
         """Whether both int8 forms give bit-identical logits on the export cases, where this CPU can
         run both (VNNI); a ValidationError when they differ."""
         try:
-            choose_kernel(record, U8S8)
+            choose_kernel(PrecisionRecord.parse(record), U8S8)
         except Int8KernelError:
             return f"not checked: this CPU ({cpu_info().model}) has no VNNI to run the u8s8 form exactly"
         outputs = {}
@@ -297,7 +298,7 @@ class PrecisionStep:
         calibration,
         steps=None,
         external_data_threshold: int = DEFAULT_EXTERNAL_DATA_THRESHOLD,
-    ) -> dict[str, Any]:
+    ) -> PrecisionRecord:
         """Rewrite `graph` in place to this precision and gate it; the manifest's `precision` record.
 
         int8 is gated on the written graph itself, in the form this CPU runs (`core.int8_kernel`);
@@ -326,7 +327,7 @@ class PrecisionStep:
         else:
             record.update(self._lower(graph, graph, external_data_threshold))
             record["kernels"] = write_u8s8_form(graph)
-            choice = choose_kernel(record, AUTO)
+            choice = choose_kernel(PrecisionRecord.parse(record), AUTO)
             record["measured_on"] = (
                 f"the written graph on the CPU EP, {choice.kernel} kernel ({choice.graph})"
             )
@@ -370,4 +371,4 @@ class PrecisionStep:
                 f"{100 * self.gate.min_agreement:g}% of the decisions fp32 torch makes by a margin of at "
                 f"least {tie} agreeing): {worst}; no bundle was written"
             )
-        return record
+        return PrecisionRecord.parse(record)

@@ -37,6 +37,7 @@ from laya_onnx.core.bundle import CONFIG_FILE, WEIGHTS_FILE, read_json_object
 from laya_onnx.core.questions import QTYPES  # row order of `type_emb`
 from laya_onnx.core.sequences import check_option_layout
 from laya_onnx.export.errors import CheckpointError
+from laya_onnx.export.options import ATTENTION_KINDS  # the graphs `DecisionModel.attention` writes
 
 if TYPE_CHECKING:
     from transformers import ModernBertModel
@@ -47,8 +48,6 @@ ACT_HIDDEN = 256
 HEAD_NORM_EPS = 1e-5
 #: The value masked marker columns get; the runtime never reads those columns.
 MASKED_LOGIT = -1e4
-#: Attention graphs the exporter can write (see `DecisionModel.attention`).
-ATTENTION_KINDS = ("fused", "unfused")
 #: The name our fused attention function is registered under in transformers' AttentionInterface.
 FUSED_ATTN_IMPLEMENTATION = "laya_onnx_fused"
 #: Mask value for a key that must not be attended: finite, so the graph needs no NaN guard, and

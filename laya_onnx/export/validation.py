@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 
 from laya_onnx.core.bundle import GRAPH_INPUTS, GRAPH_OUTPUTS
+from laya_onnx.core.judge import Verdict
+from laya_onnx.core.manifest import AnswersRecord, ValidationRecord
 from laya_onnx.core.session import CPU, session_options
 from laya_onnx.export.errors import ValidationError
 from laya_onnx.export.progress import Steps
@@ -139,13 +141,13 @@ def validate_graph(
     steps: Steps | None = None,
     calibration=None,
     calls=None,
-) -> dict[str, Any]:
+) -> ValidationRecord:
     """Compare ONNX Runtime with torch's outputs on every encoded case; returns the validation record.
 
     With `calibration` (and `calls`, the built-in calls `cases` were encoded from), the answers
     decoded from both sides' outputs are also judged by the parity rule (`laya_onnx.core.judge`).
     """
-    from laya_onnx.core.judge import DEFAULT_ACT_TOLERANCE, DEFAULT_TOLERANCE, Verdict, judge
+    from laya_onnx.core.judge import judge
 
     loading = time.perf_counter()
     session = open_session(graph)
@@ -189,36 +191,43 @@ def validate_graph(
                 f"    {case['name']:<42} rows x len {shape:<8} markers {feeds['marker_pos'].shape[1]:>2}"
                 f"  |dlogit| {d_logit:.2e}  |dact| {d_act:.2e}  {pass_seconds:.2f}s"
             )
-    record: dict[str, Any] = {
-        "cases": len(cases),
-        "rows": rows,
-        "max_abs_logit_diff": worst_logit,
-        "max_abs_act_diff": worst_act,
-        "tolerance": tolerance,
-        "passed": worst_logit <= tolerance and worst_act <= tolerance,
-    }
-    if calibration is not None:
-        record["answers"] = {
-            "rule": "laya_onnx/core/judge.py",
-            "tolerance": DEFAULT_TOLERANCE,
-            "act_tolerance": DEFAULT_ACT_TOLERANCE,
-            "max_abs_dp": max(v.max_abs_dp for _, v in answers),
-            "max_abs_dact": max(v.max_abs_dact for _, v in answers),
-            "rounding_flips": sum(len(v.flips) for _, v in answers),
-            "differences": [f"{name}: {d}" for name, v in answers for d in v.describe()][:20],
-            "passed": all(v.passed for _, v in answers),
-        }
-        record["passed"] = record["passed"] and record["answers"]["passed"]
-    return record
+    within = worst_logit <= tolerance and worst_act <= tolerance
+    judged = _answers_record(answers) if calibration is not None else None
+    return ValidationRecord(
+        cases=len(cases),
+        rows=rows,
+        max_abs_logit_diff=worst_logit,
+        max_abs_act_diff=worst_act,
+        tolerance=tolerance,
+        passed=within and (judged is None or bool(judged.passed)),
+        answers=judged,
+    )
 
 
-def failure_reason(validation: dict[str, Any]) -> str:
+def _answers_record(answers: list[tuple[str, Verdict]]) -> AnswersRecord:
+    """The parity rule's verdicts on every case, as one record."""
+    from laya_onnx.core.judge import DEFAULT_ACT_TOLERANCE, DEFAULT_TOLERANCE
+
+    return AnswersRecord(
+        rule="laya_onnx/core/judge.py",
+        tolerance=DEFAULT_TOLERANCE,
+        act_tolerance=DEFAULT_ACT_TOLERANCE,
+        max_abs_dp=max(v.max_abs_dp for _, v in answers),
+        max_abs_dact=max(v.max_abs_dact for _, v in answers),
+        rounding_flips=sum(len(v.flips) for _, v in answers),
+        differences=[f"{name}: {d}" for name, v in answers for d in v.describe()][:20],
+        passed=all(v.passed for _, v in answers),
+    )
+
+
+def failure_reason(validation: ValidationRecord) -> str:
     """Why a validation record did not pass, in one sentence."""
-    tolerance = validation["tolerance"]
-    if max(validation["max_abs_logit_diff"], validation["max_abs_act_diff"]) <= tolerance:
-        differences = (validation.get("answers") or {}).get("differences") or []
+    tolerance = validation.tolerance or 0.0
+    logit, act = validation.max_abs_logit_diff or 0.0, validation.max_abs_act_diff or 0.0
+    if max(logit, act) <= tolerance:
+        differences = validation.answers.differences if validation.answers is not None else []
         return "ONNX Runtime's answers differ from torch's by the parity rule: " + "; ".join(differences[:3])
     return (
         f"ONNX Runtime disagrees with torch beyond tolerance {tolerance:g}: max |dlogit| "
-        f"{validation['max_abs_logit_diff']:.3e}, max |dact_logit| {validation['max_abs_act_diff']:.3e}"
+        f"{logit:.3e}, max |dact_logit| {act:.3e}"
     )

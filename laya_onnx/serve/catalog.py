@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from laya_onnx.core.bundle import GRAPH_FILE, MANIFEST_FILE, Bundle, precision_record
+from laya_onnx.core.bundle import GRAPH_FILE, MANIFEST_FILE, Bundle
 from laya_onnx.core.names import BUNDLE_REPO, PUBLISHED_CHECKPOINTS
 from laya_onnx.serve.protocol import ServedAgent
 from laya_onnx.serve.wire import Checkpoint
@@ -55,28 +55,13 @@ def int8_kernels_block(agents: dict[str, Any]) -> dict[str, Any]:
     return {"int8_kernels": kernels} if kernels else {}
 
 
-def graph_sha256(manifest: dict[str, Any]) -> str | None:
-    """laya.onnx's digest as the manifest lists it (verified against the file when the bundle
-    was opened); None for a bundle without a manifest."""
-    entry = (manifest.get("files") or {}).get(GRAPH_FILE)
-    digest = entry.get("sha256") if isinstance(entry, dict) else entry
-    return digest if isinstance(digest, str) and digest else None
-
-
 def manifest_sha256(bundle: Bundle) -> str | None:
     """sha256 of manifest.json's bytes: it lists every file's digest, so it pins the bundle.
-    None for a bundle opened without one."""
-    if bundle.manifest is None:
-        return None
+    None when it cannot be read."""
     try:
         return hashlib.sha256((Path(bundle.root) / MANIFEST_FILE).read_bytes()).hexdigest()
     except OSError:  # removed or unreadable since the bundle was opened
         return None
-
-
-def precision(manifest: dict[str, Any]) -> str:
-    """The graph's precision as `laya-onnx export --precision` recorded it (fp32 before that)."""
-    return str(precision_record(manifest)["precision"])
 
 
 @dataclass(frozen=True)
@@ -93,7 +78,6 @@ class ModelCard:
 
     @classmethod
     def of(cls, agent: ServedAgent, checkpoint: Checkpoint) -> ModelCard:
-        manifest = agent.bundle.manifest or {}
         # Standalone repos pin their checkpoint as `model`; the bundle repo means "auto" and so
         # lands here too (one checkpoint), and is listed last.
         random = getattr(agent, "random_weights", None)
@@ -109,9 +93,10 @@ class ModelCard:
             repo=checkpoint.repo,
             random_weights=random,
             aliases=tuple(checkpoint.aliases + hub_ids),
-            graph_sha256=graph_sha256(manifest),
+            # laya.onnx's digest as the manifest lists it (verified when the bundle was opened)
+            graph_sha256=agent.bundle.manifest.digest(GRAPH_FILE),
             manifest_sha256=manifest_sha256(agent.bundle),
-            precision=precision(manifest),
+            precision=agent.bundle.precision.precision,
         )
 
     def listing(self, agent: ServedAgent, full: bool) -> dict[str, Any]:

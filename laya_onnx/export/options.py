@@ -1,0 +1,111 @@
+"""`ExportOptions`: everything an export can be asked for, checked once, when the options are made.
+
+A bad value raises `ExportOptionError` naming the option, before anything is read or written.
+The checks that depend on the filesystem (the output directory, the calibration file) are the
+export's first step, when it runs.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+from laya_onnx.core.bundle import DEFAULT_EXTERNAL_DATA_THRESHOLD
+from laya_onnx.export.errors import ExportOptionError
+from laya_onnx.export.precision import DEFAULT_PRECISION, Gate, Int8Plan, check_int8_plan, check_precision
+
+DEFAULT_OPSET = 17
+#: scaled_dot_product_attention needs opset 14.
+MIN_OPSET = 14
+DEFAULT_TOLERANCE = 1e-4
+DYNAMO_MIN_OPSET = 18
+#: Attention graphs the exporter can write (`DecisionModel.use_attention`).
+ATTENTION_KINDS = ("fused", "unfused")
+#: The TorchScript exporter writes fused attention (one MultiHeadAttention node per layer, masks
+#: built once); "unfused" keeps transformers' op-by-op SDPA graph, the only one dynamo writes.
+DEFAULT_ATTENTION = "fused"
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """How `export_bundle` exports a checkpoint (see its docstring for what each option does).
+
+    `attention` None means the exporter's own kind (`attention_kind`: "unfused" with `dynamo`,
+    else "fused").
+    """
+
+    revision: str | None = None
+    opset: int = DEFAULT_OPSET
+    tolerance: float = DEFAULT_TOLERANCE
+    dynamo: bool = False
+    force: bool = False
+    verbose: bool = True
+    cache_dir: os.PathLike | str | None = None
+    name: str | None = None
+    attention: str | None = None
+    measure_memory: bool = True
+    external_data_threshold: int = DEFAULT_EXTERNAL_DATA_THRESHOLD
+    optimize: bool = False
+    calibration: os.PathLike | str | None = None
+    precision: str = DEFAULT_PRECISION
+    precision_gate: Gate | None = None
+    int8_plan: Int8Plan | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            check_int8_plan(self.precision, self.int8_plan)
+            check_precision(self.precision)
+        except ValueError as exc:
+            raise ExportOptionError(str(exc)) from None
+        if self.precision_gate is not None and not isinstance(self.precision_gate, Gate):
+            raise ExportOptionError(f"precision_gate must be a Gate, got {self.precision_gate!r}")
+        for flag in ("dynamo", "force", "verbose", "measure_memory", "optimize"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ExportOptionError(f"{flag} must be True or False, got {getattr(self, flag)!r}")
+        for text in ("revision", "name"):
+            if getattr(self, text) is not None and not isinstance(getattr(self, text), str):
+                raise ExportOptionError(f"{text} must be a string, got {getattr(self, text)!r}")
+        attention = self.attention_kind
+        if attention not in ATTENTION_KINDS:
+            raise ExportOptionError(f"attention must be one of {ATTENTION_KINDS}, got {attention!r}")
+        if self.dynamo and attention == "fused":
+            raise ExportOptionError(
+                "fused attention is written by the TorchScript exporter; use attention='unfused' with dynamo"
+            )
+        if not _is_int(self.opset) or self.opset < MIN_OPSET:
+            raise ExportOptionError(
+                f"opset must be an integer >= {MIN_OPSET} (scaled_dot_product_attention), got {self.opset!r}"
+            )
+        if not _is_int(self.external_data_threshold) or self.external_data_threshold < 0:
+            raise ExportOptionError(
+                "external_data_threshold must be a non-negative number of bytes, got "
+                f"{self.external_data_threshold!r}"
+            )
+        tolerance = self.tolerance
+        if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)):
+            raise ExportOptionError(f"tolerance must be a positive number, got {tolerance!r}")
+        if not (math.isfinite(tolerance) and tolerance > 0):
+            raise ExportOptionError(f"tolerance must be a positive number, got {tolerance!r}")
+
+    @property
+    def attention_kind(self) -> str:
+        """The attention the graph is written with."""
+        if self.attention is None:
+            return "unfused" if self.dynamo else DEFAULT_ATTENTION
+        return self.attention
+
+    @property
+    def graph_opset(self) -> int:
+        """The opset the graph is written at: the dynamo exporter translates at 18+ (converting its
+        graph down to 17 leaves opset-18 attributes behind, e.g. Split's num_outputs)."""
+        return max(self.opset, DYNAMO_MIN_OPSET) if self.dynamo else self.opset
+
+    @property
+    def lowered(self) -> bool:
+        """Whether the validated fp32 graph is lowered to another precision."""
+        return self.precision != DEFAULT_PRECISION
