@@ -3,8 +3,8 @@ process with a key and otherwise the default settings, each beside the figure th
 server held (the soak's clients, `soak.py`):
 
   * work bombs: a 64-state × 64-question batch at `max_len` 7400, then 8 and 2 questions at
-    `max_len` 7000 on one long state (2 rows of 7000 tokens: the largest pass the default
-    budget admits), each from a client that hangs up after 3 s; then the README request: its
+    `max_len` 7000 on one long state (2 rows of 7000 tokens: one large pass within the
+    default budget), each from a client that hangs up after 3 s; then the README request: its
     status and its time from the hang-up. And what a request over the budget gets when its
     client waits for the answer (the 413 that names the estimate and the setting).
   * gzip bombs: three 1 GiB gzip bombs in a row while `/health` is polled every 50 ms: what
@@ -82,7 +82,7 @@ class Proofs(Soak):
 
     async def work_bombs(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        # the largest pass the default budget admits: 2 rows of 7000 tokens, one pass
+        # one large pass within the default budget: 2 rows of 7000 tokens
         within = json.loads(self.bodies.over_budget)
         within["questions"] = dict(list(within["questions"].items())[:2])
         for name, path, body in (
@@ -180,7 +180,7 @@ def run_proofs(
                 proofs = Proofs(port, proc.pid, log)
                 await warm(port, proofs)
                 report: dict[str, Any] = {
-                    "bundle": Path(str(bundle)).name,
+                    "bundle": str(bundle),
                     "cpu": cpu_class(),
                     "server_idle": process_figures(proc.pid),
                 }
