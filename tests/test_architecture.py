@@ -1,4 +1,5 @@
-"""The package's import graph: no cycle, and the torch-free core imports nothing above it.
+"""The package's import graph: no cycle, and the torch-free core imports nothing above it; and its
+sizes: no module and no function past the bounds a reader can hold at once.
 
 Read from the source with `ast`, so every import counts: module level, inside functions (the lazy
 ones that keep `import laya_onnx` cheap) and under `TYPE_CHECKING`. `from a.b import c` is an
@@ -14,6 +15,10 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "laya_onnx"
 #: What the core may never import: every layer above it.
 ABOVE_CORE = ("export", "serve", "score", "bench", "parity", "cli", "checkpoints", "demo")
+#: The most lines a module may have, and a function or method (its decorators aside, its
+#: docstring included).
+MAX_MODULE_LINES = 600
+MAX_FUNCTION_LINES = 120
 
 
 def modules(package: Path) -> dict[str, tuple[Path, bool]]:
@@ -122,3 +127,43 @@ def test_the_graph_sees_lazy_relative_and_type_checking_imports(tmp_path):
     assert graph["pkg.a"] == {"pkg.sub.b"} and graph["pkg.sub.b"] == {"pkg.sub.c"}
     assert graph["pkg.sub.c"] == {"pkg.a"}
     assert cycles(graph) == [["pkg.a", "pkg.sub.b", "pkg.sub.c"]]
+
+
+def oversized(package: Path) -> list[str]:
+    """`path: N lines` for every module under `package` longer than MAX_MODULE_LINES, and
+    `path:line name: N lines` for every function or method longer than MAX_FUNCTION_LINES."""
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        where = path.relative_to(package.parent)
+        if (lines := len(text.splitlines())) > MAX_MODULE_LINES:
+            found.append(f"{where}: {lines} lines (module; at most {MAX_MODULE_LINES})")
+        for node in ast.walk(ast.parse(text, str(path))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                span = (node.end_lineno or node.lineno) - node.lineno + 1
+                if span > MAX_FUNCTION_LINES:
+                    found.append(
+                        f"{where}:{node.lineno} {node.name}: {span} lines (function; at most {MAX_FUNCTION_LINES})"
+                    )
+    return found
+
+
+def test_no_module_or_function_is_oversized():
+    found = oversized(PACKAGE)
+    assert not found, "split along a concern:\n" + "\n".join(found)
+
+
+def test_the_size_check_sees_a_long_module_and_a_long_method(tmp_path):
+    """The check can fail: one line past each bound is found (a method, async, counts), and a
+    function of exactly MAX_FUNCTION_LINES is not."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    statements = ["x%d = %d" % (i, i) for i in range(MAX_FUNCTION_LINES)]
+    long_method = "".join("        %s\n" % s for s in statements)
+    (pkg / "long.py").write_text("class A:\n    async def run(self):\n" + long_method)
+    (pkg / "fits.py").write_text("def f():\n" + "".join("    %s\n" % s for s in statements[1:]))
+    (pkg / "big.py").write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
+    assert oversized(pkg) == [
+        f"pkg/big.py: {MAX_MODULE_LINES + 1} lines (module; at most {MAX_MODULE_LINES})",
+        f"pkg/long.py:2 run: {MAX_FUNCTION_LINES + 1} lines (function; at most {MAX_FUNCTION_LINES})",
+    ]

@@ -12,6 +12,7 @@ import pytest
 
 from laya_onnx.core import parsers, settings
 from laya_onnx.core.errors import ConfigError
+from laya_onnx.core.setting import Setting, add_arguments, markdown
 
 pytestmark = pytest.mark.usefixtures("no_laya_env")
 
@@ -98,14 +99,14 @@ def test_the_documentation_table_is_the_generated_one():
     text = README.read_text(encoding="utf-8")
     start = text.index("\n", text.index("<!-- settings table")) + 1
     end = text.index("<!-- end of settings table -->")
-    assert text[start:end] == settings.markdown(), (
+    assert text[start:end] == markdown(settings.TABLE.values()), (
         "serve/README.md's settings table is out of date: replace it with the output of "
         "python -m laya_onnx.core.settings --markdown"
     )
 
 
 def test_the_table_is_every_setting_once():
-    entries = [v for v in vars(settings).values() if isinstance(v, settings.Setting)]
+    entries = [v for v in vars(settings).values() if isinstance(v, Setting)]
     assert {s.env for s in entries} == set(settings.TABLE)
     assert len(entries) == len(settings.TABLE)
     for s in entries:
@@ -179,13 +180,13 @@ def test_flags_name_their_variable_and_default():
     import argparse
 
     parser = argparse.ArgumentParser()
-    settings.add_arguments(parser, settings.PORT, settings.THREADS)
+    add_arguments(parser, settings.PORT, settings.THREADS)
     helps = {a.dest: a.help for a in parser._actions}
     assert helps["port"] == "port (default $LAYA_PORT, else 8000)"
     assert "$LAYA_THREADS" in helps["threads"]
     assert parser.parse_args([]).port is None and parser.parse_args(["--port", "1"]).port == 1
     with pytest.raises(AssertionError, match="LAYA_API_KEY has no command-line flag"):
-        settings.add_arguments(parser, settings.API_KEY)
+        add_arguments(parser, settings.API_KEY)
 
 
 def test_without_settings_drops_every_variable():

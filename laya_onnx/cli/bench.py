@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 from laya_onnx.cli.common import EXIT_OK, UsageError, add_bundle_and_providers, emit_report
 from laya_onnx.core import settings
+from laya_onnx.core.setting import add_arguments
 
 NAME = "bench"
 HELP = "measure: a bundle against the reference, a server under load or saturated, memory"
@@ -193,7 +194,7 @@ def _add_saturate(group) -> argparse.ArgumentParser:
         default=DEFAULT_SECONDS,
         help="length of the saturated phase in seconds (default %(default)s)",
     )
-    settings.add_arguments(p, settings.MAX_CONCURRENT, settings.THREADS)
+    add_arguments(p, settings.MAX_CONCURRENT, settings.THREADS)
     p.add_argument("--json", default=None, metavar="PATH", help="write the report here as JSON")
     return p
 

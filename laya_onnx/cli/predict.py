@@ -13,6 +13,7 @@ from laya_onnx.cli.common import (
     read_json_argument,
 )
 from laya_onnx.core import settings
+from laya_onnx.core.setting import add_arguments
 
 NAME = "predict"
 HELP = "answer one request with a bundle and print the JSON result"
@@ -33,7 +34,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
         "min_confidence, lang), inline, as @FILE, or - for stdin",
     )
     p.add_argument("--compact", action="store_true", help="print the JSON on one line")
-    settings.add_arguments(p, settings.THREADS)
+    add_arguments(p, settings.THREADS)
     return p
 
 

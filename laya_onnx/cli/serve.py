@@ -11,6 +11,7 @@ from laya_onnx.cli.common import (
     add_strict_providers,
 )
 from laya_onnx.core import settings
+from laya_onnx.core.setting import add_arguments
 
 NAME = "serve"
 HELP = "serve a bundle over HTTP (POST /v1/systemone, /v1/systemone/batch; GET /health, /v1/models, /metrics)"
@@ -44,7 +45,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
         help="serve on Ray Serve instead, from a Ray Serve config file (serve/ray/serve-config.yaml): "
         "replicas, autoscaling, CPU/GPU per replica, micro-batching; needs the ray extra",
     )
-    settings.add_arguments(p, settings.HOST, settings.PORT, settings.THREADS)
+    add_arguments(p, settings.HOST, settings.PORT, settings.THREADS)
     return p
 
 

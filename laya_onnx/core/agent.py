@@ -34,11 +34,11 @@ from laya_onnx.core.memory import (
     device_pass_budget,
     probe_feeds,
     resolve_max_pass_memory,
-    split_rows,
 )
 from laya_onnx.core.names import random_weights_preset
 from laya_onnx.core.openvino_session import open_session
 from laya_onnx.core.options import CallOptions
+from laya_onnx.core.passes import DEFAULT_BUCKET_ROWS, plan_passes
 from laya_onnx.core.question_cache import QuestionCache
 from laya_onnx.core.questions import normalize_questions, require_questions_dict
 from laya_onnx.core.sequences import check_option_layout, collate, encode_state, option_spans
@@ -52,11 +52,6 @@ from laya_onnx.core.work import CallStopped, PassClock, PassWork, current_limits
 State = str | dict | list | Any
 DEFAULT_MAX_LEN = 512
 DEFAULT_HEAD_MAX_LEN = 192
-#: When sorting by length, states are sorted within windows of this many batches.
-SORT_WINDOW_BATCHES = 8
-#: Rows per length bucket of a `predict_batch` without `batch_size` (issue 9's probe: -12% on
-#: batches of the full-size model against one pass padded to the longest row).
-DEFAULT_BUCKET_ROWS = 16
 
 
 class ONNXAgent(HookRegistry):
@@ -106,8 +101,8 @@ class ONNXAgent(HookRegistry):
         feeds and fetches through an onnxruntime IOBinding (default: on CUDA only).
 
         `bucket_rows`: a `predict_batch` without `batch_size` whose rows outnumber it runs in
-        passes of this many rows of similar length (see `_plan_passes`); None or 0 runs them in
-        one pass, as laya does.
+        passes of this many rows of similar length (see `plan_passes`); None or 0 runs them in
+        one pass, as laya does (`laya_onnx.core.passes`).
 
         `int8_kernel` (int8 bundles): "auto" (default: $LAYA_INT8_KERNEL, else auto), "u8s8" or
         "u8u8", the integer GEMM the bundle runs (`laya_onnx.core.int8_kernel`); the answers are
@@ -141,6 +136,38 @@ class ONNXAgent(HookRegistry):
         #: Intra-op threads: the `threads` argument, else $LAYA_THREADS, else None (onnxruntime's
         #: default). Read once, here.
         self.threads = resolve_threads(threads)
+        self._open_graph_session(providers, int8_kernel, strict_providers, io_binding)
+        #: Peak bytes of one pass as a function of (rows, padded length): measured at export.
+        self.memory_model = PassMemoryModel.for_bundle(self.bundle.manifest)
+        #: Seconds of one pass as a function of (rows, padded length): the architecture's
+        #: operations at the speed this process measures (`laya_onnx.core.work`).
+        self.pass_clock = PassClock(PassWork.for_bundle(self.bundle.manifest), probe=self._probe_pass)
+        self.revision: str | None = located.revision or source.revision
+        self.name = name or source.name or self.bundle.root.resolve().name
+        #: The test preset this bundle's random weights come from (`tiny-english`, ...), None for a
+        #: real checkpoint; shown by /health, /v1/models and the CLI.
+        self.random_weights: str | None = random_weights_preset(self.cfg)
+        #: Whether a cut state was already reported (`_warn_if_truncated`: once per agent).
+        self._truncation_reported = False
+        if self.random_weights:
+            warnings.warn(
+                f"laya-onnx: bundle {self.name!r} holds random test weights (preset "
+                f"{self.random_weights!r}, laya-onnx make-checkpoint): its answers carry no meaning",
+                RandomWeightsWarning,
+                stacklevel=2,
+            )
+        self.model_id = str(bundle)
+
+    def _open_graph_session(
+        self,
+        providers: Sequence[ProviderSpec] | ProviderSpec | None,
+        int8_kernel: str | None,
+        strict_providers: bool,
+        io_binding: bool | None,
+    ) -> None:
+        """Open the session on the graph this bundle runs here: its precision, an int8 bundle's
+        kernel for this CPU, the providers, and the pass budget the device's memory leaves; a
+        graph below fp32 is announced with its measured agreement."""
         #: "fp32", "fp16", "int8" or "bf16" (`laya-onnx export --precision`); `precision_record`
         #: holds its gate and the agreement with fp32 torch measured at export.
         self.precision_record: PrecisionRecord = self.bundle.precision
@@ -170,28 +197,8 @@ class ONNXAgent(HookRegistry):
                 f"laya-onnx: bundle {str(self.bundle.root)!r} runs in {self.precision_record.describe()}"
                 + (f"; {self.int8_kernel} kernel" if self.int8_kernel else ""),
                 ReducedPrecisionWarning,
-                stacklevel=2,
+                stacklevel=3,  # the caller of ONNXAgent(...)
             )
-        #: Peak bytes of one pass as a function of (rows, padded length): measured at export.
-        self.memory_model = PassMemoryModel.for_bundle(self.bundle.manifest)
-        #: Seconds of one pass as a function of (rows, padded length): the architecture's
-        #: operations at the speed this process measures (`laya_onnx.core.work`).
-        self.pass_clock = PassClock(PassWork.for_bundle(self.bundle.manifest), probe=self._probe_pass)
-        self.revision: str | None = located.revision or source.revision
-        self.name = name or source.name or self.bundle.root.resolve().name
-        #: The test preset this bundle's random weights come from (`tiny-english`, ...), None for a
-        #: real checkpoint; shown by /health, /v1/models and the CLI.
-        self.random_weights: str | None = random_weights_preset(self.cfg)
-        #: Whether a cut state was already reported (`_warn_if_truncated`: once per agent).
-        self._truncation_reported = False
-        if self.random_weights:
-            warnings.warn(
-                f"laya-onnx: bundle {self.name!r} holds random test weights (preset "
-                f"{self.random_weights!r}, laya-onnx make-checkpoint): its answers carry no meaning",
-                RandomWeightsWarning,
-                stacklevel=2,
-            )
-        self.model_id = str(bundle)
 
     def load_calibration(self, path: str | os.PathLike) -> None:
         """Apply a calibration file (laya's `load_calibration`): its temperatures replace the
@@ -516,7 +523,14 @@ class ONNXAgent(HookRegistry):
             encoded.append(encode_state(self.tok, s, qs, max_len, head_max_len, heads, subject=subject))
         longest = max((len(r.ids) for rows in encoded for r in rows), default=0)
         self.memory_model.check_row(longest, self.max_pass_memory)
-        passes = self._plan_passes(encoded, batch_size, sort_by_length)
+        passes = plan_passes(
+            encoded,
+            batch_size,
+            sort_by_length,
+            bucket_rows=self.bucket_rows,
+            memory_model=self.memory_model,
+            max_pass_memory=self.max_pass_memory,
+        )
         shapes = [(len(refs), max(len(encoded[i][j].ids) for i, j in refs)) for refs in passes]
         if limits is not None:
             limits.charge(
@@ -553,54 +567,6 @@ class ONNXAgent(HookRegistry):
         started = time.perf_counter()
         self.session.run(probe_feeds(rows, length))
         return time.perf_counter() - started
-
-    def _plan_passes(self, encoded: list[list[Any]], batch_size, sort_by_length: bool) -> list[list[Any]]:
-        """The forward passes of one call, each a list of (state index, row index).
-
-        With an explicit `batch_size`, chunking follows laya exactly: one chunk per
-        `batch_size` states, sorted by length only with a chunk smaller than the input, within
-        windows of 8 chunks. Without one, a call of more than `bucket_rows` rows is run in
-        length buckets: every row sorted by length and cut into passes of `bucket_rows`, so
-        short rows are not padded to the longest (answers move only in the last float bits,
-        within the parity rule; laya runs one pass). Either way a pass whose estimated memory
-        exceeds the budget is then cut (rows in order) into passes that fit.
-        """
-        n_rows = sum(len(rows) for rows in encoded)
-        if not batch_size and n_rows <= self.bucket_rows:
-            longest = max(len(r.ids) for rows in encoded for r in rows)
-            if self.memory_model.estimate(n_rows, longest) <= self.max_pass_memory:
-                # One pass in call order, what the general path below gives such a call, cheaply.
-                return [[(i, j) for i, rows in enumerate(encoded) for j in range(len(rows))]]
-        if not batch_size and self.bucket_rows and n_rows > self.bucket_rows:
-            refs = sorted(
-                ((i, j) for i, rows in enumerate(encoded) for j in range(len(rows))),
-                key=lambda ref: len(encoded[ref[0]][ref[1]].ids),
-            )
-            chunks = [refs[start : start + self.bucket_rows] for start in range(0, n_rows, self.bucket_rows)]
-        else:
-            chunks = self._laya_chunks(encoded, batch_size, sort_by_length)
-        passes: list[list[Any]] = []
-        for refs in chunks:
-            lengths = [len(encoded[i][j].ids) for i, j in refs]
-            for piece in split_rows(lengths, self.memory_model, self.max_pass_memory):
-                passes.append(refs[piece.start : piece.stop])
-        return passes
-
-    @staticmethod
-    def _laya_chunks(encoded: list[list[Any]], batch_size, sort_by_length: bool) -> list[list[Any]]:
-        chunk = batch_size if (batch_size and batch_size > 0) else len(encoded)
-        reorder = sort_by_length and 1 < chunk < len(encoded)
-        window = chunk * SORT_WINDOW_BATCHES if reorder else chunk
-        chunks: list[list[Any]] = []
-        for start in range(0, len(encoded), window):
-            order = list(range(start, min(start + window, len(encoded))))
-            if reorder:
-                order.sort(key=lambda i: max(len(r.ids) for r in encoded[i]))
-            for offset in range(0, len(order), chunk):
-                chunks.append(
-                    [(i, j) for i in order[offset : offset + chunk] for j in range(len(encoded[i]))]
-                )
-        return chunks
 
     def __repr__(self) -> str:
         extra = "" if self.precision == "fp32" else f", precision={self.precision!r}"

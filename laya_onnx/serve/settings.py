@@ -17,6 +17,7 @@ from typing import Any
 from laya_onnx.core import parsers
 from laya_onnx.core import settings as table
 from laya_onnx.core.errors import ConfigError
+from laya_onnx.core.setting import Setting
 
 
 def resolve_host(cli_value: str | None = None) -> str:
@@ -58,7 +59,7 @@ class ServerLimits:
 
 
 #: Each `Settings` field read from the environment, and its variable.
-_VARIABLES: dict[str, table.Setting[Any]] = {
+_VARIABLES: dict[str, Setting[Any]] = {
     "api_key": table.API_KEY,
     "max_concurrent": table.MAX_CONCURRENT,
     "body_read_timeout": table.BODY_READ_TIMEOUT,
