@@ -73,10 +73,14 @@ class CountingSession:
     def __init__(self, session):
         self.session = session
         self.passes: list[tuple[int, int]] = []
+        self.finished: list[tuple[int, int]] = []  # the passes that ran to their end
 
     def run(self, feeds, **kw):
-        self.passes.append(tuple(feeds["input_ids"].shape))
-        return self.session.run(feeds, **kw)
+        shape = tuple(feeds["input_ids"].shape)
+        self.passes.append(shape)
+        out = self.session.run(feeds, **kw)
+        self.finished.append(shape)
+        return out
 
     def __getattr__(self, name):
         return getattr(self.session, name)
@@ -519,6 +523,55 @@ def test_the_proofs_report_each_attack_and_what_it_got(tiny, tmp_path):
     assert [r["status"] for r in slow["the README request while they upload"]] == ["200"] * 3
     assert slow["uploaders got"] == {"408": 16}
     assert report["server_peak_rss_mib"] > report["server_idle"]["rss_mib"] > 0
+
+
+def test_a_cancel_cuts_the_running_pass_short(tiny):
+    """Before: the pass running when its client went away ran to its end (seconds of the worker
+    for nobody, and everyone queued behind it waited them out); now the cancel sets
+    onnxruntime's terminate flag and the pass stops between two operators."""
+    import threading
+
+    from laya_onnx.core.work import CallLimits, CallStopped, call_limits
+
+    agent = ONNXAgent(tiny, providers=["CPUExecutionProvider"])
+    agent.session = CountingSession(agent.session)
+    agent.predict("warm", SMALL["questions"])
+    limits = CallLimits()
+    questions = {"q%d" % i: {"type": "noul", "instructions": "Is it %d?" % i} for i in range(2)}
+    state = " ".join("w%d" % i for i in range(7000))  # one pass of two 7000-token rows
+
+    def cancel_while_it_runs():
+        while agent.session.long_passes() < 1:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        limits.cancel("the client went away")
+
+    watcher = threading.Thread(target=cancel_while_it_runs)
+    watcher.start()
+    with call_limits(limits), pytest.raises(CallStopped, match="the client went away"):
+        agent.predict(state, questions, max_len=7000)
+    watcher.join()
+    assert agent.session.long_passes() == 1
+    assert [w for _, w in agent.session.finished if w >= LONG_WIDTH] == []  # cut short
+    # the session answers the next call, and a pass already cancelled is not cut (the arena's
+    # release): the same call without a cancel is answered
+    assert agent.predict(state, questions, max_len=7000)["answers"].keys() == questions.keys()
+
+
+def test_a_group_pass_is_cut_short_only_once_every_member_is_gone():
+    from laya_onnx.core.work import CallLimits, GroupLimits
+
+    first, second = CallLimits(), CallLimits()
+    group = GroupLimits([first, second])
+    stopped = []
+    with group.stopping(lambda: stopped.append(True)):
+        first.cancel("gone")
+        assert stopped == []
+        second.cancel("gone")
+        assert stopped == [True]
+    with first.stopping(lambda: stopped.append("late")):  # already cancelled: not armed
+        pass
+    assert stopped == [True]
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads RSS from /proc")

@@ -42,7 +42,7 @@ from laya_onnx.core.passes import DEFAULT_BUCKET_ROWS, plan_passes
 from laya_onnx.core.question_cache import QuestionCache
 from laya_onnx.core.questions import normalize_questions, require_questions_dict
 from laya_onnx.core.sequences import check_option_layout, collate, encode_state, option_spans
-from laya_onnx.core.session import FallbackEntry, ProviderSpec, resolve_threads
+from laya_onnx.core.session import FallbackEntry, ProviderSpec, RunTerminated, resolve_threads
 from laya_onnx.core.tokenizer import LayaTokenizer
 from laya_onnx.core.tournament import check_group_size, fitting_group_size, run_tournament
 from laya_onnx.core.windows import SCANNING
@@ -540,29 +540,36 @@ class ONNXAgent(HookRegistry):
         largest = max(self.memory_model.estimate(rows, width) for rows, width in shapes)
         gathered = CallLogits(qs, len(encoded))
         for n, refs in enumerate(passes):
-            if limits is not None:
-                try:
-                    limits.check()
-                except CallStopped:
-                    if n and largest >= ARENA_RELEASE_BYTES:
-                        # stopped before its last pass, which would have released the arena: a
-                        # short pass hands the memory of the large ones back instead
-                        self.session.run(probe_feeds(1, 8), release_memory=True)
-                    raise
             rows = [encoded[i][j] for i, j in refs]
             # After a large call, its last pass hands the arena's free memory back to the OS.
             release = largest >= ARENA_RELEASE_BYTES and n == len(passes) - 1
-            started = time.perf_counter()
-            logits, act_logits = self.session.run(
-                collate(rows, self.tok.pad_token_id), release_memory=release
-            )
+            running = False
+            try:
+                if limits is not None:
+                    limits.check()
+                running, started = True, time.perf_counter()
+                logits, act_logits = self.session.run(
+                    collate(rows, self.tok.pad_token_id),
+                    release_memory=release,
+                    stop_on=None if limits is None else limits.stopping,
+                )
+            except (CallStopped, RunTerminated) as exc:
+                # stopped before its last pass (or during a pass: a cancel cuts it short), which
+                # would have released the arena: a short pass hands the memory of the large
+                # ones back instead
+                if largest >= ARENA_RELEASE_BYTES and (n or running):
+                    self.session.run(probe_feeds(1, 8), release_memory=True)
+                if isinstance(exc, RunTerminated) and limits is not None:
+                    limits.check()  # CallStopped, with the reason of the cancel that stopped it
+                raise
             self.pass_clock.observe(*shapes[n], time.perf_counter() - started)
             gathered.add(refs, logits, act_probabilities(act_logits))
         return gathered.decode(encoded, self.calibration, lang)
 
     def _probe_pass(self, rows: int, length: int) -> float:
         """Seconds of one pass of synthetic rows (after one short pass that warms the session up),
-        for the speed `pass_clock` estimates with."""
+        for the speed `pass_clock` estimates with. Never cut short by a cancel: every later
+        estimate needs its measured speed."""
         self.session.run(probe_feeds(1, 8))
         started = time.perf_counter()
         self.session.run(probe_feeds(rows, length))

@@ -26,6 +26,7 @@ from laya_onnx.core.session import (
     ProviderSpec,
     ProviderUnavailable,
     SessionInfo,
+    StopHook,
     trim_heap,
 )
 
@@ -80,8 +81,13 @@ class OpenVINOSession:
         return {}
 
     def run(
-        self, feeds: Mapping[str, np.ndarray], *, release_memory: bool = False
+        self,
+        feeds: Mapping[str, np.ndarray],
+        *,
+        release_memory: bool = False,
+        stop_on: StopHook | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
+        """One pass; `stop_on` is accepted and not used: an OpenVINO pass runs to its end."""
         with self._lock:
             result = self._request.infer(dict(feeds))
             logits, act = (np.array(result[out], dtype=np.float32) for out in self._outputs)

@@ -12,12 +12,15 @@ through an IOBinding (`io_binding=None`: on for CUDA only; True works on CPU too
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import threading
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -361,11 +364,14 @@ class GraphSession:
         with self._fallbacks_lock:
             return {p: c.as_dict() for p, c in self.info.fallbacks.items()}
 
-    def _run_options(self, release_memory: bool, on_device: bool):
-        if not release_memory:
+    def _run_options(self, release_memory: bool, on_device: bool, stoppable: bool = False):
+        """The run's options: None when it needs none; a stoppable run gets its own, whose
+        terminate flag a cancel sets."""
+        if not (release_memory or stoppable):
             return None
         options = self._ort.RunOptions()
-        options.add_run_config_entry(ARENA_SHRINKAGE, self.arenas(on_device))
+        if release_memory:
+            options.add_run_config_entry(ARENA_SHRINKAGE, self.arenas(on_device))
         return options
 
     def arenas(self, on_device: bool = True) -> str:
@@ -408,17 +414,28 @@ class GraphSession:
         return binding.copy_outputs_to_cpu()
 
     def run(
-        self, feeds: Mapping[str, np.ndarray], *, release_memory: bool = False
+        self,
+        feeds: Mapping[str, np.ndarray],
+        *,
+        release_memory: bool = False,
+        stop_on: StopHook | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """One forward pass; `release_memory=True` returns the arena's free memory afterwards."""
+        """One forward pass; `release_memory=True` returns the arena's free memory afterwards.
+
+        `stop_on(stop)` (`work.CallLimits.stopping`) arms `stop` for the run's duration: called,
+        it sets onnxruntime's terminate flag and the run ends between two operators with
+        `RunTerminated` (never retried on another provider)."""
         outputs = list(GRAPH_OUTPUTS)
+        options = self._run_options(release_memory, on_device=True, stoppable=stop_on is not None)
         try:
-            options = self._run_options(release_memory, on_device=True)
-            if self.io_binding:
-                logits, act = self._run_bound(self._session, outputs, feeds, options)
-            else:
-                logits, act = self._session.run(outputs, dict(feeds), options)
+            with contextlib.nullcontext() if stop_on is None else stop_on(partial(_terminate, options)):
+                if self.io_binding:
+                    logits, act = self._run_bound(self._session, outputs, feeds, options)
+                else:
+                    logits, act = self._session.run(outputs, dict(feeds), options)
         except Exception as exc:
+            if options is not None and options.terminate:
+                raise RunTerminated("the pass was stopped") from exc
             if self.info.active[0] == CPU:
                 raise
             self.device_failures += 1
@@ -440,3 +457,16 @@ class GraphSession:
         if release_memory:
             trim_heap()
         return logits, act
+
+
+#: How a caller arms a stop for one run: given the stop, a context manager for the run's duration.
+StopHook = Callable[[Callable[[], None]], AbstractContextManager[Any]]
+
+
+class RunTerminated(RuntimeError):
+    """A run ended early because its stop was called (`GraphSession.run(stop_on=...)`)."""
+
+
+def _terminate(options: Any) -> None:
+    """Ask the run holding `options` to stop between two operators (onnxruntime's flag)."""
+    options.terminate = True

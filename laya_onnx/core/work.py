@@ -21,10 +21,12 @@ puts around one call, on the thread that runs it (`with call_limits(limits):`):
   * `deadline` — a `time.monotonic()` by which the call must be done: a call whose estimate
     cannot finish by then is stopped before any pass (`CallStopped`), and no further pass
     starts once it is past;
-  * `cancelled` — set from another thread (the client went away): no further pass starts.
+  * `cancelled` — set from another thread (the client went away): no further pass starts, and
+    the pass running is cut short (`stopping`, which the agent hands the session: it sets
+    onnxruntime's terminate flag, which the run obeys between two of its operators).
 
-The agent checks them between states while encoding and before every pass; the pass already
-running finishes. Without limits set, a call runs as it always did (and no probe runs).
+The agent checks them between states while encoding and before every pass. Without limits set,
+a call runs as it always did (and no probe runs).
 """
 
 from __future__ import annotations
@@ -174,12 +176,35 @@ class CallLimits:
     passes: int = 0
     _cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
     _reason: str = field(default="", repr=False)
+    _stops: list[Callable[[], None]] = field(default_factory=list, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def cancel(self, reason: str) -> None:
-        """Let no further pass of the call start (any thread)."""
-        if not self._cancelled.is_set():
+        """Let no further pass of the call start, and cut the running one short (any thread)."""
+        with self._lock:
+            if self._cancelled.is_set():
+                return
             self._reason = reason
             self._cancelled.set()
+            stops = list(self._stops)
+        for stop in stops:
+            stop()
+
+    @contextlib.contextmanager
+    def stopping(self, stop: Callable[[], None]) -> Iterator[None]:
+        """While inside, a cancel calls `stop` (on the cancelling thread): how a running pass is
+        cut short. Not armed when the call already was cancelled: a pass run then is one the
+        stopped call still wants (the short pass that hands the arena back)."""
+        with self._lock:
+            armed = not self._cancelled.is_set()
+            if armed:
+                self._stops.append(stop)
+        try:
+            yield
+        finally:
+            if armed:
+                with self._lock:
+                    self._stops.remove(stop)
 
     @property
     def cancelled(self) -> bool:
@@ -235,6 +260,20 @@ class GroupLimits(CallLimits):
     @property
     def cancelled(self) -> bool:
         return bool(self.members) and all(m.cancelled for m in self.members)
+
+    @contextlib.contextmanager
+    def stopping(self, stop: Callable[[], None]) -> Iterator[None]:
+        """`stop` once the last member still waiting is cancelled."""
+
+        def when_all_gone() -> None:
+            if self.cancelled:
+                stop()
+
+        with contextlib.ExitStack() as stack:
+            if not self.cancelled:
+                for member in self.members:
+                    stack.enter_context(member.stopping(when_all_gone))
+            yield
 
     def check(self) -> None:
         if self.cancelled:

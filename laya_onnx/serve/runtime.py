@@ -13,9 +13,10 @@ A decision request (past auth) goes through, in order:
   3. **its limits** (`laya_onnx.core.work.CallLimits`): the pass plan's estimated seconds may not
      exceed LAYA_MAX_REQUEST_SECONDS (413 before any pass) and the answer is due within
      LAYA_REQUEST_TIMEOUT of admission (504 otherwise). When the client goes away (aiohttp
-     cancels the handler) or the deadline passes, no further pass of the request starts, its
-     slot is freed at once, and the worker stays booked (the gate held) only until the pass
-     already running ends;
+     cancels the handler) or the deadline passes, no further pass of the request starts, the
+     pass running is cut short (onnxruntime's terminate flag, obeyed between two operators),
+     its slot is freed at once, and the worker stays booked (the gate held) only until that
+     pass has stopped;
   4. **the worker**: one thread, one pass at a time, first come first served (`InferenceGate`).
 """
 
