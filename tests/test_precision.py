@@ -76,8 +76,8 @@ def test_tiny_presets_export_at_every_precision_with_their_gate(lowered, preset,
         # one QuantizeLinear per row and one fused integer GEMM per lowered MatMul
         assert ops["MatMulIntegerToFloat"] == ops["QuantizeLinear"] == record["matmuls"]
         assert "MatMulInteger" not in ops
-        assert record["weight_bits"] == 8 and record["keep_fp32"] == ["attn.Wqkv"]  # the default plan
-        assert record["kept_fp32"] and all(p.endswith(".attn.Wqkv") for p in record["kept_fp32"])
+        assert record["weight_bits"] == 8 and record["keep_fp32"] == ["layers.0.attn.Wqkv"]  # default
+        assert record["kept_fp32"] == ["layers.0.attn.Wqkv"]
     else:
         halves = [t for t in graph.graph.initializer if t.data_type == onnx.TensorProto.FLOAT16]
         assert len(halves) == record["matmuls"] + record["embedding_tables"]
@@ -308,10 +308,36 @@ def test_int8_plan_keeps_the_named_modules_fp32_and_records_them():
     assert record["kept_fp32"] == ["layers.0.attn.Wqkv", "layers.1.attn.Wqkv", "layers.1.mlp.Wo"]
     assert record["keep_fp32"] == ["attn.Wqkv", "layers.1.mlp.Wo"] and "3 kept fp32" in record["rewrite"]
 
-    with pytest.raises(ValueError, match=r"no encoder MatMul matches \['mlp.W0'\]"):
+    with pytest.raises(ValueError, match=r"no lowered MatMul matches \['mlp.W0'\]"):
         lower_precision(_one_matmul_model(weight, names), "int8", plan=Int8Plan(keep_fp32=("mlp.W0",)))
     with pytest.raises(ValueError, match="weight bits must be 7 or 8"):
         Int8Plan(weight_bits=4)
+
+
+def test_int8_lowers_the_head_layers_too_fp16_does_not():
+    pytest.importorskip("onnx")
+    from laya_onnx.export.precision import Int8Plan, lower_precision
+
+    weight = (np.random.default_rng(5).standard_normal((16, 16)) * 0.1).astype(np.float32)
+    names = (
+        "/encoder/layers.1/mlp/Wi/MatMul",
+        "/head/layers.0/linear1/MatMul",
+        "/head/layers.1/self_attn/out_proj/MatMul",
+        "/scorer/scorer.1/MatMul",
+    )
+
+    def lowered(precision, plan=None):
+        model = _one_matmul_model(weight, names)
+        record = lower_precision(model, precision, plan=plan)
+        fp32 = [n.name for n in model.graph.node if n.op_type == "MatMul"]
+        return record, fp32
+
+    record, fp32 = lowered("int8", Int8Plan())
+    assert record["matmuls"] == 3 and fp32 == ["/scorer/scorer.1/MatMul"]  # the scorer stays fp32
+    record, fp32 = lowered("int8", Int8Plan(keep_fp32=("head",)))
+    assert record["kept_fp32"] == ["head.layers.0.linear1", "head.layers.1.self_attn.out_proj"]
+    record, fp32 = lowered("fp16")
+    assert record["matmuls"] == 1 and set(names[1:]) <= set(fp32)
 
 
 def test_decision_margin_is_the_least_move_that_flips_a_decision():

@@ -160,17 +160,18 @@ def _add_precision_options(p: argparse.ArgumentParser) -> None:
         "--int8-keep-fp32",
         default=None,
         metavar="MODULES",
-        help="int8: comma-separated encoder modules whose MatMuls stay fp32, by kind (attn.Wqkv, "
-        "attn.Wo, mlp.Wi, mlp.Wo), layer (layers.0) or both (layers.0.mlp.Wo); '' lowers all "
-        "(default: %s)" % ",".join(DEFAULT_INT8_PLAN.keep_fp32),
+        help="int8: comma-separated modules whose MatMuls stay fp32: encoder ones by kind (attn.Wqkv, "
+        "attn.Wo, mlp.Wi, mlp.Wo), layer (layers.0) or both (layers.0.mlp.Wo), the decision head's "
+        "layers as 'head'; '' lowers all (default: %s)" % ",".join(DEFAULT_INT8_PLAN.keep_fp32),
     )
     p.add_argument(
         "--int8-weight-bits",
         type=int,
         choices=[7, 8],
         default=None,
-        help="int8: 7-bit weights (u8 x s8, the fastest on CPUs without VNNI) or 8-bit (u8 x u8, "
-        "exact everywhere, half the weight rounding) (default: %s)" % DEFAULT_INT8_PLAN.weight_bits,
+        help="int8: 7-bit weight codes (u8 x s8 on every CPU) or 8-bit (half the rounding; u8 x s8 "
+        "where the CPU has VNNI, u8 x u8 elsewhere; exact everywhere either way) (default: %s)"
+        % DEFAULT_INT8_PLAN.weight_bits,
     )
 
 

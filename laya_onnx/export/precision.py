@@ -4,11 +4,12 @@ bf16 rewrites nothing: its bundle carries the fp32 graph, which OpenVINO compute
 (`laya_onnx.core.openvino_session`); only its gate is here.
 
 Torch-free (onnx + numpy); the runtime needs none of it, a bundle carries the rewritten graph.
-Both rewrites touch the same nodes only: the encoder's weight MatMuls (attention Wqkv and Wo, MLP
-Wi and Wo: a `MatMul` under `/encoder/` whose second input is a 2-D float initializer; fp16 leaves
-the first layer's in fp32, `FP16_KEEP_FP32`), plus for fp16 the encoder's token-embedding table.
-Everything else stays fp32: LayerNorms, attention (softmax included, inside `MultiHeadAttention`
-or op by op), the decision head, its scorer, the act head and the logits.
+Both rewrites touch weight MatMuls only (a `MatMul` whose second input is a 2-D float
+initializer): the encoder's (attention Wqkv and Wo, MLP Wi and Wo, under `/encoder/`; fp16 leaves
+the first layer's in fp32, `FP16_KEEP_FP32`), for int8 also the decision head's transformer
+layers' (attention in/out projections, linear1, linear2, under `/head/`), plus for fp16 the
+encoder's token-embedding table. Everything else stays fp32: LayerNorms, attention products and
+softmax (inside `MultiHeadAttention` or op by op), the head's scorer, the act head and the logits.
 
 - **fp16**: each target MatMul runs in fp16 on fp16 weights, with a Cast to fp16 before it and a
   Cast back to fp32 after it (the rest of the graph never sees an fp16 tensor). We cast by hand
@@ -40,6 +41,11 @@ PRECISIONS = ("fp32", "fp16", "int8", "bf16")
 DEFAULT_PRECISION = "fp32"
 #: Node-name prefix of the encoder in a TorchScript or dynamo export of `DecisionModel`.
 ENCODER_SCOPE = "/encoder/"
+#: Node-name prefix of the decision head's transformer layers (`HeadStack`): int8 lowers their
+#: linear MatMuls too (attention in/out projections, linear1, linear2); fp16 leaves them fp32.
+HEAD_SCOPE = "/head/"
+#: Where each precision finds its target MatMuls.
+TARGET_SCOPES = {"fp16": (ENCODER_SCOPE,), "int8": (ENCODER_SCOPE, HEAD_SCOPE)}
 #: The int8 activations' zero point: u8 codes 1..255 stand for -127..127.
 U8_ZERO_POINT = 128
 #: onnxruntime's contrib operators (MatMulIntegerToFloat), imported by every int8 graph.
@@ -89,9 +95,9 @@ class Gate:
 #: of a decision fp32 makes by more than the measured max |dp| is allowed (none can happen: the
 #: margin-aware gate replaces a floor of 90% of all decisions, which counted random weights' near
 #: ties: 49 of 78 parity decisions of a full-size random checkpoint lie within its 0.112 of
-#: flipping). Measured: the default plan (8-bit weights, attn.Wqkv fp32) moved p by 0.025-0.107
-#: on every preset and suite, all-int8 7-bit weights 0.073-0.244; export/README.md "Precision",
-#: which also gives tighter settings for trained checkpoints.
+#: flipping). Measured: the default plan (8-bit weights, layer 0's attn.Wqkv fp32) moved p by
+#: 0.050-0.144 on every preset and suite, all-int8 7-bit weights 0.073-0.244; export/README.md
+#: "Precision", which also gives tighter settings for trained checkpoints.
 GATES: dict[str, Gate] = {
     "fp16": Gate(max_abs_dp=1e-2, min_agreement=0.995, tie_margin=0.0),
     "int8": Gate(max_abs_dp=0.15, min_agreement=1.0),
@@ -162,9 +168,9 @@ class _Graph:
         return self.node(kind, inputs, [out], base, **attrs), out
 
 
-def _target_weight(g: _Graph, node) -> np.ndarray | None:
-    """The weight of an encoder MatMul by a constant 2-D float matrix, else None."""
-    if node.op_type != "MatMul" or not node.name.startswith(ENCODER_SCOPE) or len(node.input) != 2:
+def _target_weight(g: _Graph, node, scopes: tuple[str, ...]) -> np.ndarray | None:
+    """The weight of a MatMul under one of `scopes` by a constant 2-D float matrix, else None."""
+    if node.op_type != "MatMul" or not node.name.startswith(scopes) or len(node.input) != 2:
         return None
     return g.float_table(node.input[1])
 
@@ -259,8 +265,10 @@ def s8_codes(codes: np.ndarray) -> np.ndarray:
 
 
 def module_path(node_name: str) -> str:
-    """The encoder module a target MatMul computes: "/encoder/layers.3/mlp/Wo/MatMul" -> "layers.3.mlp.Wo"."""
-    inner = node_name.removeprefix(ENCODER_SCOPE).rsplit("/", 1)[0]
+    """The module a target MatMul computes: "/encoder/layers.3/mlp/Wo/MatMul" -> "layers.3.mlp.Wo"
+    (the encoder's, as before the head was lowered), "/head/layers.0/linear1/MatMul" ->
+    "head.layers.0.linear1"."""
+    inner = node_name.removeprefix(ENCODER_SCOPE).strip("/").rsplit("/", 1)[0]
     return inner.replace("/", ".")
 
 
@@ -304,9 +312,12 @@ def check_int8_plan(precision: str, plan: Int8Plan | None) -> None:
         raise ValueError(f"int8_plan applies to precision 'int8', not {precision!r}")
 
 
-#: The int8 default (measured in export/README.md "Precision"): 8-bit weights everywhere, the
-#: attention's Wqkv kept fp32 (its Q and K errors are amplified by the softmax).
-DEFAULT_INT8_PLAN = Int8Plan(keep_fp32=("attn.Wqkv",), weight_bits=8)
+#: The int8 default (measured in export/README.md "Which Wqkv"): 8-bit weights everywhere (the
+#: decision head's layers included), the first layer's attention Wqkv kept fp32. Its rounding passes
+#: through every later layer and its Q and K errors through the softmax: on random-english-large
+#: all 28 Wqkv in int8 moved p by 0.25, all but layer 0's by 0.10, all but layers 0-3's by 0.08 (as
+#: much as keeping all 28 fp32, which is 1.5x slower on a VNNI CPU).
+DEFAULT_INT8_PLAN = Int8Plan(keep_fp32=("layers.0.attn.Wqkv",), weight_bits=8)
 
 
 def _int8_matmul(g: _Graph, node, weight: np.ndarray, plan: Int8Plan) -> list:
@@ -382,7 +393,7 @@ def lower_precision(
     matmuls = gathers = 0
     weight_elems = 0
     for node in g.graph.node:
-        weight = _target_weight(g, node)
+        weight = _target_weight(g, node, TARGET_SCOPES.get(precision, (ENCODER_SCOPE,)))
         keeps = plan.keeps(node.name) if precision == "int8" else _kept_fp32(FP16_KEEP_FP32, node.name)
         if weight is not None and keeps:
             kept.append(node.name)
@@ -406,7 +417,7 @@ def lower_precision(
     unmatched = [p for p in plan.keep_fp32 if not any(_selects(p, module_path(n)) for n in kept)]
     if precision == "int8" and unmatched:
         raise ExportError(
-            f"int8 keep_fp32: no encoder MatMul matches {unmatched} (e.g. 'attn.Wqkv', 'layers.0')"
+            f"int8 keep_fp32: no lowered MatMul matches {unmatched} (e.g. 'attn.Wqkv', 'layers.0', 'head')"
         )
     if not matmuls:
         raise ExportError(f"no encoder MatMul by a constant weight found to run in {precision}")
@@ -423,7 +434,7 @@ def lower_precision(
             "encoder weight MatMuls but the first layer's (and the token-embedding table) in fp16 "
             "between Casts; the rest fp32"
             if precision == "fp16"
-            else "encoder weight MatMuls as MatMulIntegerToFloat: u8 activations per row (QuantizeLinear, "
+            else "encoder and head-layer weight MatMuls as MatMulIntegerToFloat: u8 activations per row (QuantizeLinear, "
             f"zero point 128) x {plan.weight_bits}-bit weight codes per output column, stored u8 (zero point 128)"
             + (f"; {len(kept)} kept fp32" if kept else "")
             + "; the rest fp32"
