@@ -17,7 +17,8 @@ user's would. Beside the times:
 On a CPU with bf16 instructions (AVX512-BF16, AMX) the reference also runs in its bf16 mode
 (`LAYA_CPU_AMP=bf16`, torch autocast) as a second column; every bundle's ratio is given against
 both. An int8 bundle runs once per kernel asked for (`int8_kernels`: auto, u8s8, u8u8), labelled
-`BUNDLE [kernel]` when forced. Every report names the CPU and the flags its figures depend on.
+`BUNDLE [kernel]` when forced. Every report names the CPU and the flags its figures depend on:
+the report's `cpu`, each workload's `cpu` and the first line printed per workload.
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ WORKLOADS: dict[str, tuple[list[Any], dict[str, Any], str]] = {
 DEFAULT_WORKLOADS = ("readme-1x3", "state80-1x3", "short-1x1", "batch-32x3")
 #: Timed calls per runtime and workload.
 DEFAULT_REPEATS = 10
+#: Calls each runtime makes alone in its child process before its peak RSS is read.
+DEFAULT_RSS_CALLS = 3
 REFERENCE = "reference"
 #: The reference in its CPU bf16 mode (`settings.REFERENCE_CPU_AMP`, read when an Agent is built).
 REFERENCE_BF16 = "reference-bf16"
@@ -189,6 +192,7 @@ def time_workload(
         }
     for label in timers:
         ratio = _ratio(times[REFERENCE], times[label])
+        auto = forced_from(label)
         out["bundles"][label] = {
             "speedup_vs_reference": ratio["speedup"],
             "speedup_range": ratio["range"],
@@ -200,8 +204,19 @@ def time_workload(
             "python_ms": _spread(python[label]),
             "session_ms": _spread(session[label]),
             "agreement": agreement(answers[label], answers[REFERENCE]),
+            # a forced int8 kernel computes the same integers as the bundle's own choice
+            **(
+                {"same_answers_as": auto, "same_answers": answers[label] == answers[auto]}
+                if auto in answers
+                else {}
+            ),
         }
     return out
+
+
+def forced_from(label: str) -> str:
+    """The label of the bundle a forced-kernel run (`BUNDLE [kernel]`) forces, else ''."""
+    return label.rsplit(" [", 1)[0] if label.endswith("]") else ""
 
 
 def _ratio(base: Sequence[float], times: Sequence[float]) -> dict[str, Any]:
@@ -222,7 +237,7 @@ def child_peak_rss(
     calls: int = 3,
     int8_kernel: str | None = None,
 ) -> dict[str, Any]:
-    """One runtime alone on one workload in a fresh process: idle and peak RSS (MiB)."""
+    """One runtime alone on one workload in a fresh process: idle and peak RSS (MiB) after `calls`."""
     cmd = [sys.executable, "-m", "laya_onnx.bench.agent", runtime, checkpoint, bundle, workload]
     cmd += [str(threads or 0), str(calls), int8_kernel or AUTO]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
@@ -273,11 +288,14 @@ def run_bench(
     progress: Callable[[str], None] | None = None,
     int8_kernels: Sequence[str] = (AUTO,),
     reference_bf16: bool | None = None,
+    rss_calls: int = DEFAULT_RSS_CALLS,
 ) -> dict[str, Any]:
     """Time the reference and each bundle on each workload, interleaved; see the module doc.
 
     `reference_bf16`: time the reference's bf16 mode too (None: where the CPU has bf16 instructions;
-    forcing it on a CPU without them can kill the process)."""
+    forcing it on a CPU without them can kill the process); the report's `reference_bf16` says
+    what the reference's Agent then computes in (its autocast dtype). `rss_calls`: calls per
+    runtime in each peak-RSS child (one of the 32-state batch takes torch tens of seconds)."""
     import torch
 
     from laya_onnx.core.agent import ONNXAgent
@@ -320,6 +338,7 @@ def run_bench(
         },
         "threads": threads,
         "repeats": repeats,
+        **({"reference_bf16": autocast_of(runtimes[REFERENCE_BF16])} if reference_bf16 else {}),
         "tools": tool_versions(),
         "workloads": {},
     }
@@ -331,28 +350,39 @@ def run_bench(
             progress(format_workload(name, figures))
     if rss:
         for name in names:
-            peaks = {REFERENCE: child_peak_rss(REFERENCE, str(checkpoint), paths[0], name, threads)}
+            child = partial(child_peak_rss, checkpoint=str(checkpoint), workload=name, threads=threads)
+            peaks = {REFERENCE: child(REFERENCE, bundle=paths[0], calls=rss_calls)}
             if reference_bf16:
-                peaks[REFERENCE_BF16] = child_peak_rss(
-                    REFERENCE_BF16, str(checkpoint), paths[0], name, threads
-                )
+                peaks[REFERENCE_BF16] = child(REFERENCE_BF16, bundle=paths[0], calls=rss_calls)
             for label, path, kernel in runs:
-                peaks[label] = child_peak_rss(
-                    "ours", str(checkpoint), path, name, threads, int8_kernel=kernel
-                )
+                peaks[label] = child("ours", bundle=path, calls=rss_calls, int8_kernel=kernel)
             out["workloads"][name]["peak_rss_alone_mib"] = peaks
+            out["workloads"][name]["rss_calls"] = rss_calls
             if progress:
-                progress("  %-12s peak RSS alone: %s" % (name, json.dumps(peaks)))
+                progress(
+                    "  %-12s peak RSS alone (%d calls, %s): %s"
+                    % (name, rss_calls, cpu.label, json.dumps(peaks))
+                )
     return out
+
+
+def autocast_of(reference: Any) -> dict[str, Any]:
+    """What a reference Agent computes its forward in: `amp_enabled` and `dtype` as it reports them."""
+    return {
+        "env": "%s=bf16" % settings.REFERENCE_CPU_AMP.env,
+        "amp_enabled": bool(getattr(reference, "amp_enabled", False)),
+        "dtype": str(getattr(reference, "dtype", None)),
+    }
 
 
 def format_workload(name: str, figures: dict[str, Any]) -> str:
     lines = [
-        "%-12s reference %8.2f ms (%.2f-%.2f)  process peak RSS %.0f MiB"
+        "%-12s reference %8.2f ms (%.2f-%.2f)  process peak RSS %.0f MiB  [%s]"
         % (
             name,
             *(figures["ms"][REFERENCE][k] for k in ("median", "min", "max")),
             figures["process_peak_rss_mib"],
+            figures["cpu"],
         )
     ]
     bf16 = figures.get("reference_bf16")
@@ -375,7 +405,7 @@ def format_workload(name: str, figures: dict[str, Any]) -> str:
         ms = figures["ms"][label]
         lines.append(
             "  %s: %.2f ms (%.2f-%.2f)  %.2fx (range %.2f-%.2f)%s  python %.3f ms (min %.3f) + session %.2f ms"
-            "  decisions %s, max printed gap %.4f"
+            "  decisions %s, max printed gap %.4f%s"
             % (
                 label,
                 ms["median"],
@@ -394,6 +424,12 @@ def format_workload(name: str, figures: dict[str, Any]) -> str:
                 b["session_ms"]["median"],
                 _decided(b),
                 b["agreement"]["max_printed_gap"],
+                (
+                    "; answers %s %s's"
+                    % ("identical to" if b["same_answers"] else "DIFFER from", b["same_answers_as"])
+                    if "same_answers" in b
+                    else ""
+                ),
             )
         )
     return "\n".join(lines)

@@ -37,7 +37,7 @@ def _comma_list(value: str) -> list[str]:
 
 # -- agent ----------------------------------------------------------------------------------
 def _add_agent(group) -> argparse.ArgumentParser:
-    from laya_onnx.bench.agent import DEFAULT_REPEATS, DEFAULT_WORKLOADS, WORKLOADS
+    from laya_onnx.bench.agent import DEFAULT_REPEATS, DEFAULT_RSS_CALLS, DEFAULT_WORKLOADS, WORKLOADS
     from laya_onnx.core.int8_kernel import AUTO, CHOICES
 
     p = group.add_parser(
@@ -72,6 +72,12 @@ def _add_agent(group) -> argparse.ArgumentParser:
         "--no-rss", action="store_true", help="skip each runtime's peak RSS alone (child processes)"
     )
     p.add_argument(
+        "--rss-calls",
+        type=int,
+        default=DEFAULT_RSS_CALLS,
+        help="calls per runtime in each peak-RSS child process (default %(default)s)",
+    )
+    p.add_argument(
         "--int8-kernels",
         type=_comma_list,
         default=[AUTO],
@@ -98,6 +104,8 @@ def _run_agent(args: argparse.Namespace) -> int:
         )
     if args.repeats < 1:
         raise UsageError("--repeats must be at least 1")
+    if args.rss_calls < 1:
+        raise UsageError("--rss-calls must be at least 1")
     bad = [k for k in args.int8_kernels if k not in CHOICES]
     if bad or not args.int8_kernels:
         raise UsageError(
@@ -113,6 +121,7 @@ def _run_agent(args: argparse.Namespace) -> int:
         progress=print,
         int8_kernels=args.int8_kernels,
         reference_bf16=False if args.no_reference_bf16 else None,
+        rss_calls=args.rss_calls,
     )
     return emit_report(report, args.json, format_summary(report))
 
