@@ -50,7 +50,7 @@ from laya_onnx.serve import create_app
 pytestmark = pytest.mark.serve
 
 EXAMPLES = int(os.environ.get("LAYA_ONNX_FUZZ_EXAMPLES", "600"))
-SECONDS = float(os.environ.get("LAYA_ONNX_FUZZ_SECONDS", "45"))
+SECONDS = float(os.environ.get("LAYA_ONNX_FUZZ_SECONDS", "30"))
 #: Another value draws other cases (for a longer exploratory run); CI keeps 0, so reruns agree.
 SEED = int(os.environ.get("LAYA_ONNX_FUZZ_SEED", "0"))
 CHUNK = 50
