@@ -116,6 +116,25 @@ async def exchange_raw(
     return status_of(raw), raw, time.monotonic() - began
 
 
+async def trickle(port: int, pieces: list[bytes], wait_s: float) -> str:
+    """Send `pieces` one by one, waiting up to `wait_s` for an answer after each: the status the
+    server answered with, "still open" when it let them all through unanswered, or "reset"."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        for piece in pieces:
+            writer.write(piece)
+            await writer.drain()
+            try:
+                return status_of(await asyncio.wait_for(reader.read(65536), wait_s))
+            except asyncio.TimeoutError:
+                continue
+        return "still open"
+    except (OSError, ConnectionError):
+        return "reset"
+    finally:
+        writer.close()
+
+
 # -- bodies ---------------------------------------------------------------------------------
 
 
@@ -244,46 +263,17 @@ class Soak:
     async def slow_upload(self) -> str:
         """An authorised request whose body comes at 1 byte/s, for up to 15 s: what it got."""
         head = self.post("/v1/systemone", b"", [("Content-Length", str(len(self.bodies.small)))])
-        reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
-        try:
-            writer.write(head)
-            for k in range(15):
-                writer.write(self.bodies.small[k : k + 1])
-                await writer.drain()
-                try:
-                    raw = await asyncio.wait_for(reader.read(65536), 1.0)
-                    return status_of(raw)
-                except asyncio.TimeoutError:
-                    continue
-            return "still open"
-        except (OSError, ConnectionError):
-            return "reset"
-        finally:
-            writer.close()
+        body = self.bodies.small
+        return await trickle(self.port, [head] + [body[k : k + 1] for k in range(15)], 1.0)
 
     async def slow_uploaders(self) -> None:
         for status in await asyncio.gather(*(self.slow_upload() for _ in range(16))):
             self.hostile["slow uploader (1 byte/s)"][status] += 1
 
     async def slow_headers(self) -> None:
-        async def crawl() -> str:
-            reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
-            try:
-                for byte in b"POST /v1/systemone HTTP/1.1\r\nHost: soak\r\nX-Slow: " + b"a" * 20:
-                    writer.write(bytes([byte]))
-                    await writer.drain()
-                    try:
-                        raw = await asyncio.wait_for(reader.read(65536), 0.5)
-                        return status_of(raw)
-                    except asyncio.TimeoutError:
-                        continue
-                return "still open"
-            except (OSError, ConnectionError):
-                return "reset"
-            finally:
-                writer.close()
-
-        for status in await asyncio.gather(*(crawl() for _ in range(8))):
+        head = b"POST /v1/systemone HTTP/1.1\r\nHost: soak\r\nX-Slow: " + b"a" * 20
+        crawl = [bytes([byte]) for byte in head]
+        for status in await asyncio.gather(*(trickle(self.port, crawl, 0.5) for _ in range(8))):
             self.hostile["slow headers (2 bytes/s)"][status] += 1
 
     async def gone_mid_body(self) -> None:
