@@ -27,8 +27,6 @@ import logging
 import os
 import random
 import string
-import subprocess
-import sys
 import time
 import zlib
 
@@ -44,7 +42,6 @@ from tests.serve_support import (
     FakeAgent,
     aio,
     exchange,
-    free_port,
     listening,
     parse_responses,
     post,
@@ -417,7 +414,10 @@ def _rss_mib(pid: int) -> float:
 
 
 async def _post_json_async(port: int, body: dict) -> int:
-    data = request("POST", URL, json.dumps(body).encode(), {"Connection": "close"})
+    from laya_onnx.bench.soak import KEY  # the key `serve_process` starts the server with
+
+    headers = {"Connection": "close", "Authorization": "Bearer " + KEY}
+    data = request("POST", URL, json.dumps(body).encode(), headers)
     raw, _ = await exchange(port, data, 120)
     return parse_responses(raw)[0].status
 
@@ -439,17 +439,10 @@ async def _health_while(port: int, work) -> dict:
 def test_memory_returns_after_a_request_with_a_huge_instruction(tiny, tmp_path):
     """Before: RSS stayed at the request's peak (107 -> 360 MiB) until a later large batch, and
     /health stalled while the instruction was tokenized."""
-    port = free_port()
+    from laya_onnx.bench.soak import served as serve_process
+
     log_path = tmp_path / "server.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LAYA_")}
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "laya_onnx", "serve", str(tiny), "--port", str(port)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
-    try:
+    with serve_process(tiny, log_path, quiet=False) as (port, proc):
         wait_healthy(proc, port, log_path)
         assert _post_json(port, SMALL) == 200
         idle = _rss_mib(proc.pid)
@@ -470,9 +463,6 @@ def test_memory_returns_after_a_request_with_a_huge_instruction(tiny, tmp_path):
                 break
         assert settled is not None and settled < idle + 128, (idle, settled, log_path.read_text()[-2000:])
         assert "gave memory back after a request" in log_path.read_text()
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 # -- the soak benchmark --------------------------------------------------------------------
