@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -202,6 +204,27 @@ def test_output_directory_rules(checkpoint_factory, bundle_factory, tmp_path):
     assert manifest.digest("laya.onnx") == sha256_file(bundle_factory("tiny-english") / "laya.onnx")
 
 
+def test_the_graph_bytes_do_not_depend_on_the_string_hash_seed(checkpoint_factory, tmp_path):
+    """transformers builds ModernBERT's two rotary tables in set() order, which follows
+    PYTHONHASHSEED; without `ordered_rotary_tables` the hash seeds 1 and 3 gave two graphs."""
+
+    ckpt = checkpoint_factory("tiny-english")
+    runs = {
+        seed: subprocess.Popen(
+            [sys.executable, "-m", "laya_onnx", "export", str(ckpt), "-o", str(tmp_path / seed)],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for seed in ("1", "3")
+    }
+    for seed, run in runs.items():
+        _, err = run.communicate(timeout=300)
+        assert run.returncode == 0, (seed, err)
+    assert sha256_file(tmp_path / "1" / "laya.onnx") == sha256_file(tmp_path / "3" / "laya.onnx")
+
+
 def _broken_copy(ckpt: Path, dst: Path) -> Path:
     shutil.copytree(ckpt, dst)
     return dst
@@ -336,8 +359,6 @@ def test_default_profile_documents_the_code():
 
 
 def test_cli_reports_bad_checkpoints_without_traceback(tmp_path):
-    import subprocess
-    import sys
 
     bad = tmp_path / "ckpt"
     bad.mkdir()

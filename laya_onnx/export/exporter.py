@@ -351,7 +351,10 @@ class _Export:
         exporter = "dynamo" if options.dynamo else "TorchScript"
         started = time.perf_counter()
         with self.steps.run(f"exporting the graph (opset {options.graph_opset}, {exporter} exporter)"):
-            written = _export_graph(self.model, reference.trace, graph, options)
+            from laya_onnx.export.model import ordered_rotary_tables
+
+            with ordered_rotary_tables():
+                written = _export_graph(self.model, reference.trace, graph, options)
             self.model = None
             gc.collect()
             onnx.checker.check_model(str(graph))

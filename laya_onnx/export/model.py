@@ -341,6 +341,31 @@ def _skip_init():
         yield
 
 
+def _sorted_members(iterable=()) -> list:
+    return sorted(set(iterable))
+
+
+@contextmanager
+def ordered_rotary_tables():
+    """While tracing: ModernBERT builds its rotary tables in the order of
+    `set(config.layer_types)`, which follows the process's string hashes (PYTHONHASHSEED), and
+    the tracer names them `rotary_emb` and `rotary_emb_1` in that order. So one checkpoint
+    exported to two different graphs (and graph hashes), from one process to the next. Inside
+    this block the modeling module's `set` yields the same members sorted, so every export of a
+    checkpoint writes the same bytes. (A module global shadows the builtin for that module alone.)
+    """
+    module = importlib.import_module("transformers.models.modernbert.modeling_modernbert")
+    shadowed = vars(module).get("set")
+    module.set = _sorted_members  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        if shadowed is None:
+            del module.set  # type: ignore[attr-defined]
+        else:
+            module.set = shadowed  # type: ignore[attr-defined]
+
+
 def load_encoder_config(encoder_dir: Path):
     from transformers import AutoConfig
 
@@ -492,6 +517,7 @@ __all__ = [
     "load_decision_model",
     "load_encoder_config",
     "n_actions",
+    "ordered_rotary_tables",
     "read_checkpoint_config",
     "head_heads",
 ]
