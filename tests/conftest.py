@@ -90,21 +90,41 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(pytest.mark.skip(reason=reason))
 
 
+def _shared_dir(tmp_path_factory, name: str) -> Path:
+    """A session folder for exports. Under pytest-xdist (tests/run's full tier runs on every core)
+    it is one folder for all the workers, beside their own basetemps, so each export is made once
+    (under _across_workers) and not once per worker."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = tmp_path_factory.getbasetemp().parent / name
+        shared.mkdir(exist_ok=True)
+        return shared
+    return tmp_path_factory.mktemp(name)
+
+
+def _across_workers(out: Path):
+    """A lock held by one process at a time around making `out` (an export into a folder that
+    other pytest-xdist workers may be making or reading too)."""
+    from filelock import FileLock
+
+    return FileLock(f"{out}.lock")
+
+
 @pytest.fixture(scope="session")
 def checkpoint_factory(tmp_path_factory):
     """Callable preset[, seed] -> checkpoint directory; each (preset, seed) is written once."""
-    root = tmp_path_factory.mktemp("checkpoints")
+    root = _shared_dir(tmp_path_factory, "checkpoints")
     made: dict[tuple[str, int], Path] = {}
     lock = threading.Lock()
 
     def make(preset: str = "tiny-english", seed: int = 0) -> Path:
         from laya_onnx.checkpoints import make_checkpoint
 
-        with lock:
-            key = (preset, seed)
-            if key not in made:
-                made[key] = make_checkpoint(preset, root / f"{preset}-seed{seed}", seed=seed)
-            return made[key]
+        out = root / f"{preset}-seed{seed}"
+        with lock, _across_workers(out):
+            if (preset, seed) not in made and not out.is_dir():  # staged: whole or absent
+                make_checkpoint(preset, out, seed=seed)
+            made[preset, seed] = out
+            return out
 
     return make
 
@@ -138,14 +158,14 @@ def bundle_factory(request, tmp_path_factory):
     # Asked for here, not as a parameter: tests that only need bundles must not appear to use
     # checkpoint_factory (see pytest_collection_modifyitems).
     checkpoint_factory = request.getfixturevalue("checkpoint_factory")
-    root = Path(PREBUILT_BUNDLES) if PREBUILT_BUNDLES else tmp_path_factory.mktemp("bundles")
+    root = Path(PREBUILT_BUNDLES) if PREBUILT_BUNDLES else _shared_dir(tmp_path_factory, "bundles")
     exported: dict[str, Path] = {}
     lock = threading.Lock()
 
     def make(preset: str = "tiny-english") -> Path:
         from laya_onnx.export import export_bundle
 
-        with lock:
+        with lock, _across_workers(root / preset):
             if preset not in exported:
                 out = root / preset
                 if not (out / "manifest.json").is_file():
@@ -168,13 +188,14 @@ def lowered(checkpoint_factory, tmp_path_factory):
     session: the precision tests and the server's micro-batching test share the exports."""
     from laya_onnx.export import export_bundle
 
+    root = _shared_dir(tmp_path_factory, "precision")
     made = {}
     lock = threading.Lock()
 
     def make(preset: str, precision: str):
-        with lock:
-            if (preset, precision) not in made:
-                out = tmp_path_factory.mktemp("precision") / f"{preset}-{precision}"
+        out = root / f"{preset}-{precision}"
+        with lock, _across_workers(out):
+            if (preset, precision) not in made and not (out / "manifest.json").is_file():
                 export_bundle(
                     checkpoint_factory(preset),
                     out,
@@ -183,8 +204,8 @@ def lowered(checkpoint_factory, tmp_path_factory):
                     precision=precision,
                     measure_memory=False,
                 )
-                made[preset, precision] = out
-            return made[preset, precision]
+            made[preset, precision] = out
+            return out
 
     return make
 

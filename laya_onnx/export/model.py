@@ -354,16 +354,16 @@ def ordered_rotary_tables():
     this block the modeling module's `set` yields the same members sorted, so every export of a
     checkpoint writes the same bytes. (A module global shadows the builtin for that module alone.)
     """
-    module = importlib.import_module("transformers.models.modernbert.modeling_modernbert")
-    shadowed = vars(module).get("set")
-    module.set = _sorted_members  # type: ignore[attr-defined]
+    namespace = vars(importlib.import_module("transformers.models.modernbert.modeling_modernbert"))
+    shadowed = namespace.get("set")
+    namespace["set"] = _sorted_members
     try:
         yield
     finally:
         if shadowed is None:
-            del module.set  # type: ignore[attr-defined]
+            del namespace["set"]
         else:
-            module.set = shadowed  # type: ignore[attr-defined]
+            namespace["set"] = shadowed
 
 
 def load_encoder_config(encoder_dir: Path):
