@@ -158,3 +158,53 @@ def test_the_bf16_runtime_path_imports_without_torch():
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_only_the_gemms_with_a_constant_weight_are_put_in_bf16(bundle_factory):
+    ov = pytest.importorskip("openvino")
+    from laya_onnx.core.openvino_session import bf16_gemms
+
+    model = ov.Core().read_model(str(bundle_factory("tiny-english") / "laya.onnx"))
+    weighted = [
+        n
+        for n in model.get_ordered_ops()
+        if n.get_type_name() == "MatMul" and n.input_value(1).get_node().get_type_name() == "Constant"
+    ]
+    assert bf16_gemms(model) == len(weighted) > 20
+    bf16 = ov.Type.bf16
+    for node in model.get_ordered_ops():
+        if node.get_type_name() == "MatMul":
+            # both inputs arrive in bf16, through a conversion; every reader gets f32 back
+            assert [node.input_value(i).get_element_type() for i in (0, 1)] == [bf16, bf16]
+            assert {r.get_node().get_type_name() for r in node.output(0).get_target_inputs()} == {"Convert"}
+            assert all(
+                r.get_node().output(0).get_element_type() == ov.Type.f32
+                for r in node.output(0).get_target_inputs()
+            )
+        elif node.get_type_name() != "Convert":
+            # nothing else computes in bf16
+            assert all(out.get_element_type() != bf16 for out in node.outputs()), node
+
+
+@needs_bf16
+def test_the_bf16_session_rounds_the_gemms_and_nothing_else(bundle_factory):
+    """Compiled with the bf16 config but without the conversions, the graph answers as fp32 does
+    (so the config leaves every op f32); with them, it answers as a bf16 computation."""
+    import openvino as ov
+
+    from laya_onnx.core.openvino_session import BF16_CONFIG, OpenVINOSession
+
+    bundle = bundle_factory("tiny-english")
+    graph = str(bundle / "laya.onnx")
+    exact = _agent(bundle, providers=["CPUExecutionProvider"])
+    feeds: list[dict] = []
+    run = exact.session.run
+    exact.session.run = lambda f, **kw: (feeds.append(dict(f)), run(f, **kw))[1]
+    exact.predict(STATE, QUESTIONS)
+    reference = run(feeds[0])[0]
+    core = ov.Core()
+    plain = core.compile_model(core.read_model(graph), "CPU", BF16_CONFIG)
+    f32 = np.array(plain.create_infer_request().infer(feeds[0])[plain.output("logits")])
+    assert np.abs(f32 - reference).max() < 1e-4
+    ours = OpenVINOSession(graph).run(feeds[0])[0]
+    assert 1e-3 < np.abs(ours - reference).max() < 0.5

@@ -1,11 +1,19 @@
-"""The bf16 runtime: a bundle exported with `--precision bf16` runs on OpenVINO's CPU plugin at
-bf16 inference precision, where the CPU has bf16 in hardware (AVX512-BF16, AMX).
+"""The bf16 runtime: a bundle exported with `--precision bf16` runs on OpenVINO's CPU plugin with
+its GEMMs in bf16, where the CPU has bf16 in hardware (AVX512-BF16, AMX).
 
-The bundle's graph is the fp32 one; OpenVINO reads it as it is and computes its GEMMs and
-activations in bf16 (`INFERENCE_PRECISION_HINT`). Without the `openvino` package (the `openvino`
-extra) or on a CPU without bf16, the same graph runs fp32 on onnxruntime instead: the fallback is
-counted under `OPENVINO` in the session's fallbacks (`ONNXAgent.fallbacks`, `/health`) and
-warned about once. With `strict=True` it is refused (`ProviderUnavailable`).
+The bundle's graph is the fp32 one. At load, every MatMul with a constant weight (the linear
+layers: all but a few percent of the work) gets a conversion to bf16 in front of both its inputs
+and one back to f32 behind it (`bf16_gemms`), and the model is compiled at f32 inference
+precision: the GEMMs run on the CPU's bf16 units with f32 accumulation, and everything between
+them - the residual stream, LayerNorm, softmax, the rotary embedding, the head's arithmetic -
+stays f32, as torch's CPU autocast (laya's `LAYA_CPU_AMP=bf16`) keeps them. OpenVINO's global bf16
+hint rounds every activation instead: as fast on the full-size English shape, and its logits moved
+about three times further from fp32 (measured: docs/precision.md).
+
+Without the `openvino` package (the `openvino` extra) or on a CPU without bf16, the same graph
+runs fp32 on onnxruntime instead: the fallback is counted under `OPENVINO` in the session's
+fallbacks (`ONNXAgent.fallbacks`, `/health`) and warned about once. With `strict=True` it is
+refused (`ProviderUnavailable`).
 
 Torch-free; `openvino` is imported only when a bf16 bundle is loaded.
 """
@@ -32,10 +40,35 @@ from laya_onnx.core.session import (
 
 #: How the bf16 runtime is named in `providers` and in the fallbacks.
 OPENVINO = "OpenVINO"
-#: OpenVINO's CPU plugin settings of a bf16 bundle: one request at a time, at the least latency.
-#: OpenVINO keeps no part of the graph in f32 at this hint (its per-node `disable_fp16_compression`
-#: marks on the LayerNorms, the residual adds or the whole head changed no output bit: measured).
-BF16_CONFIG = {"INFERENCE_PRECISION_HINT": "bf16", "PERFORMANCE_HINT": "LATENCY"}
+#: OpenVINO's CPU plugin settings of a bf16 bundle: one request at a time, at the least latency,
+#: f32 wherever the graph does not ask for bf16 itself (`bf16_gemms` asks for it at the GEMMs).
+#: Said explicitly: on some CPUs with bf16 units the plugin's default precision is bf16.
+BF16_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
+
+
+def bf16_gemms(model) -> int:
+    """Put every MatMul of `model` (an `openvino.Model`) whose weight is a constant in bf16: a
+    conversion to bf16 in front of both inputs, one back to f32 behind it. Returns how many.
+
+    A MatMul of two activations (none in the Laya graph today) stays f32, as does every other op."""
+    import openvino as ov
+    from openvino import opset13
+
+    changed = 0
+    for node in model.get_ordered_ops():
+        if node.get_type_name() != "MatMul" or node.input_value(1).get_node().get_type_name() != "Constant":
+            continue
+        for port in (0, 1):
+            node.input(port).replace_source_output(
+                opset13.convert(node.input_value(port), ov.Type.bf16).output(0)
+            )
+        readers = list(node.output(0).get_target_inputs())
+        back = opset13.convert(node.output(0), ov.Type.f32)
+        for reader in readers:
+            reader.replace_source_output(back.output(0))
+        changed += 1
+    model.validate_nodes_and_infer_types()
+    return changed
 
 
 def bf16_unavailable(cpu: Cpu | None = None) -> str | None:
@@ -61,7 +94,10 @@ class OpenVINOSession:
         if threads:
             config["INFERENCE_NUM_THREADS"] = int(threads)
         core = ov.Core()
-        self._compiled = core.compile_model(core.read_model(str(graph_path)), "CPU", config)
+        model = core.read_model(str(graph_path))
+        #: how many GEMMs run in bf16 (every MatMul with a constant weight)
+        self.bf16_gemms = bf16_gemms(model)
+        self._compiled = core.compile_model(model, "CPU", config)
         self._request = self._compiled.create_infer_request()
         self._outputs = [self._compiled.output(name) for name in GRAPH_OUTPUTS]
         # One infer request, one pass at a time (a request is not safe to share between threads).
@@ -125,4 +161,4 @@ def open_session(
     return session
 
 
-__all__ = ["BF16_CONFIG", "OPENVINO", "OpenVINOSession", "bf16_unavailable", "open_session"]
+__all__ = ["BF16_CONFIG", "OPENVINO", "OpenVINOSession", "bf16_gemms", "bf16_unavailable", "open_session"]
