@@ -160,30 +160,55 @@ def test_the_bf16_runtime_path_imports_without_torch():
     assert proc.stdout.strip().splitlines()[-1] == "[]"
 
 
-def test_only_the_gemms_with_a_constant_weight_are_put_in_bf16(bundle_factory):
-    ov = pytest.importorskip("openvino")
-    from laya_onnx.core.openvino_session import bf16_gemms
-
-    model = ov.Core().read_model(str(bundle_factory("tiny-english") / "laya.onnx"))
-    weighted = [
+def _weighted_matmuls(model):
+    return [
         n
         for n in model.get_ordered_ops()
         if n.get_type_name() == "MatMul" and n.input_value(1).get_node().get_type_name() == "Constant"
     ]
-    assert bf16_gemms(model) == len(weighted) > 20
+
+
+def test_the_encoder_gemms_but_the_first_layers_are_put_in_bf16_and_nothing_else(bundle_factory):
+    ov = pytest.importorskip("openvino")
+    from laya_onnx.core.openvino_session import bf16_gemms
+
+    model = ov.Core().read_model(str(bundle_factory("tiny-english") / "laya.onnx"))
+    weight = {
+        n.get_friendly_name(): n.input_value(1).get_node().get_friendly_name()
+        for n in _weighted_matmuls(model)
+    }
+    expected = {n for n, w in weight.items() if w.startswith("encoder.layers.") and ".layers.0." not in w}
+    kept = {
+        n for n, w in weight.items() if w.startswith(("encoder.layers.0.", "head.", "scorer.", "act_head."))
+    }
+    assert expected and kept and len(expected) + len(kept) == len(weight)
+    assert bf16_gemms(model) == len(expected)
     bf16 = ov.Type.bf16
+    in_bf16 = set()
     for node in model.get_ordered_ops():
-        if node.get_type_name() == "MatMul":
+        if node.get_type_name() == "MatMul" and node.input_value(0).get_element_type() == bf16:
             # both inputs arrive in bf16, through a conversion; every reader gets f32 back
-            assert [node.input_value(i).get_element_type() for i in (0, 1)] == [bf16, bf16]
-            assert {r.get_node().get_type_name() for r in node.output(0).get_target_inputs()} == {"Convert"}
-            assert all(
-                r.get_node().output(0).get_element_type() == ov.Type.f32
-                for r in node.output(0).get_target_inputs()
-            )
+            assert node.input_value(1).get_element_type() == bf16
+            readers = [r.get_node() for r in node.output(0).get_target_inputs()]
+            assert [(r.get_type_name(), r.output(0).get_element_type()) for r in readers] == [
+                ("Convert", ov.Type.f32)
+            ] * len(readers)
+            in_bf16.add(node.get_friendly_name())
         elif node.get_type_name() != "Convert":
             # nothing else computes in bf16
             assert all(out.get_element_type() != bf16 for out in node.outputs()), node
+    assert in_bf16 == expected
+
+
+def test_a_graph_without_parameter_names_gets_every_weighted_gemm_in_bf16(bundle_factory):
+    ov = pytest.importorskip("openvino")
+    from laya_onnx.core.openvino_session import bf16_gemms
+
+    model = ov.Core().read_model(str(bundle_factory("tiny-english") / "laya.onnx"))
+    weighted = _weighted_matmuls(model)
+    for i, node in enumerate(weighted):  # as the dynamo exporter names its constants
+        node.input_value(1).get_node().set_friendly_name(f"val_{i}")
+    assert bf16_gemms(model) == len(weighted)
 
 
 @needs_bf16
