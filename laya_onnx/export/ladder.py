@@ -46,12 +46,14 @@ from laya_onnx.export.precision import (
 )
 
 DEFAULT_SUITE = "core"
-#: What a bf16 bundle's manifest says it runs: the fp32 graph, computed in bf16 by OpenVINO.
+#: What a bf16 bundle's manifest says it runs: the fp32 graph, its GEMMs computed in bf16 by
+#: OpenVINO (`laya_onnx.core.openvino_session.bf16_gemms`).
 BF16_RECORD: dict[str, Any] = {
     "rewrite": None,
     "matmuls": 0,
-    "runtime": "OpenVINO CPU plugin, inference precision bf16 (the graph is the fp32 one; a CPU "
-    "without bf16 or without the openvino package runs it fp32 on onnxruntime)",
+    "runtime": "OpenVINO CPU plugin: the encoder's GEMMs but the first layer's in bf16, everything "
+    "else f32 (the graph is the fp32 one; a CPU without bf16 or without the openvino package runs "
+    "it fp32 on onnxruntime)",
     "measured_on": "the graph on OpenVINO at bf16 on this CPU",
 }
 #: The parity rule's value tolerances are meant for fp32; the gate reads its measurements only.
