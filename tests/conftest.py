@@ -113,7 +113,6 @@ def _across_workers(out: Path):
 def checkpoint_factory(tmp_path_factory):
     """Callable preset[, seed] -> checkpoint directory; each (preset, seed) is written once."""
     root = _shared_dir(tmp_path_factory, "checkpoints")
-    made: dict[tuple[str, int], Path] = {}
     lock = threading.Lock()
 
     def make(preset: str = "tiny-english", seed: int = 0) -> Path:
@@ -121,9 +120,8 @@ def checkpoint_factory(tmp_path_factory):
 
         out = root / f"{preset}-seed{seed}"
         with lock, _across_workers(out):
-            if (preset, seed) not in made and not out.is_dir():  # staged: whole or absent
+            if not out.is_dir():  # make_checkpoint stages it: whole or absent
                 make_checkpoint(preset, out, seed=seed)
-            made[preset, seed] = out
             return out
 
     return make
@@ -159,25 +157,22 @@ def bundle_factory(request, tmp_path_factory):
     # checkpoint_factory (see pytest_collection_modifyitems).
     checkpoint_factory = request.getfixturevalue("checkpoint_factory")
     root = Path(PREBUILT_BUNDLES) if PREBUILT_BUNDLES else _shared_dir(tmp_path_factory, "bundles")
-    exported: dict[str, Path] = {}
     lock = threading.Lock()
 
     def make(preset: str = "tiny-english") -> Path:
         from laya_onnx.export import export_bundle
 
-        with lock, _across_workers(root / preset):
-            if preset not in exported:
-                out = root / preset
-                if not (out / "manifest.json").is_file():
-                    export_bundle(
-                        checkpoint_factory(preset),
-                        out,
-                        verbose=False,
-                        name=preset,
-                        measure_memory=preset in MEASURED_PRESETS,
-                    )
-                exported[preset] = out
-            return exported[preset]
+        out = root / preset
+        with lock, _across_workers(out):
+            if not (out / "manifest.json").is_file():  # export_bundle stages it: whole or absent
+                export_bundle(
+                    checkpoint_factory(preset),
+                    out,
+                    verbose=False,
+                    name=preset,
+                    measure_memory=preset in MEASURED_PRESETS,
+                )
+            return out
 
     return make
 
@@ -189,13 +184,12 @@ def lowered(checkpoint_factory, tmp_path_factory):
     from laya_onnx.export import export_bundle
 
     root = _shared_dir(tmp_path_factory, "precision")
-    made = {}
     lock = threading.Lock()
 
     def make(preset: str, precision: str):
         out = root / f"{preset}-{precision}"
         with lock, _across_workers(out):
-            if (preset, precision) not in made and not (out / "manifest.json").is_file():
+            if not (out / "manifest.json").is_file():  # export_bundle stages it: whole or absent
                 export_bundle(
                     checkpoint_factory(preset),
                     out,
@@ -204,7 +198,6 @@ def lowered(checkpoint_factory, tmp_path_factory):
                     precision=precision,
                     measure_memory=False,
                 )
-            made[preset, precision] = out
             return out
 
     return make

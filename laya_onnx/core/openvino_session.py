@@ -112,7 +112,7 @@ class OpenVINOSession:
             config["INFERENCE_NUM_THREADS"] = int(threads)
         core = ov.Core()
         model = core.read_model(str(graph_path))
-        #: how many GEMMs run in bf16 (every MatMul with a constant weight)
+        #: how many GEMMs run in bf16 (see `bf16_gemms`)
         self.bf16_gemms = bf16_gemms(model)
         self._compiled = core.compile_model(model, "CPU", config)
         self._request = self._compiled.create_infer_request()
