@@ -109,6 +109,17 @@ def _across_workers(out: Path):
     return FileLock(f"{out}.lock")
 
 
+def _export_once(lock, out: Path, checkpoint_factory, preset: str, **options) -> Path:
+    """`out`, exported from checkpoint_factory(preset) with `options` unless it is there already
+    (export_bundle stages a bundle: whole or absent), by one thread and one worker at a time."""
+    from laya_onnx.export import export_bundle
+
+    with lock, _across_workers(out):
+        if not (out / "manifest.json").is_file():
+            export_bundle(checkpoint_factory(preset), out, verbose=False, name=preset, **options)
+    return out
+
+
 @pytest.fixture(scope="session")
 def checkpoint_factory(tmp_path_factory):
     """Callable preset[, seed] -> checkpoint directory; each (preset, seed) is written once."""
@@ -160,19 +171,9 @@ def bundle_factory(request, tmp_path_factory):
     lock = threading.Lock()
 
     def make(preset: str = "tiny-english") -> Path:
-        from laya_onnx.export import export_bundle
-
-        out = root / preset
-        with lock, _across_workers(out):
-            if not (out / "manifest.json").is_file():  # export_bundle stages it: whole or absent
-                export_bundle(
-                    checkpoint_factory(preset),
-                    out,
-                    verbose=False,
-                    name=preset,
-                    measure_memory=preset in MEASURED_PRESETS,
-                )
-            return out
+        return _export_once(
+            lock, root / preset, checkpoint_factory, preset, measure_memory=preset in MEASURED_PRESETS
+        )
 
     return make
 
@@ -181,24 +182,12 @@ def bundle_factory(request, tmp_path_factory):
 def lowered(checkpoint_factory, tmp_path_factory):
     """Callable (preset, precision) -> bundle exported (and gated) at that precision, once per
     session: the precision tests and the server's micro-batching test share the exports."""
-    from laya_onnx.export import export_bundle
-
     root = _shared_dir(tmp_path_factory, "precision")
     lock = threading.Lock()
 
-    def make(preset: str, precision: str):
+    def make(preset: str, precision: str) -> Path:
         out = root / f"{preset}-{precision}"
-        with lock, _across_workers(out):
-            if not (out / "manifest.json").is_file():  # export_bundle stages it: whole or absent
-                export_bundle(
-                    checkpoint_factory(preset),
-                    out,
-                    verbose=False,
-                    name=preset,
-                    precision=precision,
-                    measure_memory=False,
-                )
-            return out
+        return _export_once(lock, out, checkpoint_factory, preset, precision=precision, measure_memory=False)
 
     return make
 
