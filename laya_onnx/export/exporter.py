@@ -79,6 +79,7 @@ class TraceRecord:
     external_data: list[str]
     weights_bytes: int
     seconds: float
+    layers: str
 
 
 @dataclass(frozen=True)
@@ -351,9 +352,16 @@ class _Export:
         exporter = "dynamo" if options.dynamo else "TorchScript"
         started = time.perf_counter()
         with self.steps.run(f"exporting the graph (opset {options.graph_opset}, {exporter} exporter)"):
+            from laya_onnx.export.constant_shapes import (
+                CONSTANT_SHAPE_LAYERS,
+                TRANSFORMERS_LAYERS,
+                constant_shape_layers,
+            )
             from laya_onnx.export.model import ordered_rotary_tables
 
-            with ordered_rotary_tables():
+            # these layers feed MultiHeadAttention, through the TorchScript exporter's symbolics
+            constant = options.attention_kind == "fused" and not options.dynamo
+            with ordered_rotary_tables(), constant_shape_layers(self.model, enabled=constant) as rewritten:
                 written = _export_graph(self.model, reference.trace, graph, options)
             self.model = None
             gc.collect()
@@ -369,6 +377,7 @@ class _Export:
             external_data=list(written["external_data"]),
             weights_bytes=int(written["weights_bytes"]),
             seconds=time.perf_counter() - started,
+            layers=CONSTANT_SHAPE_LAYERS if rewritten else TRANSFORMERS_LAYERS,
         )
 
     def validate(self, graph: Path, reference: Reference, loaded: LoadedCheckpoint) -> ValidationRecord:
@@ -459,6 +468,7 @@ class _Export:
             total_seconds=round(time.perf_counter() - self.started, 2),
             peak_rss_mb=peak_rss_mb(),
             attention=self.options.attention_kind,
+            layers=trace.layers,
             architecture=loaded.architecture,
         )
 

@@ -167,7 +167,8 @@ class HeadAttention(nn.Module):
         # fused graph's (B, T) int32 key mask.
         qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias)
         if keep.dim() == 2:
-            q, k, v = qkv.chunk(3, dim=-1)
+            # split at a constant width: `chunk` traces to shape arithmetic run on every call
+            q, k, v = qkv.split(self.nhead * self.head_dim, dim=-1)
             out = FusedAttention.apply(q, k, v, keep, None, self.nhead, self.head_dim**-0.5)
             return self.out_proj(out)
         q, k, v = (

@@ -1,0 +1,162 @@
+"""While tracing a fused-attention graph: ModernBERT's layers written with constant shapes.
+
+transformers' ModernBERT layer is written for eager torch: it reshapes by `input_shape` and
+`x.shape[-1] // 2`, transposes q/k/v to [B, heads, T, dim] and back, and splits the MLP's
+input with `chunk`. Traced, each of those becomes a chain of Shape -> Gather -> Div -> Cast ->
+Unsqueeze -> Concat nodes feeding a Reshape or a Slice that ONNX Runtime cannot fold (the batch
+and sequence dims are dynamic): on tiny-english 436 nodes after ONNX Runtime's own
+optimizations, 229 with these layers.
+
+`constant_shape_layers()` replaces, for the time of the trace, `ModernBertAttention.forward`
+and `ModernBertMLP.forward` with the same arithmetic in the packed [B, T, heads * dim] layout
+that `MultiHeadAttention` takes: one `Split` of the q/k/v projection, RoPE through
+`RotateHalf` (a Reshape to heads with a constant shape, a Split of each head into halves,
+Neg, Concat, a Reshape back; cos and sin tiled across the heads once per forward), and one
+`Split` of the MLP's projection. Every product and sum is the one transformers computes, in
+the same order: ONNX Runtime's outputs are bit-identical to the graph traced from
+transformers' forwards, and the export validates them against the unpatched torch model
+(computed before the trace) like any graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch import nn
+
+from laya_onnx.export.model import FusedAttention
+
+#: The export record's `layers`: which forwards the encoder layers were traced with.
+CONSTANT_SHAPE_LAYERS = "constant-shape"
+TRANSFORMERS_LAYERS = "transformers"
+
+
+class RotateHalf(torch.autograd.Function):
+    """rotate_half of packed [B, T, heads * dim] `x`, per head: cat(-x[..., dim/2:], x[..., :dim/2]).
+
+    Traced, it is one Reshape to [B, T, heads, dim] with a constant shape (`0` keeps a
+    dimension, `-1` is inferred: torch's shape inference wants one with a `0`), a Split into
+    halves, Neg, Concat and a Reshape back: no node reads a shape at run time."""
+
+    @staticmethod
+    def forward(ctx, x, heads: int, dim: int):
+        first, second = x.unflatten(-1, (heads, dim)).split(dim // 2, dim=-1)
+        return torch.cat((-second, first), dim=-1).flatten(-2)
+
+    @staticmethod
+    def symbolic(g, x, heads: int, dim: int):
+        def constant(values: list[int]):
+            return g.op("Constant", value_t=torch.tensor(values, dtype=torch.int64))
+
+        parts = g.op("Reshape", x, constant([0, 0, heads, -1]))
+        first, second = g.op("Split", parts, constant([dim // 2, dim // 2]), axis_i=-1, outputs=2)
+        rotated = g.op("Concat", g.op("Neg", second), first, axis_i=-1)
+        packed = g.op("Reshape", rotated, constant([0, 0, -1]))
+        packed.setType(x.type())
+        return packed
+
+
+class _Tables:
+    """cos and sin of each rotary table tiled to [B, T, heads * dim], made once per forward.
+
+    transformers hands every layer of one attention type the same (cos, sin) pair, so keyed by
+    that pair the tiling is traced once per table and every layer's RoPE multiplies same-shape
+    tensors (a broadcast over the heads axis costs ONNX Runtime an inner loop of `dim` floats)."""
+
+    def __init__(self) -> None:
+        self.tiled: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+
+    def get(self, cos: torch.Tensor, sin: torch.Tensor, heads: int) -> tuple[torch.Tensor, torch.Tensor]:
+        key = (id(cos), id(sin))
+        if key not in self.tiled:
+            # the tensors are kept with their tiles, so their ids cannot be reused meanwhile;
+            # a Concat of `heads` copies traces to one node (`repeat` reads the shape)
+            tile = [_float32(cos)] * heads, [_float32(sin)] * heads
+            self.tiled[key] = (cos, torch.cat(tile[0], dim=-1), torch.cat(tile[1], dim=-1))
+        kept = self.tiled[key]
+        return kept[1], kept[2]
+
+
+_TABLES = _Tables()
+
+
+def _float32(x: torch.Tensor) -> torch.Tensor:
+    """`x.float()` without a Cast node in the trace when `x` is float32 already."""
+    return x if x.dtype == torch.float32 else x.float()
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: int, dim: int) -> torch.Tensor:
+    """x * cos + rotate_half(x) * sin, as transformers computes it: in float32, cast back."""
+    x32 = _float32(x)
+    out = x32 * cos + RotateHalf.apply(x32, heads, dim) * sin
+    return out if out.dtype == x.dtype else out.to(x.dtype)
+
+
+def constant_shape_attention_forward(
+    self, hidden_states, position_embeddings=None, attention_mask=None, **kwargs
+):
+    """ModernBertAttention.forward for the fused graph: `attention_mask` is the
+    (key_mask, window_bias) pair of `model.attention_masks`."""
+    heads, dim = int(self.config.num_attention_heads), int(self.head_dim)
+    q, k, v = self.Wqkv(hidden_states).split(heads * dim, dim=-1)
+    cos, sin = _TABLES.get(position_embeddings[0], position_embeddings[1], heads)
+    q, k = _rope(q, cos, sin, heads, dim), _rope(k, cos, sin, heads, dim)
+    key_mask, window_bias = attention_mask
+    out = FusedAttention.apply(q, k, v, key_mask, window_bias, heads, dim**-0.5)
+    return self.out_drop(self.Wo(out)), None
+
+
+def constant_shape_mlp_forward(self, hidden_states):
+    """ModernBertMLP.forward with the gated halves split at a constant width."""
+    values, gate = self.Wi(hidden_states).split(int(self.Wo.in_features), dim=-1)
+    return self.Wo(self.drop(self.act(values) * gate))
+
+
+def _has_layout(model: nn.Module) -> bool:
+    """True when every ModernBERT attention and MLP has the parts these forwards use."""
+    from transformers.models.modernbert import modeling_modernbert as mb
+
+    found = False
+    for module in model.modules():
+        if isinstance(module, mb.ModernBertAttention):
+            found = True
+            parts = ("Wqkv", "Wo", "out_drop", "head_dim", "config")
+            if not all(hasattr(module, p) for p in parts):
+                return False
+            width = int(module.config.num_attention_heads) * int(module.head_dim)
+            if module.Wqkv.out_features != 3 * width or module.head_dim % 2:
+                return False
+        elif isinstance(module, mb.ModernBertMLP):
+            if not all(hasattr(module, p) for p in ("Wi", "Wo", "act", "drop")):
+                return False
+            if module.Wi.out_features != 2 * module.Wo.in_features:
+                return False
+    return found
+
+
+@contextmanager
+def constant_shape_layers(model: Any, *, enabled: bool = True) -> Iterator[bool]:
+    """Inside this block ModernBERT's attention and MLP trace with constant shapes; yields
+    whether they do (False, and transformers' forwards kept, when not `enabled` or when the
+    model's layers lack the layout)."""
+    from transformers.models.modernbert import modeling_modernbert as mb
+
+    if not enabled or not _has_layout(model):
+        yield False
+        return
+    patched = {
+        mb.ModernBertAttention: constant_shape_attention_forward,
+        mb.ModernBertMLP: constant_shape_mlp_forward,
+    }
+    saved = {cls: vars(cls)["forward"] for cls in patched}
+    for cls, forward in patched.items():
+        setattr(cls, "forward", forward)  # noqa: B010 (a method assignment mypy refuses)
+    try:
+        yield True
+    finally:
+        for cls, forward in saved.items():
+            setattr(cls, "forward", forward)  # noqa: B010
+        _TABLES.tiled.clear()

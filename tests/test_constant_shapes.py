@@ -1,0 +1,108 @@
+"""The encoder layers traced with constant shapes (`laya_onnx/export/constant_shapes.py`)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from laya_onnx.core.bundle import Bundle
+
+pytestmark = pytest.mark.torch
+
+#: The ops transformers' eager forwards trace into inside each encoder layer (shape arithmetic,
+#: slicing and transposes), none of which the constant-shape layers need.
+SHAPE_OPS = ("Shape", "Gather", "Slice", "Transpose", "Squeeze")
+
+
+def _trace(checkpoint: Path, path: Path, *, constant: bool) -> tuple[Path, bool]:
+    import torch
+
+    from laya_onnx.export.constant_shapes import constant_shape_layers
+    from laya_onnx.export.graph_file import write_torchscript_graph
+    from laya_onnx.export.model import load_decision_model, ordered_rotary_tables
+    from laya_onnx.export.options import DEFAULT_OPSET
+
+    model, _ = load_decision_model(checkpoint)
+    model.use_attention("fused")
+    batch, length = 2, 40
+    args = (
+        torch.randint(5, 200, (batch, length)),
+        torch.ones(batch, length, dtype=torch.int64),
+        torch.tensor([[1, 3], [2, 4]]),
+        torch.ones(batch, 2, dtype=torch.bool),
+        torch.tensor([0, 2]),
+    )
+    with ordered_rotary_tables(), constant_shape_layers(model, enabled=constant) as rewritten:
+        write_torchscript_graph(model, args, path, opset=DEFAULT_OPSET, external_data_threshold=2**40)
+    return path, rewritten
+
+
+def _feeds(rng: np.random.Generator, batch: int, length: int, markers: int) -> dict[str, np.ndarray]:
+    mask = np.ones((batch, length), dtype=np.int64)
+    for row in range(1, batch):  # every row but the first padded at its end
+        mask[row, length - rng.integers(1, length // 2) :] = 0
+    return {
+        "input_ids": rng.integers(5, 200, (batch, length)).astype(np.int64),
+        "attention_mask": mask,
+        "marker_pos": rng.integers(1, length // 2, (batch, markers)).astype(np.int64),
+        "marker_mask": np.ones((batch, markers), dtype=bool),
+        "qtype": rng.integers(0, 3, batch).astype(np.int64),
+    }
+
+
+def _layer_ops(path: Path) -> Counter:
+    import onnx
+
+    graph = onnx.load(str(path)).graph
+    return Counter(node.op_type for node in graph.node if "/encoder/layers." in node.name)
+
+
+@pytest.mark.parametrize("preset", ["tiny-english", "tiny-multilingual"])
+def test_constant_shape_layers_answer_bit_for_bit_as_transformers_forwards(
+    checkpoint_factory, tmp_path, preset
+):
+    import onnxruntime as ort
+
+    ckpt = checkpoint_factory(preset)
+    plain, plain_rewritten = _trace(ckpt, tmp_path / "plain.onnx", constant=False)
+    constant, rewritten = _trace(ckpt, tmp_path / "constant.onnx", constant=True)
+    assert (plain_rewritten, rewritten) == (False, True)
+
+    # transformers' forwards trace shape arithmetic into every layer; ours none of it
+    plain_ops, constant_ops = _layer_ops(plain), _layer_ops(constant)
+    assert all(plain_ops[op] > 0 for op in ("Shape", "Slice", "Transpose"))
+    assert {op: constant_ops[op] for op in SHAPE_OPS if constant_ops[op]} == {}
+    assert sum(constant_ops.values()) < sum(plain_ops.values()) // 2
+
+    sessions = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]) for p in (plain, constant)]
+    rng = np.random.default_rng(7)
+    # lengths inside and past the tiny checkpoints' sliding window (16), one to several rows
+    for batch, length, markers in ((1, 9, 2), (3, 40, 3), (4, 120, 5)):
+        feeds = _feeds(rng, batch, length, markers)
+        expected, got = (s.run(None, feeds) for s in sessions)
+        for name, a, b in zip(("logits", "act_logits"), expected, got, strict=True):
+            assert a.shape == b.shape and np.array_equal(a, b), (preset, batch, length, name)
+
+
+def test_the_forwards_are_restored_and_a_disabled_block_changes_nothing(checkpoint_factory):
+    from transformers.models.modernbert import modeling_modernbert as mb
+
+    from laya_onnx.export.constant_shapes import constant_shape_layers
+    from laya_onnx.export.model import load_decision_model
+
+    model, _ = load_decision_model(checkpoint_factory("tiny-english"))
+    before = mb.ModernBertAttention.forward, mb.ModernBertMLP.forward
+    with constant_shape_layers(model, enabled=False) as rewritten:
+        assert rewritten is False and (mb.ModernBertAttention.forward, mb.ModernBertMLP.forward) == before
+    with pytest.raises(KeyError), constant_shape_layers(model) as rewritten:
+        assert rewritten is True and mb.ModernBertAttention.forward is not before[0]
+        raise KeyError("a failed trace")
+    assert (mb.ModernBertAttention.forward, mb.ModernBertMLP.forward) == before
+
+
+def test_the_manifest_says_how_the_layers_were_traced(bundle_factory):
+    manifest = Bundle.open(bundle_factory("tiny-english")).manifest
+    assert manifest is not None and manifest.export.layers == "constant-shape"
