@@ -106,3 +106,15 @@ def test_the_forwards_are_restored_and_a_disabled_block_changes_nothing(checkpoi
 def test_the_manifest_says_how_the_layers_were_traced(bundle_factory):
     manifest = Bundle.open(bundle_factory("tiny-english")).manifest
     assert manifest is not None and manifest.export.layers == "constant-shape"
+
+
+def test_which_exports_trace_the_constant_shape_layers():
+    from laya_onnx.export.options import ExportOptions
+
+    assert ExportOptions().constant_shape_layers is True
+    assert ExportOptions(precision="int8").constant_shape_layers is True
+    # OpenVINO (bf16 bundles) fuses transformers' RoPE, not ours; the dynamo and unfused graphs
+    # have no MultiHeadAttention for these layers to feed
+    assert ExportOptions(precision="bf16").constant_shape_layers is False
+    assert ExportOptions(dynamo=True).constant_shape_layers is False
+    assert ExportOptions(attention="unfused").constant_shape_layers is False

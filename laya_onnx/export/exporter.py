@@ -359,9 +359,8 @@ class _Export:
             )
             from laya_onnx.export.model import ordered_rotary_tables
 
-            # these layers feed MultiHeadAttention, through the TorchScript exporter's symbolics
-            constant = options.attention_kind == "fused" and not options.dynamo
-            with ordered_rotary_tables(), constant_shape_layers(self.model, enabled=constant) as rewritten:
+            enabled = options.constant_shape_layers
+            with ordered_rotary_tables(), constant_shape_layers(self.model, enabled=enabled) as rewritten:
                 written = _export_graph(self.model, reference.trace, graph, options)
             self.model = None
             gc.collect()
