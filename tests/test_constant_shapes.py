@@ -17,7 +17,7 @@ pytestmark = pytest.mark.torch
 SHAPE_OPS = ("Shape", "Gather", "Slice", "Transpose", "Squeeze")
 
 
-def _trace(checkpoint: Path, path: Path, *, constant: bool) -> tuple[Path, bool]:
+def _trace(checkpoint: Path, path: Path, *, constant: bool, rotary_op: bool = False) -> tuple[Path, bool]:
     import torch
 
     from laya_onnx.export.constant_shapes import constant_shape_layers
@@ -35,7 +35,10 @@ def _trace(checkpoint: Path, path: Path, *, constant: bool) -> tuple[Path, bool]
         torch.ones(batch, 2, dtype=torch.bool),
         torch.tensor([0, 2]),
     )
-    with ordered_rotary_tables(), constant_shape_layers(model, enabled=constant) as rewritten:
+    with (
+        ordered_rotary_tables(),
+        constant_shape_layers(model, enabled=constant, rotary_op=rotary_op) as rewritten,
+    ):
         write_torchscript_graph(model, args, path, opset=DEFAULT_OPSET, external_data_threshold=2**40)
     return path, rewritten
 
@@ -111,10 +114,40 @@ def test_the_manifest_says_how_the_layers_were_traced(bundle_factory):
 def test_which_exports_trace_the_constant_shape_layers():
     from laya_onnx.export.options import ExportOptions
 
-    assert ExportOptions().constant_shape_layers is True
+    assert ExportOptions().constant_shape_layers is True and ExportOptions().rotary_op is False
     assert ExportOptions(precision="int8").constant_shape_layers is True
+    # RoPE as one op: int8 only (not bit for bit the formula)
+    assert ExportOptions(precision="int8").rotary_op is True
+    assert ExportOptions(precision="fp16").rotary_op is False
     # OpenVINO (bf16 bundles) fuses transformers' RoPE, not ours; the dynamo and unfused graphs
     # have no MultiHeadAttention for these layers to feed
     assert ExportOptions(precision="bf16").constant_shape_layers is False
     assert ExportOptions(dynamo=True).constant_shape_layers is False
     assert ExportOptions(attention="unfused").constant_shape_layers is False
+
+
+def test_rope_as_one_op_replaces_the_formula_s_nodes_within_float32_rounding(checkpoint_factory, tmp_path):
+    import onnxruntime as ort
+
+    ckpt = checkpoint_factory("tiny-english")
+    formula, _ = _trace(ckpt, tmp_path / "formula.onnx", constant=True)
+    fused, rewritten = _trace(ckpt, tmp_path / "fused.onnx", constant=True, rotary_op=True)
+    assert rewritten is True
+    ops = _layer_ops(fused)
+    layers = _layer_ops(formula)["MultiHeadAttention"]
+    assert ops["RotaryEmbedding"] == 2 * layers and layers > 0  # q and k of every layer
+    assert ops["Neg"] == 0 and _layer_ops(formula)["Neg"] == 2 * layers
+    sessions = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]) for p in (formula, fused)]
+    rng = np.random.default_rng(11)
+    for batch, length, markers in ((1, 9, 2), (3, 40, 3), (4, 120, 5)):
+        feeds = _feeds(rng, batch, length, markers)
+        expected, got = (s.run(None, feeds) for s in sessions)
+        for a, b in zip(expected, got, strict=True):
+            assert a.shape == b.shape and np.abs(a - b).max() <= 1e-4 * max(1.0, float(np.abs(a).max()))
+
+
+def test_an_int8_manifest_says_its_rope_is_one_op(lowered):
+    from laya_onnx.export.constant_shapes import ROTARY_OP_LAYERS
+
+    manifest = Bundle.open(lowered("tiny-english", "int8")).manifest
+    assert manifest is not None and manifest.export.layers == ROTARY_OP_LAYERS

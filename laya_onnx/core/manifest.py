@@ -161,7 +161,8 @@ class ExportRecord(Record):
     total_seconds: float | None = None
     peak_rss_mb: float | None = None
     attention: str | None = None
-    #: How the encoder layers were traced: "constant-shape" (export/constant_shapes.py) or "transformers" (as written).
+    #: How the encoder layers were traced (export/constant_shapes.py): "constant-shape", the same
+    #: with RoPE as one op (int8), or "transformers" (as written).
     layers: str | None = None
     architecture: dict[str, Any] | None = None
 

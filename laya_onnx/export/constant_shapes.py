@@ -31,6 +31,7 @@ from laya_onnx.export.model import FusedAttention
 
 #: The export record's `layers`: which forwards the encoder layers were traced with.
 CONSTANT_SHAPE_LAYERS = "constant-shape"
+ROTARY_OP_LAYERS = "constant-shape, RoPE as com.microsoft.RotaryEmbedding"
 TRANSFORMERS_LAYERS = "transformers"
 
 
@@ -59,28 +60,66 @@ class RotateHalf(torch.autograd.Function):
         return packed
 
 
-class _Tables:
-    """cos and sin of each rotary table tiled to [B, T, heads * dim], made once per forward.
+class Rotary(torch.autograd.Function):
+    """RoPE of packed [B, T, heads * dim] `x`, per head: x * cos + rotate_half(x) * sin, where
+    rotate_half(x) = cat(-x[..., dim/2:], x[..., :dim/2]) and `cos_half`, `sin_half` are
+    [T, dim/2]: transformers' cos and sin are the same half twice (cat(freqs, freqs)).
+
+    Traced, it is one `com.microsoft.RotaryEmbedding` (non-interleaved, positions from 0), which
+    onnxruntime computes in one pass (RoPE's kernel time on random-english-large, one question:
+    9.0 -> 2.3 ms) and not bit for bit as the formula: on that checkpoint the graph's logits moved
+    up to 5.1e-5 from the formula's. So only int8 graphs take it
+    (`ExportOptions.rotary_op`), where int8 moves answers far more; and OpenVINO reads this op
+    wrongly (bf16 bundles keep transformers' layers anyway)."""
+
+    @staticmethod
+    def forward(ctx, x, cos_half, sin_half, heads: int, dim: int):
+        cos = torch.cat((cos_half, cos_half), dim=-1)[None, :, None, :]
+        sin = torch.cat((sin_half, sin_half), dim=-1)[None, :, None, :]
+        parts = x.unflatten(-1, (heads, dim))
+        first, second = parts.split(dim // 2, dim=-1)
+        return (parts * cos + torch.cat((-second, first), dim=-1) * sin).flatten(-2)
+
+    @staticmethod
+    def symbolic(g, x, cos_half, sin_half, heads: int, dim: int):
+        start = g.op("Constant", value_t=torch.tensor([0], dtype=torch.int64))
+        out = g.op(
+            "com.microsoft::RotaryEmbedding", x, start, cos_half, sin_half, num_heads_i=heads, interleaved_i=0
+        )
+        out.setType(x.type())
+        return out
+
+
+class _Trace:
+    """What a trace shares between layers. Per rotary table, made once per forward: cos and sin
+    tiled to [B, T, heads * dim] (for the formula) or their first halves, [T, dim/2] (for
+    `Rotary`; transformers' cos and sin are [1, T, dim], the same half twice, the positions the
+    same for every row).
 
     transformers hands every layer of one attention type the same (cos, sin) pair, so keyed by
-    that pair the tiling is traced once per table and every layer's RoPE multiplies same-shape
-    tensors (a broadcast over the heads axis costs ONNX Runtime an inner loop of `dim` floats)."""
+    that pair each is traced once per table and every layer reads it (with the tiles, RoPE
+    multiplies same-shape tensors: a broadcast over the heads axis costs onnxruntime an inner
+    loop of `dim` floats)."""
 
     def __init__(self) -> None:
-        self.tiled: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        #: RoPE as one `Rotary` op (set by `constant_shape_layers` for the time of a trace)
+        self.rotary_op = False
+        self.made: dict[tuple[int, int, str], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
 
-    def get(self, cos: torch.Tensor, sin: torch.Tensor, heads: int) -> tuple[torch.Tensor, torch.Tensor]:
-        key = (id(cos), id(sin))
-        if key not in self.tiled:
-            # the tensors are kept with their tiles, so their ids cannot be reused meanwhile;
-            # a Concat of `heads` copies traces to one node (`repeat` reads the shape)
-            tile = [_float32(cos)] * heads, [_float32(sin)] * heads
-            self.tiled[key] = (cos, torch.cat(tile[0], dim=-1), torch.cat(tile[1], dim=-1))
-        kept = self.tiled[key]
+    def tables(self, cos: torch.Tensor, sin: torch.Tensor, heads: int, dim: int, kind: str):
+        key = (id(cos), id(sin), kind)
+        if key not in self.made:
+            # the tensors are kept with what is made of them, so their ids cannot be reused
+            if kind == "tiles":  # a Concat of `heads` copies is one node (`repeat` reads the shape)
+                made = torch.cat([_float32(cos)] * heads, dim=-1), torch.cat([_float32(sin)] * heads, dim=-1)
+            else:
+                made = _float32(cos)[0, :, : dim // 2], _float32(sin)[0, :, : dim // 2]
+            self.made[key] = (cos, *made)
+        kept = self.made[key]
         return kept[1], kept[2]
 
 
-_TABLES = _Tables()
+_TRACE = _Trace()
 
 
 def _float32(x: torch.Tensor) -> torch.Tensor:
@@ -89,9 +128,15 @@ def _float32(x: torch.Tensor) -> torch.Tensor:
 
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: int, dim: int) -> torch.Tensor:
-    """x * cos + rotate_half(x) * sin, as transformers computes it: in float32, cast back."""
+    """RoPE as transformers computes it (in float32, cast back): x * cos + rotate_half(x) * sin
+    with the tables tiled, or one `Rotary` op when the trace asks for it (the tables' halves)."""
     x32 = _float32(x)
-    out = x32 * cos + RotateHalf.apply(x32, heads, dim) * sin
+    if _TRACE.rotary_op:
+        cos_half, sin_half = _TRACE.tables(cos, sin, heads, dim, "halves")
+        out = Rotary.apply(x32, cos_half, sin_half, heads, dim)
+    else:
+        cos_t, sin_t = _TRACE.tables(cos, sin, heads, dim, "tiles")
+        out = x32 * cos_t + RotateHalf.apply(x32, heads, dim) * sin_t
     return out if out.dtype == x.dtype else out.to(x.dtype)
 
 
@@ -102,7 +147,7 @@ def constant_shape_attention_forward(
     (key_mask, window_bias) pair of `model.attention_masks`."""
     heads, dim = int(self.config.num_attention_heads), int(self.head_dim)
     q, k, v = self.Wqkv(hidden_states).split(heads * dim, dim=-1)
-    cos, sin = _TABLES.get(position_embeddings[0], position_embeddings[1], heads)
+    cos, sin = position_embeddings
     q, k = _rope(q, cos, sin, heads, dim), _rope(k, cos, sin, heads, dim)
     key_mask, window_bias = attention_mask
     out = FusedAttention.apply(q, k, v, key_mask, window_bias, heads, dim**-0.5)
@@ -138,10 +183,11 @@ def _has_layout(model: nn.Module) -> bool:
 
 
 @contextmanager
-def constant_shape_layers(model: Any, *, enabled: bool = True) -> Iterator[bool]:
+def constant_shape_layers(model: Any, *, enabled: bool = True, rotary_op: bool = False) -> Iterator[bool]:
     """Inside this block ModernBERT's attention and MLP trace with constant shapes; yields
     whether they do (False, and transformers' forwards kept, when not `enabled` or when the
-    model's layers lack the layout)."""
+    model's layers lack the layout). `rotary_op`: RoPE as one `com.microsoft.RotaryEmbedding`
+    (`Rotary`) instead of the formula's ops."""
     from transformers.models.modernbert import modeling_modernbert as mb
 
     if not enabled or not _has_layout(model):
@@ -154,9 +200,11 @@ def constant_shape_layers(model: Any, *, enabled: bool = True) -> Iterator[bool]
     saved = {cls: vars(cls)["forward"] for cls in patched}
     for cls, forward in patched.items():
         setattr(cls, "forward", forward)  # noqa: B010 (a method assignment mypy refuses)
+    _TRACE.rotary_op = rotary_op
     try:
         yield True
     finally:
         for cls, forward in saved.items():
             setattr(cls, "forward", forward)  # noqa: B010
-        _TABLES.tiled.clear()
+        _TRACE.made.clear()
+        _TRACE.rotary_op = False

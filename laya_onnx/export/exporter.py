@@ -354,13 +354,16 @@ class _Export:
         with self.steps.run(f"exporting the graph (opset {options.graph_opset}, {exporter} exporter)"):
             from laya_onnx.export.constant_shapes import (
                 CONSTANT_SHAPE_LAYERS,
+                ROTARY_OP_LAYERS,
                 TRANSFORMERS_LAYERS,
                 constant_shape_layers,
             )
             from laya_onnx.export.model import ordered_rotary_tables
 
-            enabled = options.constant_shape_layers
-            with ordered_rotary_tables(), constant_shape_layers(self.model, enabled=enabled) as rewritten:
+            rewrite = constant_shape_layers(
+                self.model, enabled=options.constant_shape_layers, rotary_op=options.rotary_op
+            )
+            with ordered_rotary_tables(), rewrite as rewritten:
                 written = _export_graph(self.model, reference.trace, graph, options)
             self.model = None
             gc.collect()
@@ -376,7 +379,9 @@ class _Export:
             external_data=list(written["external_data"]),
             weights_bytes=int(written["weights_bytes"]),
             seconds=time.perf_counter() - started,
-            layers=CONSTANT_SHAPE_LAYERS if rewritten else TRANSFORMERS_LAYERS,
+            layers=(ROTARY_OP_LAYERS if options.rotary_op else CONSTANT_SHAPE_LAYERS)
+            if rewritten
+            else TRANSFORMERS_LAYERS,
         )
 
     def validate(self, graph: Path, reference: Reference, loaded: LoadedCheckpoint) -> ValidationRecord:
