@@ -15,7 +15,8 @@ Neg, Concat, a Reshape back; cos and sin tiled across the heads once per forward
 `Split` of the MLP's projection. Every product and sum is the one transformers computes, in
 the same order: ONNX Runtime's outputs are bit-identical to the graph traced from
 transformers' forwards, and the export validates them against the unpatched torch model
-(computed before the trace) like any graph.
+(computed before the trace) like any graph. With `rotary_op` (int8 graphs) RoPE is one
+`com.microsoft.RotaryEmbedding` instead (`Rotary`): faster, not bit for bit the formula.
 """
 
 from __future__ import annotations
