@@ -75,11 +75,8 @@ class Rotary(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, cos_half, sin_half, heads: int, dim: int):
-        cos = torch.cat((cos_half, cos_half), dim=-1)[None, :, None, :]
-        sin = torch.cat((sin_half, sin_half), dim=-1)[None, :, None, :]
-        parts = x.unflatten(-1, (heads, dim))
-        first, second = parts.split(dim // 2, dim=-1)
-        return (parts * cos + torch.cat((-second, first), dim=-1) * sin).flatten(-2)
+        cos, sin = (torch.cat((half, half), dim=-1).repeat(1, heads) for half in (cos_half, sin_half))
+        return x * cos + RotateHalf.apply(x, heads, dim) * sin
 
     @staticmethod
     def symbolic(g, x, cos_half, sin_half, heads: int, dim: int):
