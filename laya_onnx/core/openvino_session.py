@@ -5,9 +5,10 @@ The bundle's graph is an fp32 one (traced with transformers' layers, whose RoPE 
 into its own kernel: `ExportOptions.constant_shape_layers`). At load, the linear layers of the
 encoder but its first (nearly all of the work) get a conversion to bf16 in front of both inputs
 of their MatMul and one back to f32 behind it (`bf16_gemms`), and the model is compiled at f32
-inference precision: those GEMMs run on the CPU's bf16 units with f32 accumulation, and everything else - the residual
-stream, LayerNorm, softmax, the rotary embedding, the first layer, the decision head - stays f32,
-as torch's CPU autocast (laya's `LAYA_CPU_AMP=bf16`) keeps all but the GEMMs. OpenVINO's global
+inference precision: those GEMMs run on the CPU's bf16 units with f32 accumulation, and
+everything else - the residual stream, LayerNorm, softmax, the rotary embedding, the first
+layer, the decision head - stays f32, as torch's CPU autocast (laya's `LAYA_CPU_AMP=bf16`)
+keeps all but the GEMMs. OpenVINO's global
 bf16 hint rounds every activation instead: as fast on the full-size English shape, and its
 logits moved about three times further from fp32 (measured: docs/precision.md).
 

@@ -46,8 +46,8 @@ from laya_onnx.export.precision import (
 )
 
 DEFAULT_SUITE = "core"
-#: What a bf16 bundle's manifest says it runs: the fp32 graph, its GEMMs computed in bf16 by
-#: OpenVINO (`laya_onnx.core.openvino_session.bf16_gemms`).
+#: What a bf16 bundle's manifest says it runs: an fp32 graph (transformers' layers), its GEMMs
+#: computed in bf16 by OpenVINO (`laya_onnx.core.openvino_session.bf16_gemms`).
 BF16_RECORD: dict[str, Any] = {
     "rewrite": None,
     "matmuls": 0,

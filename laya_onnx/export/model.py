@@ -165,15 +165,12 @@ class HeadAttention(nn.Module):
     def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
         # x: (B, T, d); keep: (B, 1, 1, T) bool, True where a key is a real token, or the
         # fused graph's (B, T) int32 key mask.
-        qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias)
+        # split at a constant width: `chunk` traces to shape arithmetic run on every call
+        qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias).split(self.nhead * self.head_dim, dim=-1)
         if keep.dim() == 2:
-            # split at a constant width: `chunk` traces to shape arithmetic run on every call
-            q, k, v = qkv.split(self.nhead * self.head_dim, dim=-1)
-            out = FusedAttention.apply(q, k, v, keep, None, self.nhead, self.head_dim**-0.5)
+            out = FusedAttention.apply(*qkv, keep, None, self.nhead, self.head_dim**-0.5)
             return self.out_proj(out)
-        q, k, v = (
-            part.unflatten(-1, (self.nhead, self.head_dim)).transpose(1, 2) for part in qkv.chunk(3, dim=-1)
-        )
+        q, k, v = (part.unflatten(-1, (self.nhead, self.head_dim)).transpose(1, 2) for part in qkv)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
         return self.out_proj(out.transpose(1, 2).flatten(-2))
 
