@@ -162,15 +162,22 @@ class HeadAttention(nn.Module):
         self.in_proj_bias = nn.Parameter(torch.empty(3 * d_model))
         self.out_proj = nn.Linear(d_model, d_model)
 
-    def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, keep: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
         # x: (B, T, d); keep: (B, 1, 1, T) bool, True where a key is a real token, or the
-        # fused graph's (B, T) int32 key mask.
+        # fused graph's (B, T) int32 key mask. `rows` (B, R): only those positions query, so
+        # the output is (B, R, d); keys and values still come from every position.
         # split at a constant width: `chunk` traces to shape arithmetic run on every call
-        qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias).split(self.nhead * self.head_dim, dim=-1)
+        width = self.nhead * self.head_dim
+        q, k, v = F.linear(x, self.in_proj_weight, self.in_proj_bias).split(width, dim=-1)
+        if rows is not None:
+            # picked after the packed projection, not projected from picked rows: slices of
+            # in_proj_weight would stay Slice nodes in the graph, which the int8 rewrite (it
+            # lowers MatMuls of initializers) would leave in fp32
+            q = pick_rows(q, rows)
         if keep.dim() == 2:
-            out = FusedAttention.apply(*qkv, keep, None, self.nhead, self.head_dim**-0.5)
+            out = FusedAttention.apply(q, k, v, keep, None, self.nhead, self.head_dim**-0.5)
             return self.out_proj(out)
-        q, k, v = (part.unflatten(-1, (self.nhead, self.head_dim)).transpose(1, 2) for part in qkv)
+        q, k, v = (part.unflatten(-1, (self.nhead, self.head_dim)).transpose(1, 2) for part in (q, k, v))
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
         return self.out_proj(out.transpose(1, 2).flatten(-2))
 
@@ -186,8 +193,10 @@ class HeadLayer(nn.Module):
         self.norm1 = nn.LayerNorm(d_model, eps=HEAD_NORM_EPS)
         self.norm2 = nn.LayerNorm(d_model, eps=HEAD_NORM_EPS)
 
-    def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-        x = x + self.self_attn(self.norm1(x), keep)
+    def forward(self, x: torch.Tensor, keep: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """`rows` (B, R): compute the layer's output at those positions only, (B, R, d)."""
+        attended = self.self_attn(self.norm1(x), keep, rows)
+        x = (x if rows is None else pick_rows(x, rows)) + attended
         return x + self.linear2(F.relu(self.linear1(self.norm2(x))))
 
 
@@ -198,10 +207,19 @@ class HeadStack(nn.Module):
         super().__init__()
         self.layers = nn.ModuleList(HeadLayer(d_model, nhead) for _ in range(num_layers))
 
-    def forward(self, x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-        for layer in self.layers:
+    def forward(self, x: torch.Tensor, keep: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """The last layer's output at `rows` (B, R) only: nothing after the head reads the
+        other positions, and every position but a query's own row enters it only as a key or
+        value, so the last layer's query, output projection and feed-forward run on R rows
+        instead of T (the same numbers: each row is computed as before)."""
+        for layer in self.layers[:-1]:
             x = layer(x, keep)
-        return x
+        return self.layers[-1](x, keep, rows)
+
+
+def pick_rows(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """x[b, rows[b, r]]: (B, T, d) and (B, R) int64 positions -> (B, R, d)."""
+    return torch.gather(x, 1, rows.unsqueeze(-1).expand(-1, -1, x.size(-1)))
 
 
 def head_heads(d_model: int) -> int:
@@ -274,15 +292,15 @@ class DecisionModel(nn.Module):
             h = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
             keep = (attention_mask != 0)[:, None, None, :]
         h = h + self.type_emb(qtype)[:, None, :]
-        if self.head is not None:
-            h = self.head(h, keep)
-        # Gather each marker's hidden state; padded marker columns read position 0 and are
-        # masked below. Negative positions (never produced by the runtime) are clamped. Max, not
-        # clamp(min=0): an int64 Clip without an upper bound reads INT64_MAX as its max, which
-        # OpenVINO's execution provider rounds through a double and overflows (every position
-        # becomes 0; export/README.md, OpenVINO).
-        idx = torch.maximum(marker_pos, marker_pos.new_zeros(())).unsqueeze(-1).expand(-1, -1, h.size(-1))
-        marked = torch.gather(h, 1, idx)
+        # The positions read after the head: the CLS state (0), then each marker's; padded
+        # marker columns read position 0 and are masked below. Negative positions (never
+        # produced by the runtime) are clamped. Max, not clamp(min=0): an int64 Clip without an
+        # upper bound reads INT64_MAX as its max, which OpenVINO's execution provider rounds
+        # through a double and overflows (every position becomes 0; export/README.md, OpenVINO).
+        markers = torch.maximum(marker_pos, marker_pos.new_zeros(()))
+        rows = torch.cat([markers[:, :1] * 0, markers], dim=1)
+        read = self.head(h, keep, rows) if self.head is not None else pick_rows(h, rows)
+        cls, marked = read[:, 0], read[:, 1:]
         logits = self.scorer(marked).squeeze(-1).float()
         logits = logits.masked_fill(~marker_mask, MASKED_LOGIT)
 
@@ -293,7 +311,7 @@ class DecisionModel(nn.Module):
         top = p.topk(2, dim=-1).values
         feats = torch.stack([top[:, 0], top[:, 0] - top[:, 1], ent, k / 255.0], dim=-1)
         act_dtype = next(self.act_head.parameters()).dtype
-        act_input = torch.cat([h[:, 0].float(), feats], dim=-1).to(act_dtype)
+        act_input = torch.cat([cls.float(), feats], dim=-1).to(act_dtype)
         return logits, self.act_head(act_input)
 
 
