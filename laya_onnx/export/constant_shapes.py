@@ -10,8 +10,9 @@ optimizations, 229 with these layers.
 `constant_shape_layers()` replaces, for the time of the trace, `ModernBertAttention.forward`
 and `ModernBertMLP.forward` with the same arithmetic in the packed [B, T, heads * dim] layout
 that `MultiHeadAttention` takes: one `Split` of the q/k/v projection, RoPE through
-`RotateHalf` (a Reshape to heads with a constant shape, a Split of each head into halves,
-Neg, Concat, a Reshape back; cos and sin tiled across the heads once per forward), and one
+`SwapHalves` (a Reshape to heads with a constant shape, a Split of each head into halves,
+a Concat of them swapped, a Reshape back; cos and sin tiled across the heads once per forward,
+rotate_half's negation moved into sin's tile, where it is made once), and one
 `Split` of the MLP's projection. Every product and sum is the one transformers computes, in
 the same order: ONNX Runtime's outputs are bit-identical to the graph traced from
 transformers' forwards, and the export validates them against the unpatched torch model
@@ -36,17 +37,20 @@ ROTARY_OP_LAYERS = "constant-shape, RoPE as com.microsoft.RotaryEmbedding"
 TRANSFORMERS_LAYERS = "transformers"
 
 
-class RotateHalf(torch.autograd.Function):
-    """rotate_half of packed [B, T, heads * dim] `x`, per head: cat(-x[..., dim/2:], x[..., :dim/2]).
+class SwapHalves(torch.autograd.Function):
+    """The halves of each head of packed [B, T, heads * dim] `x` swapped: cat(x[..., dim/2:],
+    x[..., :dim/2]). rotate_half(x) * sin is swap(x) * cat(-sin[:dim/2], sin[dim/2:]), bit for
+    bit (IEEE negation is exact and (-a) * b == a * (-b)), so RoPE negates the table once per
+    forward instead of q and k in every layer.
 
     Traced, it is one Reshape to [B, T, heads, dim] with a constant shape (`0` keeps a
     dimension, `-1` is inferred: torch's shape inference wants one with a `0`), a Split into
-    halves, Neg, Concat and a Reshape back: no node reads a shape at run time."""
+    halves, a Concat and a Reshape back: no node reads a shape at run time."""
 
     @staticmethod
     def forward(ctx, x, heads: int, dim: int):
         first, second = x.unflatten(-1, (heads, dim)).split(dim // 2, dim=-1)
-        return torch.cat((-second, first), dim=-1).flatten(-2)
+        return torch.cat((second, first), dim=-1).flatten(-2)
 
     @staticmethod
     def symbolic(g, x, heads: int, dim: int):
@@ -55,7 +59,7 @@ class RotateHalf(torch.autograd.Function):
 
         parts = g.op("Reshape", x, constant([0, 0, heads, -1]))
         first, second = g.op("Split", parts, constant([dim // 2, dim // 2]), axis_i=-1, outputs=2)
-        rotated = g.op("Concat", g.op("Neg", second), first, axis_i=-1)
+        rotated = g.op("Concat", second, first, axis_i=-1)
         packed = g.op("Reshape", rotated, constant([0, 0, -1]))
         packed.setType(x.type())
         return packed
@@ -76,7 +80,8 @@ class Rotary(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, cos_half, sin_half, heads: int, dim: int):
         cos, sin = (torch.cat((half, half), dim=-1).repeat(1, heads) for half in (cos_half, sin_half))
-        return x * cos + RotateHalf.apply(x, heads, dim) * sin
+        first, second = x.unflatten(-1, (heads, dim)).split(dim // 2, dim=-1)
+        return x * cos + torch.cat((-second, first), dim=-1).flatten(-2) * sin
 
     @staticmethod
     def symbolic(g, x, cos_half, sin_half, heads: int, dim: int):
@@ -90,7 +95,8 @@ class Rotary(torch.autograd.Function):
 
 class _Trace:
     """What a trace shares between layers. Per rotary table, made once per forward: cos and sin
-    tiled to [B, T, heads * dim] (for the formula) or their first halves, [T, dim/2] (for
+    tiled to [B, T, heads * dim], sin's first half of each head negated (for the formula with
+    `SwapHalves`), or their first halves, [T, dim/2] (for
     `Rotary`; transformers' cos and sin are [1, T, dim], the same half twice, the positions the
     same for every row).
 
@@ -109,7 +115,10 @@ class _Trace:
         if key not in self.made:
             # the tensors are kept with what is made of them, so their ids cannot be reused
             if kind == "tiles":  # a Concat of `heads` copies is one node (`repeat` reads the shape)
-                made = torch.cat([_float32(cos)] * heads, dim=-1), torch.cat([_float32(sin)] * heads, dim=-1)
+                # times -1 and 1, exact; a constant rather than slices of the table
+                sign = torch.tensor([-1.0] * (dim // 2) + [1.0] * (dim - dim // 2))
+                signed = _float32(sin) * sign
+                made = torch.cat([_float32(cos)] * heads, dim=-1), torch.cat([signed] * heads, dim=-1)
             else:
                 made = _float32(cos)[0, :, : dim // 2], _float32(sin)[0, :, : dim // 2]
             self.made[key] = (cos, *made)
@@ -127,14 +136,15 @@ def _float32(x: torch.Tensor) -> torch.Tensor:
 
 def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, heads: int, dim: int) -> torch.Tensor:
     """RoPE as transformers computes it (in float32, cast back): x * cos + rotate_half(x) * sin
-    with the tables tiled, or one `Rotary` op when the trace asks for it (the tables' halves)."""
+    with the tables tiled (rotate_half's sign in sin's tile), or one `Rotary` op when the trace
+    asks for it (the tables' halves)."""
     x32 = _float32(x)
     if _TRACE.rotary_op:
         cos_half, sin_half = _TRACE.tables(cos, sin, heads, dim, "halves")
         out = Rotary.apply(x32, cos_half, sin_half, heads, dim)
     else:
         cos_t, sin_t = _TRACE.tables(cos, sin, heads, dim, "tiles")
-        out = x32 * cos_t + RotateHalf.apply(x32, heads, dim) * sin_t
+        out = x32 * cos_t + SwapHalves.apply(x32, heads, dim) * sin_t
     return out if out.dtype == x.dtype else out.to(x.dtype)
 
 
