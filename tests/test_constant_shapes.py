@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from trace_support import paired_outputs, trace_graph
 
 from laya_onnx.core.bundle import Bundle
 
@@ -15,45 +16,6 @@ pytestmark = pytest.mark.torch
 #: The ops transformers' eager forwards trace into inside each encoder layer (shape arithmetic,
 #: slicing and transposes), none of which the constant-shape layers need.
 SHAPE_OPS = ("Shape", "Gather", "Slice", "Transpose", "Squeeze")
-
-
-def _trace(checkpoint: Path, path: Path, *, constant: bool, rotary_op: bool = False) -> tuple[Path, bool]:
-    import torch
-
-    from laya_onnx.export.constant_shapes import constant_shape_layers
-    from laya_onnx.export.graph_file import write_torchscript_graph
-    from laya_onnx.export.model import load_decision_model, ordered_rotary_tables
-    from laya_onnx.export.options import DEFAULT_OPSET
-
-    model, _ = load_decision_model(checkpoint)
-    model.use_attention("fused")
-    batch, length = 2, 40
-    args = (
-        torch.randint(5, 200, (batch, length)),
-        torch.ones(batch, length, dtype=torch.int64),
-        torch.tensor([[1, 3], [2, 4]]),
-        torch.ones(batch, 2, dtype=torch.bool),
-        torch.tensor([0, 2]),
-    )
-    with (
-        ordered_rotary_tables(),
-        constant_shape_layers(model, enabled=constant, rotary_op=rotary_op) as rewritten,
-    ):
-        write_torchscript_graph(model, args, path, opset=DEFAULT_OPSET, external_data_threshold=2**40)
-    return path, rewritten
-
-
-def _feeds(rng: np.random.Generator, batch: int, length: int, markers: int) -> dict[str, np.ndarray]:
-    mask = np.ones((batch, length), dtype=np.int64)
-    for row in range(1, batch):  # every row but the first padded at its end
-        mask[row, length - rng.integers(1, length // 2) :] = 0
-    return {
-        "input_ids": rng.integers(5, 200, (batch, length)).astype(np.int64),
-        "attention_mask": mask,
-        "marker_pos": rng.integers(1, length // 2, (batch, markers)).astype(np.int64),
-        "marker_mask": np.ones((batch, markers), dtype=bool),
-        "qtype": rng.integers(0, 3, batch).astype(np.int64),
-    }
 
 
 def _layer_ops(path: Path) -> Counter:
@@ -67,11 +29,9 @@ def _layer_ops(path: Path) -> Counter:
 def test_constant_shape_layers_answer_bit_for_bit_as_transformers_forwards(
     checkpoint_factory, tmp_path, preset
 ):
-    import onnxruntime as ort
-
     ckpt = checkpoint_factory(preset)
-    plain, plain_rewritten = _trace(ckpt, tmp_path / "plain.onnx", constant=False)
-    constant, rewritten = _trace(ckpt, tmp_path / "constant.onnx", constant=True)
+    plain, plain_rewritten = trace_graph(ckpt, tmp_path / "plain.onnx", constant=False)
+    constant, rewritten = trace_graph(ckpt, tmp_path / "constant.onnx", constant=True)
     assert (plain_rewritten, rewritten) == (False, True)
 
     # transformers' forwards trace shape arithmetic into every layer; ours none of it
@@ -82,14 +42,8 @@ def test_constant_shape_layers_answer_bit_for_bit_as_transformers_forwards(
     assert plain_ops["Neg"] > 0 and constant_ops["Neg"] == 0
     assert sum(constant_ops.values()) < sum(plain_ops.values()) // 2
 
-    sessions = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]) for p in (plain, constant)]
-    rng = np.random.default_rng(7)
-    # lengths inside and past the tiny checkpoints' sliding window (16), one to several rows
-    for batch, length, markers in ((1, 9, 2), (3, 40, 3), (4, 120, 5)):
-        feeds = _feeds(rng, batch, length, markers)
-        expected, got = (s.run(None, feeds) for s in sessions)
-        for name, a, b in zip(("logits", "act_logits"), expected, got, strict=True):
-            assert a.shape == b.shape and np.array_equal(a, b), (preset, batch, length, name)
+    for what, expected, got in paired_outputs((plain, constant), seed=7):
+        assert expected.shape == got.shape and np.array_equal(expected, got), (preset, what)
 
 
 def test_the_forwards_are_restored_and_a_disabled_block_changes_nothing(checkpoint_factory):
@@ -129,24 +83,18 @@ def test_which_exports_trace_the_constant_shape_layers():
 
 
 def test_rope_as_one_op_replaces_the_formula_s_nodes_within_float32_rounding(checkpoint_factory, tmp_path):
-    import onnxruntime as ort
-
     ckpt = checkpoint_factory("tiny-english")
-    formula, _ = _trace(ckpt, tmp_path / "formula.onnx", constant=True)
-    fused, rewritten = _trace(ckpt, tmp_path / "fused.onnx", constant=True, rotary_op=True)
+    formula, _ = trace_graph(ckpt, tmp_path / "formula.onnx", constant=True)
+    fused, rewritten = trace_graph(ckpt, tmp_path / "fused.onnx", constant=True, rotary_op=True)
     assert rewritten is True
     ops = _layer_ops(fused)
     layers = _layer_ops(formula)["MultiHeadAttention"]
     assert ops["RotaryEmbedding"] == 2 * layers and layers > 0  # q and k of every layer
     # the formula splits q and k into halves in every layer, the op neither
     assert _layer_ops(formula)["Split"] - ops["Split"] == 2 * layers
-    sessions = [ort.InferenceSession(str(p), providers=["CPUExecutionProvider"]) for p in (formula, fused)]
-    rng = np.random.default_rng(11)
-    for batch, length, markers in ((1, 9, 2), (3, 40, 3), (4, 120, 5)):
-        feeds = _feeds(rng, batch, length, markers)
-        expected, got = (s.run(None, feeds) for s in sessions)
-        for a, b in zip(expected, got, strict=True):
-            assert a.shape == b.shape and np.abs(a - b).max() <= 1e-4 * max(1.0, float(np.abs(a).max()))
+    for what, expected, got in paired_outputs((formula, fused), seed=11):
+        assert expected.shape == got.shape, what
+        assert np.abs(expected - got).max() <= 1e-4 * max(1.0, float(np.abs(expected).max())), what
 
 
 def test_an_int8_manifest_says_its_rope_is_one_op(lowered):

@@ -210,8 +210,8 @@ class HeadStack(nn.Module):
     def forward(self, x: torch.Tensor, keep: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """The last layer's output at `rows` (B, R) only: nothing after the head reads the
         other positions, and every position but a query's own row enters it only as a key or
-        value, so the last layer's query, output projection and feed-forward run on R rows
-        instead of T (the same numbers: each row is computed as before)."""
+        value, so the last layer's attention queries, output projection and feed-forward run
+        on R rows instead of T (the same numbers: each row is computed as before)."""
         for layer in self.layers[:-1]:
             x = layer(x, keep)
         return self.layers[-1](x, keep, rows)
