@@ -455,6 +455,22 @@ def test_export_cli_int8_options_make_the_plan():
     assert plan(keep=" mlp.Wo, layers.0 ").keep_fp32 == ("mlp.Wo", "layers.0")
 
 
+def _assert_same_record(got, expected, where: str = "precision") -> None:
+    """Equal JSON values, floats within 1e-5 relative (torch's thread-count noise is ~1e-7)."""
+    if isinstance(expected, float) and isinstance(got, float):
+        assert got == pytest.approx(expected, rel=1e-5, abs=1e-9), where
+    elif isinstance(expected, dict) and isinstance(got, dict):
+        assert sorted(got) == sorted(expected), where
+        for key in expected:
+            _assert_same_record(got[key], expected[key], f"{where}.{key}")
+    elif isinstance(expected, list) and isinstance(got, list):
+        assert len(got) == len(expected), where
+        for i, (g, e) in enumerate(zip(got, expected, strict=True)):
+            _assert_same_record(g, e, f"{where}[{i}]")
+    else:
+        assert got == expected, where
+
+
 @pytest.mark.parametrize("precision", ["fp16", "int8"])
 @pytest.mark.parametrize("lowered_inline", [False, True])
 def test_a_lowered_graph_from_external_data_is_the_inline_one(
@@ -492,7 +508,13 @@ def test_a_lowered_graph_from_external_data_is_the_inline_one(
     graph = onnx.load(str(out / GRAPH_FILE), load_external_data=False)
     locations = {e.value for t in graph.graph.initializer for e in t.external_data if e.key == "location"}
     assert locations == set(data)
-    assert manifest.precision.as_json() == json.loads((inline / "manifest.json").read_text())["precision"]
+    # The same record, its measured gate figures up to torch's own float noise: they compare the
+    # graph with fp32 torch, whose reductions follow the process's torch thread count, and under
+    # pytest-xdist the inline export may come from another worker (the graphs' own answers are
+    # held bit for bit below).
+    _assert_same_record(
+        manifest.precision.as_json(), json.loads((inline / "manifest.json").read_text())["precision"]
+    )
     a, b = _agent(inline), _agent(out)
     ref = _row_outputs(a, lambda: a.predict(STATE, QUESTIONS))
     got = _row_outputs(b, lambda: b.predict(STATE, QUESTIONS))
