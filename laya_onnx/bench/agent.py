@@ -36,6 +36,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from laya_onnx.bench.child import python_module
 from laya_onnx.bench.sample import README_REQUEST
 from laya_onnx.core import settings
 from laya_onnx.core.int8_kernel import AUTO
@@ -238,7 +239,7 @@ def child_peak_rss(
     int8_kernel: str | None = None,
 ) -> dict[str, Any]:
     """One runtime alone on one workload in a fresh process: idle and peak RSS (MiB) after `calls`."""
-    cmd = [sys.executable, "-m", "laya_onnx.bench.agent", runtime, checkpoint, bundle, workload]
+    cmd = python_module("laya_onnx.bench.agent", runtime, checkpoint, bundle, workload)
     cmd += [str(threads or 0), str(calls), int8_kernel or AUTO]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
     if done.returncode != 0:

@@ -27,6 +27,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from laya_onnx.bench.child import python_module
 from laya_onnx.bench.sample import README_REQUEST
 
 DECISION_PATH = "/v1/systemone"
@@ -168,10 +169,7 @@ async def probe_health(
 async def run_child(*args: str, stdin: bytes | None = None, timeout: float) -> dict[str, Any]:
     """Run this module as a child process (`load` or `probe`, see `_main`) and read its JSON."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "laya_onnx.bench.http",
-        *args,
+        *python_module("laya_onnx.bench.http", *args),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,

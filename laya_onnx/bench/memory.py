@@ -24,9 +24,9 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
+from laya_onnx.bench.child import python_module
 from laya_onnx.bench.sample import README_REQUEST
 
 #: Every configuration, in the order they run (see the module doc).
@@ -108,14 +108,11 @@ def run_memory_bench(
         if unknown:
             raise ValueError(f"bench memory: no configuration {unknown} with the bundles given")
         configs = [(name, path) for name, path in configs if name in only]
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     rows = []
     for config, path in configs:
-        cmd = [sys.executable, "-m", "laya_onnx.bench.memory", "--child", config, str(path)]
+        cmd = python_module("laya_onnx.bench.memory", "--child", config, str(path))
         cmd += [str(states), str(words), str(tokens), str(repeats)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         if proc.returncode != 0:
             raise RuntimeError(f"bench memory {config} failed: {proc.stderr.strip()[-2000:]}")
         rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
@@ -210,14 +207,11 @@ def run_arena_bench(
 ) -> dict[str, Any]:
     """CPU time per pass (1 thread, median; robust to a shared box) and RSS above idle after the
     passes, small and large, for each arena configuration in its own process."""
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     rows = []
     for config in ARENA_CONFIGS:
-        cmd = [sys.executable, "-m", "laya_onnx.bench.memory", "--arena-child", config, str(graph)]
+        cmd = python_module("laya_onnx.bench.memory", "--arena-child", config, str(graph))
         cmd += [str(small_runs), str(large_runs)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
         if proc.returncode != 0:
             raise RuntimeError(f"arena bench {config} failed: {proc.stderr.strip()[-2000:]}")
         rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))

@@ -27,6 +27,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from laya_onnx.bench.child import python_module
 from laya_onnx.bench.http import DEFAULT_DEADLINE_S, run_child
 from laya_onnx.bench.sample import README_REQUEST
 from laya_onnx.core import settings
@@ -110,7 +111,7 @@ def run(
     env[settings.LOG_LEVEL.env] = "warning"
     plain_port, ray_port = _free_port(), _free_port()
     plain = subprocess.Popen(
-        [sys.executable, "-m", "laya_onnx", "serve", bundle, "--port", str(plain_port)],
+        python_module("laya_onnx", "serve", bundle, "--port", str(plain_port)),
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -27,7 +27,6 @@ import signal
 import string
 import struct
 import subprocess
-import sys
 import time
 import zlib
 from collections import Counter, defaultdict
@@ -35,6 +34,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from laya_onnx.bench.child import python_module
 from laya_onnx.bench.http import summary_ms
 from laya_onnx.bench.sample import README_REQUEST
 from laya_onnx.core import settings
@@ -427,7 +427,7 @@ def served(
         env.update({settings.ACCESS_LOG.env: "off", settings.LOG_LEVEL.env: "warning"})
     log = open(log_path or os.devnull, "wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "laya_onnx", "serve", str(bundle), "--port", str(port)],
+        python_module("laya_onnx", "serve", str(bundle), "--port", str(port)),
         stdout=log,
         stderr=subprocess.STDOUT,
         env=env,
