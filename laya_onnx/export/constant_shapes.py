@@ -79,9 +79,9 @@ class Rotary(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, cos_half, sin_half, heads: int, dim: int):
-        cos, sin = (torch.cat((half, half), dim=-1).repeat(1, heads) for half in (cos_half, sin_half))
-        first, second = x.unflatten(-1, (heads, dim)).split(dim // 2, dim=-1)
-        return x * cos + torch.cat((-second, first), dim=-1).flatten(-2) * sin
+        cos = torch.cat((cos_half, cos_half), dim=-1).repeat(1, heads)
+        signed_sin = torch.cat((-sin_half, sin_half), dim=-1).repeat(1, heads)  # as `_Trace.tables`
+        return x * cos + SwapHalves.apply(x, heads, dim) * signed_sin
 
     @staticmethod
     def symbolic(g, x, cos_half, sin_half, heads: int, dim: int):
