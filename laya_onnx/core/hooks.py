@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from laya_onnx.core.errors import InvalidRequest, InvalidRequestType
+from laya_onnx.core.notices import cut
 
 HOOK_EVENTS = ("on_predict_start", "on_predict_end", "on_route", "on_load", "on_evict", "on_error")
 
@@ -403,7 +404,7 @@ def dispatch(
             if raise_errors:
                 raise
             warnings.warn(
-                "laya: hook %s.%s failed: %s" % (type(hook).__name__, event, exc),
+                "laya: hook %s.%s failed: %s" % (type(hook).__name__, event, cut(str(exc), 500)),
                 RuntimeWarning,
                 stacklevel=2,
             )

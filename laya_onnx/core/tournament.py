@@ -49,6 +49,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from laya_onnx.core.errors import InvalidRequest, InvalidRequestType
+from laya_onnx.core.notices import brief
 from laya_onnx.core.protocol import DecisionAgent
 from laya_onnx.core.questions import check_question
 from laya_onnx.core.sequences import OPTION_SHRINK_BELOW
@@ -132,9 +133,9 @@ def _narrowed(qid: Any, question: dict[str, Any], labels: list[Any], warned: set
     if "option_order" in question and qid not in warned:
         warned.add(qid)
         warnings.warn(
-            "question %r: 'option_order' was dropped because the tournament narrowed its %d "
+            "question %s: 'option_order' was dropped because the tournament narrowed its %d "
             "options to %d; the order has one slot per option and remapping it would move "
-            "options between slots" % (qid, len(criteria), len(labels)),
+            "options between slots" % (brief(qid), len(criteria), len(labels)),
             RuntimeWarning,
             stacklevel=3,
         )
