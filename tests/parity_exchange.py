@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 CONTROLS = ("max_len", "head_max_len", "min_confidence")
-#: laya-serve words one refusal itself, before the model sees it (http.md §7)
+#: laya-serve words one refusal itself, before the model sees it (docs/http-api.md#refusals-in-order)
 SERVER_WORDED = {
     "error-null-level": "score question 'q' has a null level at index 1; give every level a description"
 }

@@ -1,4 +1,4 @@
-"""Hooks on ONNXAgent behave as laya 0.4.15's do (core.md §7)."""
+"""Hooks on ONNXAgent behave as laya 0.4.15's do (docs/semantics.md#hooks)."""
 
 import asyncio
 import time

@@ -33,7 +33,7 @@ def routed(state, default="multilingual"):
     return route_detection(analyse(state), default)
 
 
-# -- core.md 8.7 verified examples
+# -- the examples of docs/semantics.md#language-detection
 
 
 def test_verified_examples():

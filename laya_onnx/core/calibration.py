@@ -2,7 +2,7 @@
 
 Temperatures are applied per question type and option-count bucket, clamped to
 [TEMP_MIN, TEMP_MAX]; the softmax runs in float32 numpy in the reference's order so the
-rounded numbers agree to the last digit (core.md §4).
+rounded numbers agree to the last digit (docs/semantics.md#calibration-and-decoding).
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from laya_onnx.core.sequences import Row
 TEMP_MIN = 0.5
 TEMP_MAX = 5.0
 MODEL_NAME = "laya-rl-agent-onnx"
-#: Answers print every number with Python's round(x, 4), as the reference does (core.md §4.3).
+#: Answers print every number with Python's round(x, 4), as the reference does
+#: (docs/semantics.md#calibration-and-decoding).
 ANSWER_DIGITS = 4
 
 

@@ -1,12 +1,12 @@
 """Calibration files: the JSON `laya.Agent.save_calibration` writes, read with laya 0.4.15's rules.
 
 A file holds the three per-type temperatures, the per-bucket temperatures and optionally a
-histogram-binning map for `answer_confidence` (core.md §1.2, §4.2). Its *shape* is checked
-strictly and refused naming the file and the field; its temperatures are forgiven (clamped, with
-a warning) exactly as a checkpoint's are; a binning value out of [0, 1] is refused, since nothing
-can stand in for it. Applying a file replaces the whole calibration state: a file without a
-binning map clears one. Version 2 files record the checkpoint they were fitted for; a mismatch
-warns and still loads.
+histogram-binning map for `answer_confidence` (docs/semantics.md#calibration-files). Its *shape* is
+checked strictly and refused naming the file and the field; its temperatures are forgiven (clamped,
+with a warning) exactly as a checkpoint's are; a binning value out of [0, 1] is refused, since
+nothing can stand in for it. Applying a file replaces the whole calibration state: a file without a
+binning map clears one. Version 2 files record the checkpoint they were fitted for; a mismatch warns
+and still loads.
 """
 
 from __future__ import annotations

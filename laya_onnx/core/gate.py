@@ -1,8 +1,9 @@
-"""The opt-in confidence gate (`min_confidence`), laya 0.4.15 semantics (core.md §5).
+"""The opt-in confidence gate (`min_confidence`), laya 0.4.15's semantics.
 
-With a threshold set, every answer gets `abstention` (passed / abstained / unevaluated) and
-`abstention_threshold`, and `low_confidence: True` when it abstained; without one nothing is
-written, so an ungated payload is byte-identical to one from before the gate existed.
+The rules are in docs/semantics.md#the-confidence-gate. With a threshold set, every answer gets
+`abstention` (passed / abstained / unevaluated) and `abstention_threshold`, and
+`low_confidence: True` when it abstained; without one nothing is written, so an ungated payload is
+byte-identical to one from before the gate existed.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Prediction hooks: observe or reshape every call without forking the runtime.
 
-The semantics are laya 0.4.15's (core.md §7), so a hook written for `laya` works on `ONNXAgent`
-unchanged: a `PredictContext` per public call, `on_predict_start` (may rewrite states/questions
-or `ctx.skip(results)`), `on_error`, `on_predict_end` (may rewrite results); process defaults,
-then installed hooks, then per-call hooks; sync or async methods; an optional per-hook timeout.
+The semantics are laya 0.4.15's (docs/semantics.md#hooks), so a hook written for `laya` works on
+`ONNXAgent` unchanged: a `PredictContext` per public call, `on_predict_start` (may rewrite
+states/questions or `ctx.skip(results)`), `on_error`, `on_predict_end` (may rewrite results);
+process defaults, then installed hooks, then per-call hooks; sync or async methods; an optional
+per-hook timeout.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 The Router needs one bit per state: can the English checkpoint read it, or must it go to the
 multilingual one? These functions answer it with the rules of the reference `laya.lang`
-(core.md §8.7), implemented here with our own code and our own word lists (the scripts in
-`lang_scripts`, the word lists in `lang_words`):
+(docs/semantics.md#language-detection), implemented here with our own code and our own word lists
+(the scripts in `lang_scripts`, the word lists in `lang_words`):
 
 1. the state's string leaves are joined (keys ignored) and the letters counted by script;
 2. a non-Latin plurality, or a Latin plurality carried by enough lowercase non-Latin words, is
@@ -30,7 +30,7 @@ Public API (same inputs, outputs and semantics as the reference's functions of t
   ``pt-BR``) names English; None when it names no language (blank, ``C``, ``POSIX``, ``und``).
 
 - ``route_detection(detection, default="multilingual") -> (checkpoint, reason)``: the Router's
-  choice from an ``analyse`` result (its detection step, core.md §8.3 step 6), with the
+  choice from an ``analyse`` result (its detection step, docs/semantics.md#routing step 6), with the
   reference's reason texts: script ``unknown`` -> ``default``; another non-Latin script ->
   ``"multilingual"``; ``is_english`` false -> ``"multilingual"``; ``language_undecided`` ->
   ``default``; otherwise ``"english"``.

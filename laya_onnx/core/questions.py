@@ -1,9 +1,10 @@
 """Question validation and normalisation.
 
 Every rule and error text here is the reference's contract (laya 0.4.15 `Agent._check_question`,
-core.md §2): a caller moving between laya and laya-onnx must get the same `ValueError` for the
-same bad question. They are raised as `InvalidRequest` / `InvalidRequestType` (ValueError /
-TypeError subclasses, laya_onnx.core.errors), which the HTTP edge turns into 422s verbatim.
+docs/semantics.md#question-validation): a caller moving between laya and laya-onnx must get the same
+`ValueError` for the same bad question. They are raised as `InvalidRequest` / `InvalidRequestType`
+(ValueError / TypeError subclasses, laya_onnx.core.errors), which the HTTP edge turns into 422s
+verbatim.
 """
 
 from __future__ import annotations

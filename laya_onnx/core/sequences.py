@@ -1,6 +1,6 @@
 """Sequence building: one row of token ids per (state, question), and the graph's feed.
 
-Layout of a row (laya 0.4.15, sequential option layout, core.md §3):
+Layout of a row (laya 0.4.15, sequential option layout, docs/semantics.md#rows-and-sequences):
 
     [CLS] <type> question: <instructions> [SEP] [MASK] opt0 [MASK] opt1 ... [SEP] <state> [SEP]
 

@@ -1,11 +1,11 @@
 """Long states: scan a state in overlapping token windows and aggregate the answers per question.
 
-laya 0.4.15's `predict_long` semantics (core.md §6.2): the window is sized from the agent's config
-(never per-call budgets) and capped at the room the tightest question leaves; the state is
-tokenized once, split into windows decoded back to text, and every window is answered by one
-call (so windows share forward passes). Per question the deciding window is the
-one with the highest P(true) for a noul, the highest `answer_confidence` for a choice or score;
-its answer is returned with `answer["window"]`, and the windows' usage blocks are merged.
+laya 0.4.15's `predict_long` semantics (docs/semantics.md#windows-predict_long): the window is sized
+from the agent's config (never per-call budgets) and capped at the room the tightest question
+leaves; the state is tokenized once, split into windows decoded back to text, and every window is
+answered by one call (so windows share forward passes). Per question the deciding window is the one
+with the highest P(true) for a noul, the highest `answer_confidence` for a choice or score; its
+answer is returned with `answer["window"]`, and the windows' usage blocks are merged.
 
 A probe appended after the caller's start hooks records what the hooks left for inference, so a
 hook that answered the document, rewrote the windows or re-budgeted the scan is told apart.

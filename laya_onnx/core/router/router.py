@@ -1,9 +1,9 @@
 """`Router`: several bundles behind one `predict`, each request sent to the checkpoint that fits.
 
-laya 0.4.15's `laya.Router` semantics (core.md §8) over ONNX bundles instead of Hub checkpoints,
-in four jobs, one module each: the names (`registry`), the loaded checkpoints (`pool`), the
-routing policy (`policy`) and the answers with their hook lifecycle (`answering`). This class
-is their public face, with laya's signatures.
+laya 0.4.15's `laya.Router` semantics (docs/semantics.md#routing) over ONNX bundles instead of Hub
+checkpoints, in four jobs, one module each: the names (`registry`), the loaded checkpoints (`pool`),
+the routing policy (`policy`) and the answers with their hook lifecycle (`answering`). This class is
+their public face, with laya's signatures.
 
 Lifecycle: bundles load on first use; at most `max_loaded` stay resident (least recently used
 evicted); `preload` raises the cap to hold what it loads; `on_load` / `on_evict` / `on_route`
