@@ -161,6 +161,9 @@ def session_options(threads: int | None = None):
     """The onnxruntime SessionOptions of every laya-onnx session (the runtime's and the export check's)."""
     import onnxruntime as ort
 
+    # No telemetry events, also where the host imported onnxruntime before the core could set
+    # ORT_DISABLE_TELEMETRY (`laya_onnx.core`).
+    ort.disable_telemetry_events()
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     # Memory patterns off: with them a shape's second run allocates one planned block ~25% above
