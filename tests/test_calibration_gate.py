@@ -170,6 +170,44 @@ def test_gate_writes_what_reference_writes(mc):
         assert all("abstention" in a for a in ours[0]["answers"].values())
 
 
+def _at_threshold() -> list:
+    return [
+        {
+            "answers": {
+                "n": {"type": "noul", "noul": 0.75, "confidence": 0.75, "answer_confidence": 0.75},
+                "c": {
+                    "type": "choice",
+                    "choice": "a",
+                    "probabilities": {"a": 0.5, "b": 0.5},
+                    "confidence": 0.5,
+                },
+            }
+        }
+    ]
+
+
+@pytest.mark.parametrize("mc", [0.75, {"noul:2": 0.75, "choice:2": 0.5}], ids=repr)
+def test_an_answer_exactly_at_the_threshold_passes(mc):
+    """Confidence equal to min_confidence passes (the gate abstains strictly below it)."""
+    results = _at_threshold()
+    gate.apply_confidence_gate(results, mc)
+    answers = results[0]["answers"]
+    assert answers["n"]["abstention"] == "passed" and "low_confidence" not in answers["n"]
+    if isinstance(mc, dict):
+        assert answers["c"]["abstention"] == "passed" and "low_confidence" not in answers["c"]
+
+
+@pytest.mark.reference
+def test_an_answer_exactly_at_the_threshold_passes_in_the_reference():
+    from laya import confidence
+
+    ours, ref = _at_threshold(), _at_threshold()
+    gate.apply_confidence_gate(ours, 0.75)
+    confidence.apply_confidence_gate(ref, 0.75)
+    assert ref[0]["answers"]["n"]["abstention"] == "passed"
+    assert repr(ours) == repr(ref)
+
+
 def test_clamped_matches_min_max_bit_for_bit():
     """`clamped` skips the min/max calls; NaN, -0.0, infinities and ints come out as they give."""
     values = [0.0, -0.0, 1.0, 1, 0, 2, -3, 5e-324, -1e-300, 0.5, 1.0000001, np.nan, np.inf, -np.inf]
