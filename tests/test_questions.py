@@ -122,3 +122,45 @@ def test_null_level_finds_the_first_hole():
     assert null_level(["a", None, "c", None]) == 1
     assert null_level([None]) == 0
     assert null_level(["a", "", 0, False]) is None
+
+
+SIZES = {
+    "one-level": {"type": "score", "instructions": "Urgent?", "criteria": ["only level"]},
+    "one-option": {"type": "choice", "instructions": "Queue?", "criteria": ["billing"]},
+    "twelve-levels": {
+        "type": "score",
+        "instructions": "Rate it",
+        "criteria": ["level %d" % i for i in range(12)],
+    },
+    "101-options": {
+        "type": "choice",
+        "instructions": "Team?",
+        "criteria": ["team %d" % i for i in range(101)],
+    },
+}
+
+
+@pytest.mark.reference
+@pytest.mark.torch
+def test_question_sizes_are_answered_as_the_reference_answers_them(checkpoint_factory, bundle_factory):
+    """No size limit of its own in the core: 1 level, 1 option, 12 levels and 101 options are
+    answered, with the reference's probabilities (a single option with confidence 1.0)."""
+    from laya_onnx.parity.runner import load_runtimes
+
+    ref, ours = load_runtimes(checkpoint_factory("tiny-english"), bundle_factory("tiny-english"))
+    theirs, mine = (
+        ref.predict("a refund please", SIZES)["answers"],
+        ours.predict("a refund please", SIZES)["answers"],
+    )
+    assert list(mine) == list(theirs) == list(SIZES)
+    for qid in SIZES:
+        assert list(mine[qid]["probabilities"]) == list(theirs[qid]["probabilities"]), qid
+        for key, p in theirs[qid]["probabilities"].items():
+            assert abs(mine[qid]["probabilities"][key] - p) <= 1e-5, (qid, key)
+        assert mine[qid].get("choice") == theirs[qid].get("choice") and mine[qid].get("score") == theirs[
+            qid
+        ].get("score")
+    assert (
+        len(mine["101-options"]["probabilities"]) == 101 and len(mine["twelve-levels"]["probabilities"]) == 12
+    )
+    assert mine["one-option"]["confidence"] == theirs["one-option"]["confidence"] == 1.0

@@ -49,6 +49,10 @@ SCHEMAS = {
             "wrapped": {"allOf": [{"$ref": "#/$defs/Colour"}], "description": "Wrapped colour?"},
         },
     },
+    # the widest the reference compiles: 10 score levels, 32 enum values, 32 properties
+    "widest-score": {"properties": {"n": {"type": "integer", "minimum": 0, "maximum": 9}}},
+    "longest-enum": {"properties": {"a": {"enum": ["v%d" % i for i in range(32)]}}},
+    "most-properties": {"properties": {"p%d" % i: {"type": "boolean"} for i in range(32)}},
     "draft07-definitions": {
         "definitions": {"Mode": {"enum": ["fast", "slow"]}},
         "properties": {"mode": {"$ref": "#/definitions/Mode"}},
@@ -356,3 +360,14 @@ def test_the_core_does_not_import_pydantic():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["['department',", "'needs_human',", "'urgency']"]
+
+
+@pytest.mark.reference
+def test_schema_limits_are_the_references():
+    from laya import structured as ref
+
+    assert (S.MAX_PROPERTIES, S.MAX_OPTIONS, S.MAX_SCORE_LEVELS) == (
+        ref.MAX_PROPERTIES,
+        ref.MAX_OPTIONS,
+        ref.MAX_SCORE_LEVELS,
+    )

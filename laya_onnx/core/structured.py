@@ -29,6 +29,10 @@ from laya_onnx.core.errors import InvalidRequest, InvalidRequestType
 from laya_onnx.core.gate import apply_confidence_gate, finite_number
 from laya_onnx.core.options import resolve_min_confidence
 
+# Limits on a schema that `decide` asks, laya.structured's own values and names: they bound
+# what a schema compiles to, not a question. A question passed to `predict` has no size limit in
+# the core (1 option or level up to what fits in max_len, as in the reference); the HTTP edge caps
+# questions with laya-serve's own limits (docs/http-api.md#limits).
 MAX_PROPERTIES = 32
 MAX_OPTIONS = 32
 MAX_SCORE_LEVELS = 10
