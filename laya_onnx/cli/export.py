@@ -242,7 +242,61 @@ def run(args: argparse.Namespace) -> int:
     elif args.checkpoint is None or args.hub:
         raise UsageError("export needs a CHECKPOINT (or --all to write the three of a models directory)")
     else:
-        export_bundle(
+        manifest = export_bundle(
             args.checkpoint, Path(args.output), name=args.name, calibration=args.calibration, **options
         )
+        print("\n".join(summary(manifest.graph_precision)))
     return EXIT_OK
+
+
+#: What each precision buys on a CPU, by whether it has the instructions that precision needs
+#: (docs/speed.md#which-precision-on-which-cpu holds the measurements these ranges come from).
+_EXPECTED = {
+    ("fp32", True): "exact: answers equal laya's on every CPU",
+    ("fp32", False): "exact: answers equal laya's on every CPU",
+    ("int8", True): "VNNI present: the u8 x s8 kernel runs; about 3.3-5.9x laya torch f32 on the "
+    "full-size checkpoint (AMD EPYC Zen 4)",
+    ("int8", False): "no VNNI: the exact u8 x u8 kernel runs at about 1.1-1.3x the fp32 bundle; "
+    "fp32 is as fast and exact, int8 still needs less memory",
+    ("bf16", True): "bf16 in hardware: the GEMMs run in bf16 on OpenVINO; about 2.2-3.8x laya torch "
+    "f32 on the full-size checkpoint (AMD EPYC Zen 4)",
+    ("bf16", False): "no bf16 in hardware: the bundle runs fp32 here",
+    ("fp16", True): "fp16 is for CUDA GPUs; on a CPU onnxruntime computes it at fp32 speed",
+    ("fp16", False): "fp16 is for CUDA GPUs; on a CPU onnxruntime computes it at fp32 speed",
+}
+
+
+def summary(record, cpu=None) -> list[str]:
+    """The export's closing lines: the gate a lowered graph passed (with what it measured), and
+    what the bundle's precision buys on this machine's CPU."""
+    from laya_onnx.core.machine import read_cpu
+
+    cpu = cpu or read_cpu()
+    lines = []
+    if record.precision != "fp32":
+        gate = record.gate or {}
+        verdict = "passed" if record.passed else "not passed"
+        lines.append(
+            "gate %s: %s within max |dp| %g of fp32 torch, %.0f%% of the decisive decisions agreeing"
+            % (
+                verdict,
+                record.precision,
+                gate.get("max_abs_dp", float("nan")),
+                100 * gate.get("min_agreement", 1.0),
+            )
+        )
+        for suite, m in (record.suites or {}).items():
+            lines.append(
+                "  %-14s %s/%s decisions agree (%s/%s decisive), max |dp| %.3f"
+                % (
+                    suite,
+                    m.get("agreeing"),
+                    m.get("decisions"),
+                    m.get("decisive_agreeing", m.get("agreeing")),
+                    m.get("decisive", m.get("decisions")),
+                    float(m.get("max_abs_dp", float("nan"))),
+                )
+            )
+    has = {"int8": cpu.vnni, "bf16": cpu.bf16}.get(record.precision, True)
+    lines.append("on this CPU (%s): %s" % (cpu.label, _EXPECTED[(record.precision, has)]))
+    return lines

@@ -231,7 +231,7 @@ class PrecisionRecord(Record):
     measured_on: str | None = None
     cpu_ep: dict[str, dict[str, Any]] | None = None
     reference: str | None = None
-    gate: dict[str, float] | None = None
+    gate: dict[str, float | None] | None = None
     suites: dict[str, dict[str, Any]] | None = None
     passed: bool | None = None
 
