@@ -151,9 +151,8 @@ def run_graph_speed(
 
 # -- the arena choice -------------------------------------------------------------------------
 
-#: Ways to run the CPU arena. "kept" is onnxruntime's default (and the runtime before this
-#: measurement); "runtime" is `GraphSession` as shipped: arena on, memory patterns off, arena
-#: shrunk and heap trimmed after a large pass only.
+#: Ways to run the CPU arena. "kept" is onnxruntime's default; "runtime" is `GraphSession` as
+#: shipped: arena on, memory patterns off, arena shrunk and heap trimmed after a large pass only.
 ARENA_CONFIGS = ("kept", "runtime", "release-every-pass", "arena-off")
 ARENA_SHAPES = {"small": (3, 96), "large": (1, 2048)}
 

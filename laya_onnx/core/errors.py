@@ -27,7 +27,7 @@ class InvalidRequestType(LayaInputError, TypeError):
 
 class _CallerValue:
     # A class, not @contextmanager: this wraps every tokenizer call, and a generator-based
-    # manager costs ~1 us per use.
+    # manager creates a generator and a wrapper object on each use.
     def __enter__(self) -> None:
         return None
 

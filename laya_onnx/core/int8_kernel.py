@@ -6,10 +6,10 @@ An int8 bundle holds its weight codes in two forms of the same integers, each wi
   it exactly on every x86 CPU (and on ARM); on CPUs with VNNI it runs at about half the speed of
   the other form.
 - `laya.u8s8.onnx`: the same codes minus 128 as s8 (u8 activations x s8 weights). With VNNI
-  (AVX512-VNNI, AVX-VNNI, AMX) MLAS multiplies them into 32-bit sums exactly, ~3.8x an fp32 GEMM
-  of the full-size shape; without it (AVX2, AVX-512 without VNNI) its `vpmaddubsw` kernel
-  saturates a pair of products at 16 bits, so full 8-bit codes give wrong sums (measured off by
-  up to 40,000). 7-bit codes (-63..63) fit and are exact everywhere.
+  (AVX512-VNNI, AVX-VNNI, AMX) MLAS multiplies them into 32-bit sums exactly, several times
+  faster than an fp32 GEMM; without it (AVX2, AVX-512 without VNNI) its `vpmaddubsw` kernel
+  saturates a pair of products at 16 bits, so full 8-bit codes give wrong sums. 7-bit codes
+  (-63..63) fit and are exact everywhere.
 
 Both forms feed the same integers through the same scales, so their logits are bit-identical and
 so batch-invariant alike; the choice changes the speed only. `auto` (the default) takes u8s8

@@ -42,9 +42,8 @@ from laya_onnx.core.calibration import ANSWER_DIGITS
 DEFAULT_TOLERANCE = 1e-5
 #: The same for `action.act_probability`, a softmax of the act head's own logits (no temperature).
 #: The export validates those logits to 1e-4 of torch, and a softmax output moves at most half the
-#: largest logit change, so 5e-5 is what a validated graph can promise. Measured: 3.7e-6 to 9.3e-6
-#: on the tiny presets; on random-english-large 8.1e-6 in one run, 1.3e-5 in an earlier one: 1e-5
-#: is tighter than that head's fp32 noise.
+#: largest logit change, so 5e-5 is what a validated graph can promise; 1e-5 would be tighter than
+#: that head's fp32 noise (docs/parity.md).
 DEFAULT_ACT_TOLERANCE = 5e-5
 #: One unit in the last printed digit.
 ROUNDING_UNIT = 10.0**-ANSWER_DIGITS

@@ -44,9 +44,9 @@ from laya_onnx.core.settings import DEFAULT_MAX_PASS_MEMORY, parse_bytes
 FIT_MARGIN = 1.10
 #: A call whose largest pass is estimated at this or more hands the arena's free memory back to
 #: the OS after its last pass (`GraphSession.run(release_memory=True)`). Below it the arena is
-#: kept: the next pass re-faults what was released (tiny-english, 1 thread, one 2048-token row:
-#: 124 -> 161 ms fused, 197 -> 296 ms unfused; `laya-onnx bench memory --arena`), which small
-#: passes should not pay, and what they keep is at most about this much.
+#: kept: the next pass would re-fault what was released, a cost small passes should not pay
+#: (`laya-onnx bench memory --arena` measures it, docs/memory.md), and what they keep is at most
+#: about this much.
 ARENA_RELEASE_BYTES = 64 * MiB
 
 

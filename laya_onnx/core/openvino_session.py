@@ -9,8 +9,8 @@ inference precision: those GEMMs run on the CPU's bf16 units with f32 accumulati
 everything else - the residual stream, LayerNorm, softmax, the rotary embedding, the first
 layer, the decision head - stays f32, as torch's CPU autocast (laya's `LAYA_CPU_AMP=bf16`)
 keeps all but the GEMMs. OpenVINO's global
-bf16 hint rounds every activation instead: as fast on the full-size English shape, and its
-logits moved about three times further from fp32 (measured: docs/precision.md).
+bf16 hint would round every activation instead, for no speed gained, and move the answers further
+from fp32 (docs/precision.md#bf16-openvino-cpus-with-avx512-bf16-or-amx).
 
 Without the `openvino` package (the `openvino` extra) or on a CPU without bf16, the same graph
 runs fp32 on onnxruntime instead: the fallback is counted under `OPENVINO` in the session's
@@ -51,10 +51,8 @@ BF16_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "LATENCY"}
 #: Which GEMMs run in bf16, by the name of their weight (the torch parameter's): the encoder's
 #: layers but the first. Layer 0's rounding reaches every later layer, and the decision head, its
 #: scorer and the act head are a few percent of the work: kept f32, as the fp16 plan keeps them.
-#: Measured on random-english-large (docs/precision.md): every weighted GEMM in bf16 moved printed
-#: numbers by up to 0.0050 / 0.0244 / 0.0523 (1 question / 3 questions / 32 states x 3, one
-#: decision flipped on the last), this plan by 0.0022 / 0.0168 / 0.0383; laya's torch bf16 0.0017 /
-#: 0.0377 / 0.0511.
+#: Keeping them f32 moves answers less than rounding every GEMM, at no measurable cost
+#: (docs/precision.md#bf16-openvino-cpus-with-avx512-bf16-or-amx).
 BF16_LAYERS = "encoder.layers."
 BF16_KEEP_F32 = ("encoder.layers.0.",)
 

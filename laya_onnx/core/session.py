@@ -166,9 +166,9 @@ def session_options(threads: int | None = None):
     ort.disable_telemetry_events()
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    # Memory patterns off: with them a shape's second run allocates one planned block ~25% above
-    # the first run's peak (2 x 4096 tokens, tiny-english: 560 -> 697 MiB), and lengths vary
-    # from request to request, so the plan is rarely reused (no measurable speed difference).
+    # Memory patterns off: with them a shape's second run allocates one planned block above the
+    # first run's peak (docs/memory.md), and lengths vary from request to request, so the plan
+    # is rarely reused and buys no speed.
     so.enable_mem_pattern = False
     if threads:
         so.intra_op_num_threads = int(threads)

@@ -9,9 +9,8 @@ matrix products are the linear term, attention's two products the quadratic one)
 `operations / speed + PASS_OVERHEAD` seconds. The speed is this process's own (`PassClock`): a
 probe pass when the first estimate is asked for, then the median of the recent passes that ran
 long enough to say something (MIN_OBSERVED_SECONDS), so an estimate follows the machine it runs
-on — a GPU, a busier or a quieter host — rather than the one the bundle was exported on. (On
-tiny-english, 2-core CPU, the operations model with one measured speed predicts passes from
-1x512 to 1x8192 and 64x512 tokens within about 40%.)
+on — a GPU, a busier or a quieter host — rather than the one the bundle was exported on. How
+close the model comes is in docs/speed.md#the-pass-time-model.
 
 `CallLimits` is what a caller who runs calls on behalf of others (the HTTP server, per request)
 puts around one call, on the thread that runs it (`with call_limits(limits):`):

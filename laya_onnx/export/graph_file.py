@@ -3,7 +3,7 @@
 `torch.onnx.export` (TorchScript) with its weights builds the whole ModelProto in memory, hands
 it to Python as bytes and parses those bytes once more before writing: three full copies of the
 weights next to the torch model's own, plus a fourth for the transposed linear weights its
-constant folding creates (4.4x the fp32 weights measured on the full-size English shape). So the
+constant folding creates (docs/export.md). So the
 graph is traced without weights (`export_params=False`, no constant folding: every weight stays
 a graph input named after its torch parameter) and `onnx_ir` attaches the torch tensors
 themselves as initializers, streamed to disk one at a time. The one fold that matters for the

@@ -226,9 +226,8 @@ class PrecisionStep:
 
         The fp32 graph is read without its external data: each weight the rewrite lowers is read
         from disk on its own, the ones it keeps are streamed from the fp32 data file to the new
-        one, so the fp32 weights are never all in memory (they were 1.6 GB of the 5.7 GiB peak of
-        a full-size int8 export). The result is written to a staging folder and moved into place,
-        because `out` may be the graph being read.
+        one, so the fp32 weights are never all in memory at once. The result is written to a
+        staging folder and moved into place, because `out` may be the graph being read.
         """
         import gc
         import os

@@ -51,17 +51,16 @@ U8_ZERO_POINT = 128
 #: onnxruntime's contrib operators (MatMulIntegerToFloat), imported by every int8 graph.
 MS_DOMAIN = "com.microsoft"
 #: 7-bit weight codes span -63..63. x86 CPUs without VNNI multiply u8 x s8 with `vpmaddubsw`, which
-#: saturates a pair of products at 16 bits: 2 x 255 x 127 overflows it (measured: integer errors of
-#: 40,000 on random codes), 2 x 255 x 63 does not (onnxruntime's quantizer calls this `reduce_range`).
+#: saturates a pair of products at 16 bits: 2 x 255 x 127 overflows it, 2 x 255 x 63 does not
+#: (onnxruntime's quantizer calls this `reduce_range`).
 #: 8-bit codes run u8 x s8 only where the CPU has VNNI, u8 x u8 elsewhere (`core.int8_kernel`).
 WEIGHT_LEVELS = 63
 #: Floor of a row's max |x| so an all-zero row (padding) gets a finite scale.
 MIN_ROW_ABSMAX = 1e-12
 #: fp16 leaves the first encoder layer's MatMuls in fp32: what is rounded there passes through
-#: every later layer. Measured on tiny-multilingual (emulated, parity suite): all layers in fp16
-#: moved p by up to 8.6e-3 (torch with real fp16 linears: 8.2e-3), layer 0's Wqkv alone 6.3e-3,
-#: every layer but the first 2.2e-3; for 1/num_layers of the encoder's GEMMs. (The weights cost
-#: nothing: checkpoints store them in fp16, so only the activations' rounding moves p.)
+#: every later layer, and most of fp16's error comes from it, for 1/num_layers of the encoder's
+#: GEMMs (export/README.md#precision). The weights cost nothing: checkpoints store them in fp16,
+#: so only the activations' rounding moves p.
 FP16_KEEP_FP32 = ("layers.0",)
 
 
@@ -91,19 +90,16 @@ class Gate:
 
 
 #: fp16: a quality bar over every decision (tie margin 0). int8: max |dp| <= 0.15 bounds how far
-#: any probability moves, so every decision fp32 makes by a margin above that holds, and no flip
-#: of a decision fp32 makes by more than the measured max |dp| is allowed (none can happen: the
-#: margin-aware gate replaces a floor of 90% of all decisions, which counted random weights' near
-#: ties: 49 of 78 parity decisions of a full-size random checkpoint lie within its 0.112 of
-#: flipping). Measured: the default plan (8-bit weights, layer 0's attn.Wqkv fp32) moved p by
-#: 0.050-0.144 on every preset and suite, all-int8 7-bit weights 0.073-0.244; export/README.md
-#: "Precision", which also gives tighter settings for trained checkpoints.
+#: any probability moves, so every decision fp32 makes by a margin above that holds; a decision
+#: fp32 makes by less than the measured max |dp| is a near tie, reported and not counted (random
+#: weights have many, so a floor over all decisions would refuse a sound graph). Trained
+#: checkpoints can be held tighter from the command line (docs/precision.md#the-int8-gate).
 GATES: dict[str, Gate] = {
     "fp16": Gate(max_abs_dp=1e-2, min_agreement=0.995, tie_margin=0.0),
     "int8": Gate(max_abs_dp=0.15, min_agreement=1.0),
-    # bf16 (OpenVINO rounds every activation to bf16, torch's autocast only the GEMMs' inputs):
-    # measured max |dp| 0.055 on tiny-english's parity suite; the agreement floor is int8's, for
-    # the same near-ties of random weights.
+    # bf16: the runtime rounds the inputs of the encoder's GEMMs (all but layer 0's) to bf16, as
+    # torch's autocast rounds every linear layer's, and keeps everything else f32; every decision
+    # counts, with a floor that leaves room for random weights' near ties.
     "bf16": Gate(max_abs_dp=0.1, min_agreement=0.9, tie_margin=0.0),
 }
 
