@@ -111,3 +111,6 @@ _.kernels_identical
 _.measured_on
 _.cpu_ep
 _.format_version
+
+# -- parity reports: CaseResult fields written to the JSON report (asdict) and read by --plot ----
+_.abs_dps

@@ -116,7 +116,30 @@ def run_memory_bench(
         if proc.returncode != 0:
             raise RuntimeError(f"bench memory {config} failed: {proc.stderr.strip()[-2000:]}")
         rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    return {"states": states, "words": words, "max_len": tokens, "repeats": repeats, "results": rows}
+    return {
+        "states": states,
+        "words": words,
+        "max_len": tokens,
+        "repeats": repeats,
+        "results": rows,
+        **pass_model_of(bundle),
+    }
+
+
+def pass_model_of(bundle: os.PathLike | str) -> dict[str, Any]:
+    """The bundle's per-pass memory model (`model`) and the export's probes it was fitted on
+    (`probes`: rows, length, bytes; empty when the model is an estimate)."""
+    from pathlib import Path
+
+    from laya_onnx.core.bundle import read_manifest_quietly
+    from laya_onnx.core.memory import PassMemoryModel
+
+    manifest = read_manifest_quietly(Path(bundle))
+    record = manifest.memory if manifest is not None else None
+    return {
+        "model": PassMemoryModel.for_bundle(manifest).as_dict(),
+        "probes": list(record.samples or []) if record is not None else [],
+    }
 
 
 # -- the two attention graphs ---------------------------------------------------------------

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from laya_onnx.bench.http import DEFAULT_DEADLINE_S, run_child, summary_ms
 from laya_onnx.bench.sample import README_REQUEST
 from laya_onnx.core import settings as core_settings
+from laya_onnx.core.machine import read_cpu
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -164,5 +165,6 @@ def run_saturate(
     app = create_app(agent, **settings)
     figures = asyncio.run(bench_app(app, README_REQUEST, clients=clients, seconds=seconds))
     figures["providers"] = agent.providers
+    figures["cpu"] = read_cpu().label
     figures["max_concurrent"] = max_concurrent or core_settings.MAX_CONCURRENT.env
     return figures

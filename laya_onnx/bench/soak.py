@@ -24,6 +24,7 @@ import json
 import os
 import random
 import signal
+import statistics
 import string
 import struct
 import subprocess
@@ -232,8 +233,16 @@ class Soak:
 
     async def sampler(self) -> None:
         began = time.monotonic()
+        seen = 0  # /health answers already summarised by an earlier sample
         while not self.stop.is_set():
-            self.samples.append({"t_s": round(time.monotonic() - began, 1), **process_figures(self.pid)})
+            window, seen = self.health_ms[seen:], len(self.health_ms)
+            self.samples.append(
+                {
+                    "t_s": round(time.monotonic() - began, 1),
+                    **process_figures(self.pid),
+                    **health_window(window),
+                }
+            )
             try:
                 await asyncio.wait_for(self.stop.wait(), SAMPLE_EVERY_S)
             except asyncio.TimeoutError:
@@ -382,6 +391,16 @@ def process_figures(pid: int) -> dict[str, Any]:
     return figures
 
 
+def health_window(latencies_ms: list[float]) -> dict[str, float]:
+    """/health's p50 and max (ms) over the answers since the previous sample; {} for none."""
+    if not latencies_ms:
+        return {}
+    return {
+        "health_p50_ms": round(statistics.median(latencies_ms), 2),
+        "health_max_ms": round(max(latencies_ms), 2),
+    }
+
+
 def cpu_class() -> str:
     """This CPU as the reports name it: model, the instruction sets that matter, cores."""
     cpu = read_cpu()
@@ -527,4 +546,5 @@ def _report(
         },
         "threads": {"idle_before": before.get("threads"), "idle_after": after.get("threads")},
         "samples_every_30s": soak.samples[::every],
+        "samples": soak.samples,  # every SAMPLE_EVERY_S, with /health's latency in that window
     }

@@ -35,6 +35,29 @@ def _comma_list(value: str) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
+def add_plot_option(parser: argparse.ArgumentParser, what: str) -> None:
+    """`--plot FILE`: the figure as a PNG (the plot extra)."""
+    parser.add_argument(
+        "--plot",
+        default=None,
+        metavar="FILE",
+        help="also draw %s into this PNG file (needs the plot extra: matplotlib)" % what,
+    )
+
+
+def plot_ready(args: argparse.Namespace) -> None:
+    """Before a measurement runs: the plot extra is there when --plot asks for a figure (an
+    ImportError naming matplotlib, which the CLI turns into the install line)."""
+    if args.plot:
+        from laya_onnx.bench.plot import require
+
+        require()
+
+
+def drew(path: Path) -> None:
+    print(f"figure written: {path}")
+
+
 # -- agent ----------------------------------------------------------------------------------
 def _add_agent(group) -> argparse.ArgumentParser:
     from laya_onnx.bench.agent import DEFAULT_REPEATS, DEFAULT_RSS_CALLS, DEFAULT_WORKLOADS, WORKLOADS
@@ -90,6 +113,7 @@ def _add_agent(group) -> argparse.ArgumentParser:
         help="skip the reference's bf16 mode (%s=bf16), timed by default where the CPU has "
         "AVX512-BF16 or AMX" % settings.REFERENCE_CPU_AMP.env,
     )
+    add_plot_option(p, "each runtime's speed-up against its largest |Δp| from laya torch f32")
     return p
 
 
@@ -111,6 +135,7 @@ def _run_agent(args: argparse.Namespace) -> int:
         raise UsageError(
             "--int8-kernels: choose from %s, got %s" % (", ".join(CHOICES), ", ".join(bad) or "none")
         )
+    plot_ready(args)
     report = run_bench(
         args.checkpoint,
         args.bundles,
@@ -123,6 +148,10 @@ def _run_agent(args: argparse.Namespace) -> int:
         reference_bf16=False if args.no_reference_bf16 else None,
         rss_calls=args.rss_calls,
     )
+    if args.plot:
+        from laya_onnx.bench.plot import plot_agent
+
+        drew(plot_agent(report, args.plot))
     return emit_report(report, args.json, format_summary(report))
 
 
@@ -157,6 +186,7 @@ def _add_http(group) -> argparse.ArgumentParser:
         "bundle with many clients and no batch window queues for longer)",
     )
     p.add_argument("--json", default=None, metavar="PATH", help="write the report here as JSON")
+    add_plot_option(p, "answers per second and p50/p99 latency against clients")
     return p
 
 
@@ -173,9 +203,15 @@ def _run_http(args: argparse.Namespace) -> int:
         raise UsageError("--deadline must be a positive number of seconds, got %r" % (args.deadline,))
     from laya_onnx.bench.http import drive_server
 
+    plot_ready(args)
     report = drive_server(
         args.url, clients=clients, seconds=args.seconds, deadline_s=args.deadline, progress=print
     )
+    if args.plot:
+        from laya_onnx.bench.plot import load_runs_of_http, plot_load
+
+        title = "%s: the README request, %g s per client count" % (args.url, args.seconds)
+        drew(plot_load(load_runs_of_http(report), args.plot, title))
     return emit_report(report, args.json)  # the progress lines, one per client count, are the table
 
 
@@ -205,6 +241,7 @@ def _add_saturate(group) -> argparse.ArgumentParser:
     )
     add_arguments(p, settings.MAX_CONCURRENT, settings.THREADS)
     p.add_argument("--json", default=None, metavar="PATH", help="write the report here as JSON")
+    add_plot_option(p, "answers per second and p50/p99 latency against clients")
     return p
 
 
@@ -215,6 +252,7 @@ def _run_saturate(args: argparse.Namespace) -> int:
         raise UsageError("--seconds must be a positive number, got %r" % (args.seconds,))
     from laya_onnx.bench.saturate import format_summary, run_saturate
 
+    plot_ready(args)
     figures = run_saturate(
         args.bundle,
         clients=args.clients,
@@ -223,6 +261,16 @@ def _run_saturate(args: argparse.Namespace) -> int:
         providers=args.providers,
         threads=args.threads,
     )
+    if args.plot:
+        from laya_onnx.bench.plot import load_runs_of_saturate, plot_load
+
+        title = "%s served in-process (%s): the README request, one client then %d for %g s" % (
+            Path(args.bundle).name,
+            figures.get("cpu", "CPU unknown"),
+            args.clients,
+            args.seconds,
+        )
+        drew(plot_load(load_runs_of_saturate(figures), args.plot, title))
     return emit_report(figures, args.json, format_summary(figures))
 
 
@@ -269,6 +317,7 @@ def _add_memory(group) -> argparse.ArgumentParser:
     p.add_argument(
         "--arena", action="store_true", help="first compare CPU-arena configurations (speed and RSS)"
     )
+    add_plot_option(p, "the bundle's per-pass memory model against the passes measured")
     return p
 
 
@@ -283,6 +332,7 @@ def _run_memory(args: argparse.Namespace) -> int:
     for option in ("states", "words", "tokens", "repeats"):
         if getattr(args, option) < 1:
             raise UsageError("--%s must be at least 1" % option)
+    plot_ready(args)
     if args.unfused:
         speed = memory.run_graph_speed(args.bundle, args.unfused)
         print("CPU ms per call (1 thread, median, interleaved): " + json.dumps(speed))
@@ -306,6 +356,10 @@ def _run_memory(args: argparse.Namespace) -> int:
     print(memory.format_table(report))
     if args.json:
         print(json.dumps(report, indent=2))
+    if args.plot:
+        from laya_onnx.bench.plot import plot_memory
+
+        drew(plot_memory(report, args.plot))
     return EXIT_OK
 
 
@@ -336,10 +390,14 @@ def _add_soak(group) -> argparse.ArgumentParser:
     )
     p.add_argument("--log", default=None, help="write the server's log to this file")
     p.add_argument("--json", default=None, metavar="PATH", help="write the report here as JSON")
+    add_plot_option(p, "the server's RSS, open fds and /health latency over time (not with --proofs)")
     return p
 
 
 def _run_soak(args: argparse.Namespace) -> int:
+    if args.proofs and args.plot:
+        raise UsageError("--plot draws the timed soak; --proofs has no figure")
+    plot_ready(args)
     if args.proofs:
         from laya_onnx.bench import proofs
 
@@ -350,6 +408,10 @@ def _run_soak(args: argparse.Namespace) -> int:
     from laya_onnx.bench.soak import format_summary, run_soak
 
     report = run_soak(args.bundle, minutes=args.minutes, log_path=args.log)
+    if args.plot:
+        from laya_onnx.bench.plot import plot_soak
+
+        drew(plot_soak(report, args.plot))
     return emit_report(report, args.json, format_summary(report))
 
 

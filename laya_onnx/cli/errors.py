@@ -56,6 +56,8 @@ EXTRA_OF = {
     "pyarrow": "score",
     "ray": "ray",
     "laya": "dev",
+    "matplotlib": "plot",
+    "opentelemetry": "otel",
 }
 
 

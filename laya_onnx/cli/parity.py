@@ -35,11 +35,17 @@ def add_parser(sub) -> argparse.ArgumentParser:
         help="max |Δ| between unrounded act probabilities (default %s)" % DEFAULT_ACT_TOLERANCE,
     )
     p.add_argument("--report", default=None, help="write the JSON report here")
+    from laya_onnx.cli.bench import add_plot_option
+
+    add_plot_option(p, "the |Δp| histogram and the requests that agreed")
     return p
 
 
 def run(args: argparse.Namespace) -> int:
+    from laya_onnx.cli.bench import drew, plot_ready
     from laya_onnx.parity import run_parity
+
+    plot_ready(args)
 
     def show(case):
         print(
@@ -54,4 +60,8 @@ def run(args: argparse.Namespace) -> int:
         args.checkpoint, args.bundle, suite=args.suite, report_path=args.report, progress=show, **given
     )
     print(json.dumps(report.summary(), indent=2))
+    if args.plot:
+        from laya_onnx.bench.plot import plot_parity
+
+        drew(plot_parity(report.as_dict(), args.plot))
     return EXIT_OK if report.passed else EXIT_FAILED

@@ -92,6 +92,7 @@ class Verdict:
     max_abs_dact: float = 0.0  # act probabilities, before rounding
     max_abs_delta: float = 0.0  # any unrounded value
     identical_text: bool = True  # printed JSON identical as text (no flips either)
+    dps: list[float] = field(default_factory=list)  # every option probability's |Δ|, before rounding
 
     @property
     def passed(self) -> bool:
@@ -101,6 +102,7 @@ class Verdict:
         self.max_abs_delta = max(self.max_abs_delta, delta)
         if parent == "probabilities" or key == "noul":
             self.max_abs_dp = max(self.max_abs_dp, delta)
+            self.dps.append(delta)
         elif key == "act_probability":
             self.max_abs_dact = max(self.max_abs_dact, delta)
 

@@ -34,6 +34,7 @@ class CaseResult:
     max_abs_dp: float = 0.0
     max_abs_dact: float = 0.0
     max_abs_delta: float = 0.0
+    abs_dps: list[float] = field(default_factory=list)  # every probability's |Δp| (3 digits)
     details: list[str] = field(default_factory=list)  # the differences, then the flips
     flips: list[str] = field(default_factory=list)
 
@@ -49,6 +50,7 @@ class CaseResult:
             max_abs_dp=verdict.max_abs_dp,
             max_abs_dact=verdict.max_abs_dact,
             max_abs_delta=verdict.max_abs_delta,
+            abs_dps=[float("%.3g" % d) for d in verdict.dps],
             details=verdict.describe(limit=20),
             flips=verdict.flips,
         )
