@@ -112,5 +112,9 @@ _.measured_on
 _.cpu_ep
 _.format_version
 
+# -- tracing (core/tracing.py): what an application or a front end calls to join the spans ------
+_.current_ids  # the trace and span id of the current span, for a log line
+_.incoming_context  # a request's W3C traceparent, continued by the request's span
+_.configure_from_environment  # the exporter from the standard OTEL_* variables
 # -- parity reports: CaseResult fields written to the JSON report (asdict) and read by --plot ----
 _.abs_dps

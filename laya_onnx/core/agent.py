@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from laya_onnx.core import structured
+from laya_onnx.core import structured, tracing
 from laya_onnx.core.bundle import (
     GRAPH_DATA_FILE,
     Bundle,
@@ -380,12 +380,13 @@ class ONNXAgent(HookRegistry):
             max_len=max_len,
             head_max_len=head_max_len,
         )
-        with call.lifecycle([ctx]):
-            call.fire("on_predict_start", ctx)
-            if ctx.results is None:
-                ctx.results = self._checked_infer(
-                    ctx, lang=lang, batch_size=batch_size, sort_by_length=sort_by_length
-                )
+        with tracing.span("laya.call", tracing.call_attributes(self.name, states, questions)):
+            with call.lifecycle([ctx]):
+                call.fire("on_predict_start", ctx)
+                if ctx.results is None:
+                    ctx.results = self._checked_infer(
+                        ctx, lang=lang, batch_size=batch_size, sort_by_length=sort_by_length
+                    )
         return ctx.results
 
     predict_many = predict_batch
@@ -516,11 +517,13 @@ class ONNXAgent(HookRegistry):
         # (or a call too large for its caller's limits) is refused before work is spent on the
         # others. Encoding a large batch takes seconds: a stopped call stops between states.
         encoded = []
-        for i, s in enumerate(states):
-            if limits is not None:
-                limits.check()
-            subject = "state" if len(states) == 1 else "states[%d]" % i
-            encoded.append(encode_state(self.tok, s, qs, max_len, head_max_len, heads, subject=subject))
+        with tracing.span("laya.tokenize") as traced:
+            for i, s in enumerate(states):
+                if limits is not None:
+                    limits.check()
+                subject = "state" if len(states) == 1 else "states[%d]" % i
+                encoded.append(encode_state(self.tok, s, qs, max_len, head_max_len, heads, subject=subject))
+            tracing.set_attributes(traced, tracing.tokenized_attributes, encoded)
         longest = max((len(r.ids) for rows in encoded for r in rows), default=0)
         self.memory_model.check_row(longest, self.max_pass_memory)
         passes = plan_passes(
@@ -548,11 +551,12 @@ class ONNXAgent(HookRegistry):
                 if limits is not None:
                     limits.check()
                 running, started = True, time.perf_counter()
-                logits, act_logits = self.session.run(
-                    collate(rows, self.tok.pad_token_id),
-                    release_memory=release,
-                    stop_on=None if limits is None else limits.stopping,
-                )
+                with tracing.span("laya.pass", tracing.pass_attributes(self, n, rows, shapes[n][1])):
+                    logits, act_logits = self.session.run(
+                        collate(rows, self.tok.pad_token_id),
+                        release_memory=release,
+                        stop_on=None if limits is None else limits.stopping,
+                    )
             except (CallStopped, RunTerminated) as exc:
                 # stopped before its last pass (or during a pass: a cancel cuts it short), which
                 # would have released the arena: a short pass hands the memory of the large
@@ -564,7 +568,8 @@ class ONNXAgent(HookRegistry):
                 raise
             self.pass_clock.observe(*shapes[n], time.perf_counter() - started)
             gathered.add(refs, logits, act_probabilities(act_logits))
-        return gathered.decode(encoded, self.calibration, lang)
+        with tracing.span("laya.decode"):
+            return gathered.decode(encoded, self.calibration, lang)
 
     def _probe_pass(self, rows: int, length: int) -> float:
         """Seconds of one pass of synthetic rows (after one short pass that warms the session up),

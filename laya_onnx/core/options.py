@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import Any
 
+from laya_onnx.core import tracing
 from laya_onnx.core.gate import Threshold, apply_confidence_gate, check_min_confidence
 from laya_onnx.core.hooks import (
     HookRegistry,
@@ -67,8 +68,13 @@ class CallOptions:
         return replace(self, hooks=(*self.hooks, hook))
 
     def fire(self, event: str, ctx: PredictContext) -> None:
-        """Run `event` on every hook of the call that has it."""
-        dispatch(self.hooks, event, ctx, raise_errors=self.raise_errors, lock=self.lock, timeout=self.timeout)
+        """Run `event` on every hook of the call that has it (a `laya.hooks` span when traced)."""
+        if not self.hooks:
+            return
+        with tracing.span("laya.hooks", {"laya.hooks.event": event}):
+            dispatch(
+                self.hooks, event, ctx, raise_errors=self.raise_errors, lock=self.lock, timeout=self.timeout
+            )
 
     def gate(self, results: list[Any]) -> None:
         apply_confidence_gate(results, self.min_confidence)
