@@ -539,6 +539,7 @@ class ONNXAgent(HookRegistry):
             limits.charge(
                 sum(self.pass_clock.seconds(rows, width) for rows, width in shapes),
                 "%d rows of up to %d tokens in %d passes" % (sum(r for r, _ in shapes), longest, len(shapes)),
+                passes=len(shapes),
             )
         largest = max(self.memory_model.estimate(rows, width) for rows, width in shapes)
         gathered = CallLogits(qs, len(encoded))

@@ -172,6 +172,7 @@ class CallLimits:
     deadline_setting: str = "deadline"
     #: Estimated seconds charged so far (a tournament's rounds add up).
     charged: float = 0.0
+    #: Forward passes planned by the calls charged so far (the server's passes per request).
     passes: int = 0
     _cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
     _reason: str = field(default="", repr=False)
@@ -216,8 +217,8 @@ class CallLimits:
         if self.deadline is not None and time.monotonic() >= self.deadline:
             raise CallStopped("its deadline (%s) passed" % self.deadline_setting, deadline=True)
 
-    def charge(self, seconds: float, what: str) -> None:
-        """Add a planned call's estimate; refuse it before any of its passes run.
+    def charge(self, seconds: float, what: str, passes: int = 0) -> None:
+        """Add a planned call's estimate and its `passes`; refuse it before any of them run.
 
         `what` describes the planned passes for the refusal ("64 rows of up to 7400 tokens in
         32 passes")."""
@@ -237,6 +238,7 @@ class CallLimits:
                 deadline=True,
             )
         self.charged = total
+        self.passes += passes
 
 
 class GroupLimits(CallLimits):
@@ -278,6 +280,12 @@ class GroupLimits(CallLimits):
         if self.cancelled:
             raise CallStopped("every request of the group went away")
         super().check()
+
+    def charge(self, seconds: float, what: str, passes: int = 0) -> None:
+        """The group's passes answer every member: each member counts them as its own."""
+        super().charge(seconds, what, passes)
+        for member in self.members:
+            member.passes += passes
 
 
 _CURRENT: ContextVar[CallLimits | None] = ContextVar("laya_onnx_call_limits", default=None)
