@@ -555,3 +555,25 @@ def test_bench_prints_a_short_table_and_writes_json_only_when_asked(
     status, out = _run(capsys, [*argv, "--json", str(path)])
     assert status == 0 and out.out.strip() == "report written: %s" % path
     assert json.loads(path.read_text()) == report
+
+
+def test_predict_names_a_misspelt_field_and_still_answers(bundle_factory, capsys, caplog):
+    """`min_confidnce` used to be ignored in silence: no gate, no word."""
+    import logging
+    import warnings
+
+    request = {
+        "state": "refund please",
+        "min_confidnce": 0.9,
+        "questions": {"q": {"type": "noul", "instructions": "Refund?", "critera": {"true": "yes"}}},
+    }
+    with warnings.catch_warnings(), caplog.at_level(logging.WARNING, logger="laya_onnx"):
+        status = main(["predict", str(bundle_factory("tiny-english")), "--request", json.dumps(request)])
+    assert status == 0
+    assert "abstention" not in json.loads(capsys.readouterr().out)["answers"]["q"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "laya_onnx"]
+    assert (
+        "request field 'min_confidnce' is not read and has no effect (did you mean 'min_confidence'?)"
+        in lines
+    )
+    assert "question 'q': field 'critera' is not read and has no effect (did you mean 'criteria'?)" in lines

@@ -164,3 +164,57 @@ def test_question_sizes_are_answered_as_the_reference_answers_them(checkpoint_fa
         len(mine["101-options"]["probabilities"]) == 101 and len(mine["twelve-levels"]["probabilities"]) == 12
     )
     assert mine["one-option"]["confidence"] == theirs["one-option"]["confidence"] == 1.0
+
+
+def test_unknown_fields_are_named_with_the_nearest_known_one():
+    from laya_onnx.core.questions import unknown_fields
+
+    request = {
+        "state": "s",
+        "min_confidnce": 0.9,
+        "extra": 1,
+        "questions": {"q": {"type": "choice", "instructions": "x", "critera": ["a"], "criteria": ["a"]}},
+    }
+    found = unknown_fields(request)
+    assert [f.as_json() for f in found] == [
+        {"field": "min_confidnce", "did_you_mean": "min_confidence"},
+        {"field": "extra"},
+        {"field": "critera", "question": "q", "did_you_mean": "criteria"},
+    ]
+    assert str(found[0]) == (
+        "request field 'min_confidnce' is not read and has no effect (did you mean 'min_confidence'?)"
+    )
+    assert (
+        str(found[2])
+        == "question 'q': field 'critera' is not read and has no effect (did you mean 'criteria'?)"
+    )
+    assert unknown_fields({"state": "s", "questions": {}}) == [] and unknown_fields("not a dict") == []
+
+
+def test_a_question_with_an_unknown_field_is_answered_and_the_field_named():
+    """Accepted, as laya accepts it, but no longer in silence."""
+    import warnings
+
+    from laya_onnx.core.errors import UnknownFieldWarning
+
+    plain = {"q": {"type": "score", "instructions": "x", "criteria": ["a", "b"]}}
+    typo = {"q": {"type": "score", "instructions": "x", "criteria": ["a", "b"], "critera": ["c"]}}
+    with pytest.warns(
+        UnknownFieldWarning, match=r"question 'q': field 'critera' .* \(did you mean 'criteria'\?\)"
+    ):
+        assert normalize_questions(typo) == normalize_questions(plain)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        normalize_questions(plain)
+
+
+def test_a_question_without_type_says_so_and_names_a_misspelling():
+    with pytest.raises(
+        ValueError,
+        match=r"^question 'q': no 'type' field; add \"type\": one of \['choice', 'noul', 'score'\]$",
+    ):
+        check_question("q", {"instructions": "x"})
+    with pytest.raises(
+        ValueError, match=r"^question 'q': no 'type' field \('typ' looks like a misspelling of it\)"
+    ):
+        check_question("q", {"typ": "noul", "instructions": "x"})

@@ -13,9 +13,12 @@ from laya_onnx.cli.common import (
     read_json_argument,
 )
 from laya_onnx.core import settings
+from laya_onnx.core.questions import unknown_fields, warn_unknown_fields
 from laya_onnx.core.setting import add_arguments
 
 NAME = "predict"
+#: The request fields `predict` reads; the questions' own fields are checked by the core.
+FIELDS = ("state", "questions", "max_len", "head_max_len", "min_confidence", "lang")
 HELP = "answer one request with a bundle and print the JSON result"
 
 
@@ -51,17 +54,16 @@ def run(args: argparse.Namespace) -> int:
             "--request has no questions: add at least one, e.g. "
             '"questions": {"refund": {"type": "noul", "instructions": "Does the user ask for a refund?"}}'
         )
+    # Accepted, as the library and the HTTP route accept them, but named: a misspelt optional
+    # field (min_confidnce) would otherwise change nothing and say nothing.
+    warn_unknown_fields([f for f in unknown_fields(request, FIELDS) if f.question is None])
     agent = ONNXAgent(
         args.bundle,
         providers=args.providers,
         strict_providers=args.strict_providers,
         threads=args.threads,
     )
-    controls = {
-        k: request[k]
-        for k in ("max_len", "head_max_len", "min_confidence", "lang")
-        if request.get(k) is not None
-    }
+    controls = {k: request[k] for k in FIELDS[2:] if request.get(k) is not None}
     result = agent.predict(request["state"], request["questions"], **controls)
     print(json.dumps(result, ensure_ascii=False, indent=None if args.compact else 2))
     return EXIT_OK

@@ -70,6 +70,12 @@ class StateTruncatedWarning(UserWarning):
     """A state was cut to fit `max_len`; `predict_long` reads it whole."""
 
 
+class UnknownFieldWarning(UserWarning):
+    """A request or question carries a field nothing reads (often a misspelling, `critera`): it is
+    accepted and ignored, as laya does, and named with the nearest known field
+    (`laya_onnx.core.questions.unknown_fields`)."""
+
+
 class ConfigError(ValueError):
     """A setting that cannot be used (a `LAYA_*` variable, a flag, a `create_app` setting); the
     message names the variable or flag at fault.
@@ -98,6 +104,8 @@ __all__ = [
     "PassTooLarge",
     "SourceNotADirectory",
     "SourceNotFound",
+    "StateTruncatedWarning",
+    "UnknownFieldWarning",
     "caller_value",
     "reference_kind",
 ]

@@ -9,19 +9,42 @@ verbatim.
 
 from __future__ import annotations
 
+import difflib
 import json
-from collections.abc import Mapping
+import warnings
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from laya_onnx.core.errors import InvalidRequest, InvalidRequestType, caller_value
+from laya_onnx.core.errors import InvalidRequest, InvalidRequestType, UnknownFieldWarning, caller_value
+from laya_onnx.core.notices import brief
 
 QTYPES: dict[str, int] = {"choice": 0, "score": 1, "noul": 2}
 QTYPE_NAMES: dict[int, str] = {v: k for k, v in QTYPES.items()}
 DEFAULT_NOUL_LABELS = {"false": "false", "true": "true"}
 NOUL_LABELS_ERROR = "noul labels must map exactly 'false' and 'true' to distinct non-empty strings"
 _ADD_TEXT = "add the text the model should answer"
+#: The fields a question definition is read for; any other is accepted and ignored, as laya does,
+#: and named in an `UnknownFieldWarning`.
+QUESTION_FIELDS = ("type", "instructions", "criteria", "labels", "option_order")
+#: The fields of one request the HTTP route reads (docs/http-api.md#request-fields).
+REQUEST_FIELDS = (
+    "state",
+    "questions",
+    "model",
+    "max_len",
+    "head_max_len",
+    "task",
+    "lang",
+    "lang_guess",
+    "min_confidence",
+    "hooks",
+    "on_predict_start",
+    "on_predict_end",
+    "hooks_raise",
+    "hooks_timeout",
+)
 
 
 @dataclass(frozen=True)
@@ -104,6 +127,12 @@ def check_question(qid: Any, qdef: Any) -> None:
     if not isinstance(qdef, dict):
         raise InvalidRequest("question %r: definition must be a dict, got %s" % (qid, type(qdef).__name__))
     t = qdef.get("type")
+    if "type" not in qdef:
+        near = nearest(QUESTION_FIELDS, [k for k in qdef if isinstance(k, str) and k not in QUESTION_FIELDS])
+        raise InvalidRequest(
+            "question %r: no 'type' field%s; add \"type\": one of %s"
+            % (qid, "" if near is None else " (%r looks like a misspelling of it)" % near[1], sorted(QTYPES))
+        )
     if not isinstance(t, str) or t not in QTYPES:
         raise InvalidRequest("question %r: unknown type %r; use one of %s" % (qid, t, sorted(QTYPES)))
     _check_instructions(qid, qdef)
@@ -248,6 +277,82 @@ def to_question(qid: Any, qdef: Mapping[str, Any]) -> Question:
     )
 
 
+def nearest(known: Iterable[str], names: Iterable[Any]) -> tuple[str, str] | None:
+    """The first (known field, given name) pair where the name looks like a misspelling of the
+    field (difflib's ratio >= 0.75), or None."""
+    known = list(known)
+    for name in names:
+        if isinstance(name, str):
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+            if close:
+                return close[0], name
+    return None
+
+
+@dataclass(frozen=True)
+class UnknownField:
+    """A field of a request (`question` None) or of one question that nothing reads, and the known
+    field it most resembles (`did_you_mean`, None when none is close)."""
+
+    name: Any
+    question: Any = None
+    did_you_mean: str | None = None
+
+    def __str__(self) -> str:
+        where = "request" if self.question is None else "question %s:" % brief(self.question)
+        hint = "" if self.did_you_mean is None else " (did you mean %r?)" % self.did_you_mean
+        return "%s field %s is not read and has no effect%s" % (where, brief(self.name), hint)
+
+    def as_json(self) -> dict[str, Any]:
+        """The field for a JSON answer: {"field", "question"?, "did_you_mean"?}."""
+        out: dict[str, Any] = {"field": str(self.name)}
+        if self.question is not None:
+            out["question"] = self.question
+        if self.did_you_mean is not None:
+            out["did_you_mean"] = self.did_you_mean
+        return out
+
+
+def _unknown(keys: Iterable[Any], known: tuple[str, ...], question: Any = None) -> list[UnknownField]:
+    out = []
+    for key in keys:
+        if key not in known:
+            near = nearest(known, [key])
+            out.append(UnknownField(key, question, None if near is None else near[0]))
+    return out
+
+
+def unknown_question_fields(questions: Any) -> list[UnknownField]:
+    """The fields of each question (a dict of id -> definition) that nothing reads, in order."""
+    if not isinstance(questions, Mapping):
+        return []
+    out: list[UnknownField] = []
+    for qid, qdef in questions.items():
+        if isinstance(qdef, Mapping):
+            out += _unknown(qdef, QUESTION_FIELDS, qid)
+    return out
+
+
+def unknown_fields(request: Any, known: Iterable[str] = REQUEST_FIELDS) -> list[UnknownField]:
+    """The fields of one request (`known`: the fields its reader takes) and of its questions that
+    nothing reads, each with the known field it most resembles: what a client should be told it
+    got wrong when a misspelt optional field (`min_confidnce`, `critera`) would otherwise be
+    ignored in silence."""
+    if not isinstance(request, Mapping):
+        return []
+    return _unknown(request, tuple(known)) + unknown_question_fields(request.get("questions"))
+
+
+def warn_unknown_fields(fields: list[UnknownField], stacklevel: int = 2) -> None:
+    """One `UnknownFieldWarning` naming every field of `fields`; nothing when it is empty."""
+    if fields:
+        warnings.warn(
+            "laya-onnx: " + "; ".join(str(f) for f in fields[:8]) + ("; ..." if len(fields) > 8 else ""),
+            UnknownFieldWarning,
+            stacklevel=stacklevel + 1,
+        )
+
+
 def require_questions_dict(questions: Any) -> None:
     """InvalidRequestType, with laya's text, for questions that are not a dict."""
     if not isinstance(questions, dict):
@@ -261,4 +366,5 @@ def normalize_questions(questions: Any) -> dict[Any, Question]:
     require_questions_dict(questions)
     for qid, qdef in questions.items():
         check_question(qid, qdef)
+    warn_unknown_fields(unknown_question_fields(questions), stacklevel=3)
     return {qid: to_question(qid, qdef) for qid, qdef in questions.items()}
