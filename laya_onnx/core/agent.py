@@ -120,6 +120,9 @@ class ONNXAgent(HookRegistry):
         # `revision` or $LAYA_REVISION; HF_HUB_OFFLINE=1 reads the local cache only).
         located = fetch_checkpoint(bundle, revision=revision, token=token, files=BUNDLE_FILES, what="bundle")
         self.bundle = Bundle.open(located.path, verify=verify)
+        #: The bundle's one name: /health, /v1/models, `routing.model` and every warning use it
+        #: (the results' `model` names the runtime, `laya-rl-agent-onnx`, as laya's ONNX agent does).
+        self.name: str = name or self.bundle.source.name or self.bundle.root.resolve().name
         self.cfg: dict[str, Any] = self.bundle.config
         check_option_layout(self.cfg, f"bundle {str(self.bundle.root)!r}")
         self.tok = LayaTokenizer.from_dir(self.bundle.tokenizer_dir)
@@ -143,7 +146,6 @@ class ONNXAgent(HookRegistry):
         #: operations at the speed this process measures (`laya_onnx.core.work`).
         self.pass_clock = PassClock(PassWork.for_bundle(self.bundle.manifest), probe=self._probe_pass)
         self.revision: str | None = located.revision or source.revision
-        self.name = name or source.name or self.bundle.root.resolve().name
         #: The test preset this bundle's random weights come from (`tiny-english`, ...), None for a
         #: real checkpoint; shown by /health, /v1/models and the CLI.
         self.random_weights: str | None = random_weights_preset(self.cfg)
@@ -186,6 +188,7 @@ class ONNXAgent(HookRegistry):
             threads=self.threads,
             strict=strict_providers,
             io_binding=io_binding,
+            label=repr(self.name),
         )
         graph_files = (self.session_graph, self.bundle.root / GRAPH_DATA_FILE)
         weights = sum(p.stat().st_size for p in graph_files if p.exists())
@@ -194,7 +197,7 @@ class ONNXAgent(HookRegistry):
         )
         if self.precision != "fp32":
             warnings.warn(
-                f"laya-onnx: bundle {str(self.bundle.root)!r} runs in {self.precision_record.describe()}"
+                f"laya-onnx: bundle {self.name!r} runs in {self.precision_record.describe()}"
                 + (f"; {self.int8_kernel} kernel" if self.int8_kernel else ""),
                 ReducedPrecisionWarning,
                 stacklevel=3,  # the caller of ONNXAgent(...)

@@ -158,12 +158,18 @@ def open_session(
     strict: bool = False,
     io_binding: bool | None = None,
     cpu: Cpu | None = None,
+    label: str | None = None,
 ) -> GraphSession | OpenVINOSession:
     """The session of a bundle of `precision`: OpenVINO at bf16 for a bf16 bundle when the caller
     names no providers and this machine can (`bf16_unavailable`), onnxruntime otherwise."""
     if precision != "bf16" or providers is not None:
         return GraphSession(
-            graph_path, providers=providers, threads=threads, strict=strict, io_binding=io_binding
+            graph_path,
+            providers=providers,
+            threads=threads,
+            strict=strict,
+            io_binding=io_binding,
+            label=label,
         )
     reason = bf16_unavailable(cpu)
     if reason is None:
@@ -173,7 +179,7 @@ def open_session(
             f"strict_providers: the bf16 bundle cannot run at bf16 here: {reason}; refusing to run it "
             "in fp32 (pass strict_providers=False to allow the fallback)"
         )
-    session = GraphSession(graph_path, providers=[CPU], threads=threads, io_binding=io_binding)
+    session = GraphSession(graph_path, providers=[CPU], threads=threads, io_binding=io_binding, label=label)
     session.record_fallback(OPENVINO, f"bf16 bundle runs fp32 on onnxruntime's CPU provider: {reason}")
     return session
 

@@ -259,11 +259,14 @@ class GraphSession:
         *,
         strict: bool = False,
         io_binding: bool | None = None,
+        label: str | None = None,
     ):
         import onnxruntime as ort
 
         self._ort = ort
         self._path = str(graph_path)
+        #: How a report names this session's bundle: its name (`ONNXAgent.name`), else its folder.
+        self.label = label if label is not None else "at %s" % Path(self._path).parent
         self._threads = threads
         self._lock = threading.Lock()
         # Guards `info.fallbacks`: the inference thread counts while a server thread reads.
@@ -339,10 +342,8 @@ class GraphSession:
             counter.last_reason = reason
         # One report: a warning, which the command line and the server log as one line
         # (`laya_onnx.core.notices`) and an application filters as it likes.
-        # Named by the bundle's folder: the session opens before the agent has its name.
-        where = Path(self._path).parent
         warnings.warn(
-            f"laya-onnx: bundle at {where}: provider fallback: {reason} (strict_providers=True, or "
+            f"laya-onnx: bundle {self.label}: provider fallback: {reason} (strict_providers=True, or "
             "--strict-providers, refuses instead)",
             RuntimeWarning,
             stacklevel=3,
