@@ -1,7 +1,7 @@
 """laya-onnx: run the Laya decision model on ONNX Runtime, torch-free.
 
 `ONNXAgent(BUNDLE).predict(state, questions)` answers like `laya.Agent` 0.4.15 does, and
-`laya_onnx.load(BUNDLE_OR_NAME, hooks=...)` is the seed's `laya.load(...)`. The common hook names
+`laya_onnx.load(BUNDLE_OR_NAME, hooks=...)` is laya's `laya.load(...)`. The common hook names
 (`BaseHook`, `AsyncHook`, `PredictContext`, `Hook`, `PredictHook`, the `hooks` module) and the
 typed decisions (`decide`, `decide_batch`, `DecisionResult`) and `Router` import from here, as from `laya`.
 The export (torch), serve (aiohttp) and parity layers live in subpackages and are imported only

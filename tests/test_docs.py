@@ -40,7 +40,7 @@ PENDING = frozenset(
 #: A Markdown file named in text: `docs/semantics.md`, `README.md#install`, `../docs/x.md`.
 MD_NAME = re.compile(r"(?<![\w/.-])([\w./-]*[\w-]+\.md)(?:#([\w-]+))?\b")
 #: Paths and phrases that point at material outside the repository.
-OUTSIDE = re.compile(r"/work/shared|spec sheet|fact sheet", re.IGNORECASE)
+OUTSIDE = re.compile(r"/work/shared|shared/(spec|seeds)/|spec sheet|fact sheet", re.IGNORECASE)
 SELF = "tests/test_docs.py"
 TEXT_SUFFIXES = {".py", ".md", ".toml", ".txt", ".json", ".yaml", ".yml", ".cfg", ".ini", ".sh", ""}
 

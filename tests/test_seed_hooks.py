@@ -1,7 +1,7 @@
-"""Every example of the user's hooks reference (shared/seeds/002_039affdec97238a1.txt, Russian)
-runs with `laya_onnx` in place of `laya`, on the tiny bundle, and does what the page says.
+"""Every example of a hooks guide written for laya's API (in Russian) runs with `laya_onnx` in
+place of `laya`, on the tiny bundle, and does what the guide says.
 
-Each test quotes its block as the seed writes it (only `laya` -> `laya_onnx`); the names the
+Each test quotes its block as the guide writes it (only `laya` -> `laya_onnx`); the names the
 page leaves to the reader (`ship`, `Tracer`, `Metrics`, `log`, `redact`, ...) are defined here
 as small recorders, so the assertions can see what happened. The page's model id
 "convaiinnovations/laya" is the english checkpoint: `laya_onnx.load` finds its bundle in

@@ -1,4 +1,4 @@
-"""`laya_onnx.load(name_or_path, hooks=...)`: the seed's `laya.load(...)` entry point, for bundles.
+"""`laya_onnx.load(name_or_path, hooks=...)`: laya's `laya.load(...)` entry point, for bundles.
 
 What the argument names, in this order:
 
@@ -103,7 +103,7 @@ def load(
 ):
     """An `ONNXAgent` for a bundle path, a checkpoint name or a Hub id (see the module docstring).
 
-    The hook arguments are the seed's (`laya.load(..., hooks=..., on_predict_start=...)`); any
+    The hook arguments are laya's (`laya.load(..., hooks=..., on_predict_start=...)`); any
     other keyword (providers, threads, revision, token, ...) goes to `ONNXAgent` unchanged.
     """
     from laya_onnx.core.agent import ONNXAgent
