@@ -20,6 +20,7 @@ _LAZY = {
     "load": "laya_onnx.core.loader",
     **dict.fromkeys(("Router", "RouteDecision"), "laya_onnx.core.router"),
     "load_calibration": "laya_onnx.core.calibration_file",
+    "push_bundle": "laya_onnx.core.publish",
     **dict.fromkeys(("DecisionResult", "SchemaError", "decide", "decide_batch"), "laya_onnx.core.structured"),
 }
 
@@ -51,4 +52,5 @@ __all__ = [
     "hooks",
     "load",
     "load_calibration",
+    "push_bundle",
 ]

@@ -18,12 +18,12 @@ import argparse
 import sys
 import traceback
 
-from laya_onnx.cli import bench, demo, doctor, export, make_checkpoint, parity, predict, score, serve
+from laya_onnx.cli import bench, demo, doctor, export, make_checkpoint, parity, predict, push, score, serve
 from laya_onnx.cli.common import EXIT_FAILED, EXIT_INTERRUPTED
 from laya_onnx.cli.errors import bug_message, exit_status
 
 #: The commands, in the order `--help` lists them.
-COMMANDS = (make_checkpoint, export, predict, serve, score, parity, bench, doctor, demo)
+COMMANDS = (make_checkpoint, export, push, predict, serve, score, parity, bench, doctor, demo)
 
 DESCRIPTION = """\
 Run the Laya decision model (https://huggingface.co/convaiinnovations/laya) on ONNX Runtime,

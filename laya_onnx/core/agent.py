@@ -25,7 +25,7 @@ from laya_onnx.core.calibration_file import apply_calibration, bundle_calibratio
 from laya_onnx.core.calibration_file import load_calibration as load_calibration_file
 from laya_onnx.core.errors import InvalidRequest, InvalidRequestType, StateTruncatedWarning
 from laya_onnx.core.hooks import HookRegistry, PredictContext
-from laya_onnx.core.hub import BUNDLE_FILES, fetch_checkpoint
+from laya_onnx.core.hub import fetch_bundle
 from laya_onnx.core.int8_kernel import choose_kernel, requested_kernel, resolve_graph
 from laya_onnx.core.manifest import PrecisionRecord
 from laya_onnx.core.memory import (
@@ -117,9 +117,10 @@ class ONNXAgent(HookRegistry):
             hooks, on_predict_start, on_predict_end, hooks_raise, hooks_concurrent, hooks_timeout
         )
         # A local directory, or a bundle published on the Hub (`org/name[/subfolder]`, pinned with
-        # `revision` or $LAYA_REVISION; HF_HUB_OFFLINE=1 reads the local cache only).
-        located = fetch_checkpoint(bundle, revision=revision, token=token, files=BUNDLE_FILES, what="bundle")
-        self.bundle = Bundle.open(located.path, verify=verify)
+        # `revision` or $LAYA_REVISION; HF_HUB_OFFLINE=1 reads the local cache only), pulled by
+        # its manifest and hashed as it arrives, so Bundle.open need not hash it again.
+        located = fetch_bundle(bundle, revision=revision, token=token, verify=verify)
+        self.bundle = Bundle.open(located.path, verify=verify and not located.verified)
         #: The bundle's one name: /health, /v1/models, `routing.model` and every warning use it
         #: (the results' `model` names the runtime, `laya-rl-agent-onnx`, as laya's ONNX agent does).
         self.name: str = name or self.bundle.source.name or self.bundle.root.resolve().name

@@ -284,13 +284,24 @@ def check_graph_data(root: Path, manifest: Manifest) -> None:
         )
 
 
+def is_safe_name(name: str) -> bool:
+    """A manifest's file name that stays inside its bundle: relative, POSIX, no `.`/`..` parts.
+    Judged by its text, not by resolving it: a bundle pulled from the Hub is a snapshot whose
+    files are links into the cache's blob store, outside the bundle's folder."""
+    return (
+        bool(name)
+        and "\\" not in name
+        and not name.startswith("/")
+        and not any(part in ("", ".", "..") for part in name.split("/"))
+    )
+
+
 def verify_files(root: Path, files: dict[str, FileEntry]) -> None:
     """Check each listed file's sha256; names must stay inside `root`."""
-    base = root.resolve()
     for name, entry in files.items():
-        path = (root / name).resolve()
-        if base not in path.parents:
+        if not is_safe_name(name):
             raise BundleError(f"bundle manifest lists an unsafe path {name!r}")
+        path = root / name
         if not path.is_file():
             raise BundleError(f"bundle {str(root)!r} is missing {name!r}, which its manifest lists")
         want = entry.sha256

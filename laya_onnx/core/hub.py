@@ -13,6 +13,9 @@ one set of rules, which follow laya 0.4.15 (`revisions.py`, `Agent.__init__`):
   A truthy but blank `revision` suppresses the environment variable.
 * Only the checkpoint's files are fetched (`allow_patterns`), and the commit the snapshot
   resolved to is recorded (the `snapshots/<sha>` directory name).
+* A bundle is pulled by its manifest (`fetch_bundle`): `manifest.json` first, at the revision
+  asked for, then exactly the files it lists, at the commit that manifest came from, each
+  checked against its sha256. Whatever else the repo holds is never downloaded.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from laya_onnx.core import settings
+from laya_onnx.core.bundle import MANIFEST_FILE, BundleError, is_safe_name, read_json_object, verify_files
 from laya_onnx.core.errors import ConfigError, InvalidRequest, SourceNotADirectory, SourceNotFound
+from laya_onnx.core.manifest import Manifest, ManifestError
 from laya_onnx.core.names import published_name
 
 #: Reviewed commit SHAs of the published checkpoints (laya 0.4.15 revisions.py). Opt-in only.
@@ -39,15 +44,6 @@ REVIEWED = "reviewed"
 #: What a checkpoint consists of; the runtime needs everything but the weights.
 CHECKPOINT_FILES: tuple[str, ...] = ("rl_agent_config.json", "model.safetensors", "tokenizer/*", "encoder/*")
 RUNTIME_FILES: tuple[str, ...] = ("rl_agent_config.json", "tokenizer/*", "encoder/*")
-#: What a laya-onnx bundle published on the Hub is made of (no torch weights).
-BUNDLE_FILES: tuple[str, ...] = (
-    "laya.onnx",
-    "laya.u8s8.onnx",  # only in int8 bundles: the u8 x s8 form for CPUs with VNNI
-    "rl_agent_config.json",
-    "tokenizer/*",
-    "manifest.json",
-    "calibration.json",  # only in bundles exported with --calibration
-)
 
 _REPO_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?"
 _REPO_RE = re.compile(rf"^(?P<repo>{_REPO_PART}/{_REPO_PART})(?:/(?P<sub>[^\s\\]+?))?/?$")
@@ -129,6 +125,8 @@ class CheckpointSource:
     repo: str | None = None  # Hub repo id; None for a local directory
     subfolder: str | None = None
     revision: str | None = None  # the commit the snapshot resolved to (or the request)
+    #: Every file was checked against the manifest's sha256 as it was pulled (`fetch_bundle`).
+    verified: bool = False
 
     @property
     def name(self) -> str:
@@ -151,6 +149,34 @@ class CheckpointSource:
         }
 
 
+def _local_source(text: str, what: str) -> CheckpointSource | None:
+    """`text` as a local directory; None when it names a Hub repo instead."""
+    if os.path.exists(text):
+        path = Path(text)
+        if not path.is_dir():
+            raise SourceNotADirectory(f"{what} {text!r} is a file; expected a {what} directory")
+        return CheckpointSource(path=path)
+    if looks_like_path(text):
+        raise missing_directory(text, what)
+    return None
+
+
+def _hub_kwargs(token: str | None, cache_dir: str | os.PathLike | None) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"token": token or os.environ.get("HF_TOKEN") or None}
+    if cache_dir is not None:
+        kwargs["cache_dir"] = os.fspath(cache_dir)
+    return kwargs
+
+
+def _not_provided(text: str, what: str, exc: Exception) -> SourceNotFound:
+    return SourceNotFound(
+        f"{what} {text!r} is not a local directory, and the Hugging Face Hub could not provide it "
+        f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else exc!r}). A local "
+        "path: check its spelling; a Hub id (org/name): check the id, the network, or "
+        "HF_HUB_OFFLINE=1 with the model in the local cache"
+    )
+
+
 def fetch_checkpoint(
     arg: str | os.PathLike,
     *,
@@ -168,35 +194,22 @@ def fetch_checkpoint(
     names the thing in that message ("checkpoint", "bundle").
     """
     text = os.fspath(arg)
-    if os.path.exists(text):
-        path = Path(text)
-        if not path.is_dir():
-            raise SourceNotADirectory(f"checkpoint {text!r} is a file; expected a checkpoint directory")
-        return CheckpointSource(path=path)
-    if looks_like_path(text):
-        raise missing_directory(text, what)
+    local = _local_source(text, what)
+    if local is not None:
+        return local
     repo, sub = split_repo_id(text)
     requested = resolve_revision(repo, revision)
     from huggingface_hub import snapshot_download
 
     prefix = f"{sub}/" if sub else ""
-    kwargs: dict[str, Any] = {
-        "allow_patterns": [prefix + f for f in files],
-        "token": token or os.environ.get("HF_TOKEN") or None,
-    }
+    kwargs = _hub_kwargs(token, cache_dir)
+    kwargs["allow_patterns"] = [prefix + f for f in files]
     if requested:
         kwargs["revision"] = requested
-    if cache_dir is not None:
-        kwargs["cache_dir"] = os.fspath(cache_dir)
     try:
         root = Path(snapshot_download(repo, **kwargs))
     except Exception as exc:  # offline, no such repo or revision, no network, no access
-        raise SourceNotFound(
-            f"{what} {text!r} is not a local directory, and the Hugging Face Hub could not provide it "
-            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else exc!r}). A local "
-            "path: check its spelling; a Hub id (org/name): check the id, the network, or "
-            "HF_HUB_OFFLINE=1 with the model in the local cache"
-        ) from exc
+        raise _not_provided(text, what, exc) from exc
     commit = snapshot_revision(root) or requested
     path = root / sub if sub else root
     if sub and not path.is_dir():
@@ -204,13 +217,90 @@ def fetch_checkpoint(
     return CheckpointSource(path=path, repo=repo, subfolder=sub, revision=commit)
 
 
+def _snapshot_commit(path: Path) -> str | None:
+    """The commit of the Hub snapshot a downloaded file lies in (`.../snapshots/<sha>/...`)."""
+    for parent in path.parents:
+        if parent.parent.name == "snapshots":
+            return parent.name
+    return None
+
+
+def _listed_names(manifest: Manifest, owner: str) -> list[str]:
+    """The files the manifest lists, refused before any download if one could land outside the
+    bundle (absolute, `..`, a backslash): a repo's manifest is not trusted to name paths."""
+    names = sorted(manifest.files)
+    for name in names:
+        if not is_safe_name(name):
+            raise BundleError(f"{owner}: {MANIFEST_FILE} lists an unsafe path {name!r}")
+    return names
+
+
+def fetch_bundle(
+    arg: str | os.PathLike,
+    *,
+    revision: str | None = None,
+    token: str | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    verify: bool = True,
+) -> CheckpointSource:
+    """Resolve `arg` to a bundle directory, pulling a Hub bundle by its manifest.
+
+    A local directory is returned as it is (`Bundle.open` checks it). A Hub id
+    (`org/name[/subfolder]`) is pulled in two steps: `manifest.json` at `revision` (resolved as
+    for checkpoints), then every file that manifest lists, at the commit the manifest came
+    from, so a branch that moves in between cannot mix two bundles. With `verify` each file's
+    sha256 is checked against the manifest (`BundleError` naming the file otherwise) and the
+    source says `verified=True`, so the caller need not hash them again.
+    """
+    text = os.fspath(arg)
+    local = _local_source(text, "bundle")
+    if local is not None:
+        return local
+    repo, sub = split_repo_id(text)
+    requested = resolve_revision(repo, revision)
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import EntryNotFoundError
+
+    prefix = f"{sub}/" if sub else ""
+    kwargs = _hub_kwargs(token, cache_dir)
+    at = f"{repo!r} at {requested!r}" if requested else repo
+    try:
+        manifest_path = Path(hf_hub_download(repo, prefix + MANIFEST_FILE, revision=requested, **kwargs))
+    except EntryNotFoundError as exc:
+        raise SourceNotFound(
+            f"bundle {text!r}: {at} has no {prefix}{MANIFEST_FILE}; is it a laya-onnx bundle "
+            "(laya-onnx push BUNDLE REPO_ID)?"
+        ) from exc
+    except Exception as exc:  # offline, no such repo or revision, no network, no access
+        raise _not_provided(text, "bundle", exc) from exc
+    root = manifest_path.parent
+    commit = _snapshot_commit(manifest_path) or requested
+    owner = f"bundle {text!r}"
+    try:
+        manifest = Manifest.parse(read_json_object(manifest_path, owner, BundleError))
+    except ManifestError as exc:
+        raise BundleError(f"{owner}: {exc}") from None
+    for name in _listed_names(manifest, owner):
+        try:
+            hf_hub_download(repo, prefix + name, revision=commit, **kwargs)
+        except EntryNotFoundError as exc:
+            raise BundleError(
+                f"{owner}: {MANIFEST_FILE} lists {name!r}, which {repo!r} does not hold at {commit}"
+            ) from exc
+        except Exception as exc:  # the network or the Hub failed part way
+            raise _not_provided(text, "bundle", exc) from exc
+    if verify:
+        verify_files(root, manifest.files)
+    return CheckpointSource(path=root, repo=repo, subfolder=sub, revision=commit, verified=verify)
+
+
 __all__ = [
-    "BUNDLE_FILES",
     "CHECKPOINT_FILES",
     "CheckpointSource",
     "PINNED_REVISIONS",
     "REVIEWED",
     "RUNTIME_FILES",
+    "fetch_bundle",
     "fetch_checkpoint",
     "looks_like_path",
     "pinned_revision",

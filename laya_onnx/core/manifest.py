@@ -165,6 +165,8 @@ class ExportRecord(Record):
     #: with RoPE as one op (int8), or "transformers" (as written).
     layers: str | None = None
     architecture: dict[str, Any] | None = None
+    #: The CPU class the export's timings were measured on (`machine.Cpu.label`, cores).
+    cpu: str | None = None
 
 
 @dataclass(frozen=True)

@@ -474,6 +474,7 @@ class _Export:
             attention=self.options.attention_kind,
             layers=trace.layers,
             architecture=loaded.architecture,
+            cpu=_cpu_class(),
         )
 
     def write(self, tmp: Path, loaded: LoadedCheckpoint, records: Manifest) -> Manifest:
@@ -494,6 +495,14 @@ class _Export:
             ),
         )
         return write_manifest(tmp, manifest)
+
+
+def _cpu_class() -> str:
+    """This CPU's class and the cores this process may use, as timings name it."""
+    from laya_onnx.core.machine import read_cpu
+
+    cpu = read_cpu()
+    return f"{cpu.label}, {cpu.cores} cores"
 
 
 def export_bundle(checkpoint, out_dir, options: ExportOptions | None = None, **fields: Any) -> Manifest:
