@@ -108,6 +108,23 @@ def test_every_cited_section_exists():
     assert not broken, "citations of headings the page does not have:\n" + "\n".join(broken)
 
 
+#: A file of the test suite named in text: `tests/test_export.py`, `tests/serve/test_x.py`.
+TEST_FILE = re.compile(r"(?<![\w/.-])(tests/[\w/]+\.py)\b")
+
+
+def test_every_cited_test_file_exists():
+    files = set(tracked())
+    missing = [
+        "%s:%d: %s" % (path, number, match.group(1))
+        for path in text_files()
+        if path not in PENDING
+        for number, line in enumerate((ROOT / path).read_text(errors="replace").splitlines(), 1)
+        for match in TEST_FILE.finditer(line)
+        if match.group(1) not in files
+    ]
+    assert not missing, "citations of test files that do not exist:\n" + "\n".join(missing)
+
+
 def test_nothing_points_outside_the_repository():
     found = [
         "%s:%d" % (path, number)
