@@ -5,6 +5,7 @@
   saturate  a bundle served in this process and saturated (`laya_onnx.bench.saturate`)
   memory    peak RSS and time of a long-state batch (`laya_onnx.bench.memory`)
   soak      honest and hostile traffic for minutes against a served bundle (`laya_onnx.bench.soak`)
+  coldstart process start to first answer, fresh processes, beside the reference (`laya_onnx.bench.coldstart`)
 
 The defaults the options show are those modules' own constants; the modules import torch,
 onnxruntime and aiohttp only where a measurement runs, so `--help` loads none of them.
@@ -415,12 +416,48 @@ def _run_soak(args: argparse.Namespace) -> int:
     return emit_report(report, args.json, format_summary(report))
 
 
+# -- coldstart ------------------------------------------------------------------------------
+def _add_coldstart(group) -> argparse.ArgumentParser:
+    from laya_onnx.bench.coldstart import DEFAULT_REPEATS, DEFAULT_THREADS
+
+    p = group.add_parser(
+        "coldstart",
+        help="process start to first answer, fresh processes, beside the reference (torch)",
+        description="Time fresh processes from spawn to the first 3-question answer: import, "
+        "load, first answer, and peak RSS at the first answer; with --checkpoint the reference "
+        "laya.Agent (torch, needs the dev extra) runs beside each bundle, interleaved.",
+    )
+    p.add_argument("bundles", nargs="+", metavar="BUNDLE", help="one or more bundles")
+    p.add_argument("--checkpoint", help="the checkpoint they were exported from: time the reference too")
+    p.add_argument(
+        "--repeats", type=int, default=DEFAULT_REPEATS, help="runs per runtime (default %(default)s)"
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=DEFAULT_THREADS,
+        help="intra-op threads of every runtime (default %(default)s)",
+    )
+    p.add_argument("--json", metavar="FILE", help="write the report as JSON")
+    return p
+
+
+def _run_coldstart(args: argparse.Namespace) -> int:
+    if args.repeats < 1 or args.threads < 1:
+        raise UsageError("--repeats and --threads must be at least 1")
+    from laya_onnx.bench.coldstart import format_report, run_coldstart
+
+    report = run_coldstart(args.bundles, args.checkpoint, repeats=args.repeats, threads=args.threads)
+    return emit_report(report, args.json, format_report(report))
+
+
 MEASUREMENTS = {
     "agent": Measurement(_add_agent, _run_agent),
     "http": Measurement(_add_http, _run_http),
     "saturate": Measurement(_add_saturate, _run_saturate),
     "memory": Measurement(_add_memory, _run_memory),
     "soak": Measurement(_add_soak, _run_soak),
+    "coldstart": Measurement(_add_coldstart, _run_coldstart),
 }
 
 
