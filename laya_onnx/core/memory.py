@@ -232,9 +232,12 @@ def estimate_from_architecture(arch: Mapping[str, Any], source: str | None = Non
 
 # -- measuring and fitting -------------------------------------------------------------------------
 
-#: Shapes probed at export, smallest first: long single rows pin the quadratic term, wide batches
-#: of short rows the linear one. Shapes the fit so far predicts above `PROBE_CAP` are skipped.
-PROBE_SHAPES: tuple[tuple[int, int], ...] = ((1, 128), (8, 128), (1, 512), (4, 512), (1, 1024), (1, 2048))
+#: Shapes probed at export, smallest first: long single rows pin the quadratic term, a wide batch
+#: of short rows the linear one, the shortest row the fixed part. Four shapes, one more than the
+#: model's coefficients, so the fit is checked by a sample it did not need; each costs a fresh
+#: process and a pass, which at full size is most of an export's time (docs/coldstart.md).
+#: Shapes the fit so far predicts above `PROBE_CAP` are skipped.
+PROBE_SHAPES: tuple[tuple[int, int], ...] = ((1, 128), (8, 128), (1, 1024), (1, 2048))
 PROBE_CAP = 1 * GiB
 PROBE_TIMEOUT = 600.0
 
