@@ -62,7 +62,7 @@ def test_cuda_defaults_turn_tf32_off_and_grow_the_arena_as_requested(bundle_fact
 def test_onnxruntime_own_fallback_is_off(cpu_agent):
     # onnxruntime would otherwise rebuild a failed session on CPU, or switch every later pass to CPU
     # after one EPFail, uncounted; `enable_fallback=0` leaves that to the counted fallback.
-    assert cpu_agent.session._session._enable_fallback is False
+    assert cpu_agent.session.inference_session._enable_fallback is False
 
 
 def test_release_names_the_device_arena_only_for_a_device_pass(cpu_agent):
@@ -102,10 +102,10 @@ class Broken:
 
 def test_repeated_device_failures_make_the_agent_unhealthy(cpu_agent):
     expected = cpu_agent.predict("refund me", QUESTIONS)
-    working = cpu_agent.session._session
+    working = cpu_agent.session.inference_session
     cuda_looking(cpu_agent)
     cpu_agent.session._cpu_session = None
-    cpu_agent.session._session = Broken()
+    cpu_agent.session.inference_session = Broken()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         for n in range(1, DEVICE_FAILURE_LIMIT + 1):
@@ -114,7 +114,7 @@ def test_repeated_device_failures_make_the_agent_unhealthy(cpu_agent):
             assert cpu_agent.session.device_failures == n
     assert not cpu_agent.healthy
     assert cpu_agent.fallbacks[CUDA]["count"] == DEVICE_FAILURE_LIMIT
-    cpu_agent.session._session = working  # the device recovers: one good pass resets the streak
+    cpu_agent.session.inference_session = working  # the device recovers: one good pass resets the streak
     cpu_agent.predict("refund me", QUESTIONS)
     assert cpu_agent.healthy and cpu_agent.session.device_failures == 0
 

@@ -155,7 +155,7 @@ def test_a_failed_device_pass_is_retried_on_cpu_unless_strict(bundle_factory):
             def run(self, *a, **k):
                 raise RuntimeError("CUDA out of memory")
 
-        agent.session._session = Broken()
+        agent.session.inference_session = Broken()
         if strict:
             with pytest.raises(
                 ProviderUnavailable, match="a pass failed on CUDAExecutionProvider and is not retried"
@@ -174,9 +174,9 @@ def test_io_binding_gives_identical_answers_on_cpu(bundle_factory, monkeypatch):
     bound = ONNXAgent(bundle_factory("tiny-english"), io_binding=True)
     assert plain.session.io_binding is False and bound.session.io_binding is True
     calls = []
-    real = type(bound.session._session).run_with_iobinding
+    real = type(bound.session.inference_session).run_with_iobinding
     monkeypatch.setattr(
-        type(bound.session._session),
+        type(bound.session.inference_session),
         "run_with_iobinding",
         lambda self, binding, options=None: calls.append(1) or real(self, binding, options),
     )

@@ -186,7 +186,7 @@ def injected_failure(bundle: str, device: str) -> dict[str, Any]:
     if simulated:
         agent.session.info.active = [CUDA, CPU]
         agent.session.io_binding = False
-    agent.session._session = Broken()
+    agent.session.inference_session = Broken()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         answered = call()

@@ -362,6 +362,17 @@ class GraphSession:
     def providers(self) -> list[str]:
         return list(self.info.active)
 
+    @property
+    def inference_session(self) -> Any:
+        """The onnxruntime InferenceSession the passes run on (the first active provider's)."""
+        return self._session
+
+    @inference_session.setter
+    def inference_session(self, session: Any) -> None:
+        """Run the next passes on `session`: the CUDA check puts a failing one here to prove the
+        counted fallback to CPU."""
+        self._session = session
+
     def fallback_snapshot(self) -> dict[str, FallbackEntry]:
         """{provider: {"count", "last_reason"}} for every provider that fell back, copied under
         the lock, so a reader on another thread never sees a half-updated table."""
