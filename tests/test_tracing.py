@@ -173,3 +173,27 @@ def _json_objects(text: str) -> list[str]:
         out.append(json.dumps(obj))
         i = end
     return out
+
+
+def test_a_recorded_wait_and_work_on_another_thread_stay_under_the_current_span(spans, tiny_english_agent):
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    spans.clear()
+    with ThreadPoolExecutor(1) as worker, tracing.span("server.request") as request:
+        queued = time.perf_counter()
+        time.sleep(0.01)
+        tracing.record("laya.queue", queued, time.perf_counter(), {"laya.route": "/v1/systemone"})
+        call = tracing.in_current_context(
+            lambda: tiny_english_agent.predict("I was charged twice", QUESTIONS)
+        )
+        worker.submit(call).result()
+        # without the context the worker's call starts a trace of its own
+        worker.submit(lambda: tiny_english_agent.predict("again", QUESTIONS)).result()
+    named = by_name(spans.get_finished_spans())
+    (queue,) = named["laya.queue"]
+    assert queue.parent.span_id == request.get_span_context().span_id
+    assert 0.009 <= (queue.end_time - queue.start_time) / 1e9 < 1.0
+    inside, outside = sorted(named["laya.call"], key=lambda s: s.start_time)
+    assert inside.parent.span_id == request.get_span_context().span_id
+    assert outside.parent is None and outside.context.trace_id != inside.context.trace_id

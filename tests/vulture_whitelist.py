@@ -116,5 +116,7 @@ _.format_version
 _.current_ids  # the trace and span id of the current span, for a log line
 _.incoming_context  # a request's W3C traceparent, continued by the request's span
 _.configure_from_environment  # the exporter from the standard OTEL_* variables
+_.record  # a wait measured without a span held open (a request's time in the queue)
+_.in_current_context  # work handed to an executor thread, under the caller's span
 # -- parity reports: CaseResult fields written to the JSON report (asdict) and read by --plot ----
 _.abs_dps

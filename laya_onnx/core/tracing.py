@@ -21,8 +21,11 @@ The names and attributes (one meaning each):
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import functools
 import os
 import sys
+import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -110,6 +113,23 @@ def pass_attributes(agent: Any, index: int, rows: Sequence[Any], length: int) ->
         "laya.precision": agent.precision,
         "laya.provider": agent.providers[0],
     }
+
+
+def record(name: str, started: float, ended: float, attributes: Mapping[str, Any] | None = None) -> None:
+    """A span that already happened, under the current one: from `started` to `ended`, two
+    `time.perf_counter()` readings (a wait measured where no span could be held open)."""
+    active = tracer()
+    if active is None:
+        return
+    now_ns, now = time.time_ns(), time.perf_counter()
+    begin = active.start_span(name, attributes=attributes, start_time=now_ns - int((now - started) * 1e9))
+    begin.end(end_time=now_ns - int((now - ended) * 1e9))
+
+
+def in_current_context(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """`fn`, to run on another thread (an executor's) inside this one's context: its spans are
+    children of the current span, its log lines carry the current request's id."""
+    return functools.partial(contextvars.copy_context().run, fn)
 
 
 def current_ids() -> tuple[str, str] | None:
