@@ -30,3 +30,11 @@ def test_the_cli_writes_the_report(tiny_english, tmp_path):
     report = json.loads(out.read_text())
     assert report["threads"] == 2 and list(report["runtimes"]) == [str(tiny_english)]
     assert main(["bench", "coldstart", str(tiny_english), "--repeats", "0"]) == 2
+
+
+def test_coldstart_runs_each_bundle_from_its_prepared_graph_too(tiny_english, tmp_path):
+    report = run_coldstart(
+        [str(tiny_english)], repeats=1, threads=1, progress=False, session_cache=str(tmp_path)
+    )
+    assert list(report["runtimes"]) == [str(tiny_english), f"{tiny_english} (prepared)"]
+    assert len(list(tmp_path.iterdir())) == 1  # made once, before the timed runs

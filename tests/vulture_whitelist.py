@@ -48,6 +48,7 @@ _.graph_optimization_level  # onnxruntime: SessionOptions
 _.intra_op_num_threads
 _.enable_cpu_mem_arena
 _.enable_mem_pattern
+_.optimized_model_filepath  # onnxruntime: SessionOptions (core/prepared.py)
 _.log_severity_level
 _.enable_attention  # onnxruntime.transformers: FusionOptions
 _.writeable  # numpy: an array's flags

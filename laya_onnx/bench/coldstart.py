@@ -13,6 +13,9 @@ With `--checkpoint` the reference (torch) runs beside each bundle, interleaved: 
 every runtime once, in an order that rotates, and the ratios are taken within a repeat (so the
 machine's drift over minutes cancels), reported as their median and range.
 
+With `--session-cache DIR` each bundle also runs from its graph prepared for this machine
+(`$LAYA_SESSION_CACHE`, `laya_onnx.core.prepared`), made once before the timed runs.
+
     laya-onnx bench coldstart BUNDLE [BUNDLE ...] [--checkpoint CKPT] [--repeats 3] [--threads 2]
 """
 
@@ -28,10 +31,13 @@ from typing import Any
 
 from laya_onnx.bench.child import PACKAGE_ROOT
 from laya_onnx.bench.sample import README_REQUEST
+from laya_onnx.core import settings
 
 DEFAULT_REPEATS = 3
 DEFAULT_THREADS = 2
 REFERENCE = "reference"
+#: The label suffix of a bundle loaded from its prepared graph (`laya_onnx.core.prepared`).
+PREPARED = "(prepared)"
 STEPS = ("import_s", "load_s", "first_s", "total_s", "peak_rss_mb")
 
 # The child: no laya_onnx import before the clock starts but the runtime's own. Times are wall
@@ -63,9 +69,14 @@ print(json.dumps({"imported": imported, "loaded": loaded, "answered": answered, 
 """
 
 
-def run_once(runtime: str, path: str, threads: int) -> dict[str, float]:
-    """One fresh process: its steps' seconds and its peak RSS (MiB) at the first answer."""
+def run_once(runtime: str, path: str, threads: int, session_cache: str | None = None) -> dict[str, float]:
+    """One fresh process: its steps' seconds and its peak RSS (MiB) at the first answer. With
+    `session_cache` the bundle loads its prepared graph from there ($LAYA_SESSION_CACHE), made
+    beforehand; without, the variable is unset for the child."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    env.pop(settings.SESSION_CACHE.env, None)
+    if session_cache:
+        env[settings.SESSION_CACHE.env] = session_cache
     request = json.dumps(README_REQUEST)
     spawned = time.time()
     done = subprocess.run(
@@ -97,17 +108,23 @@ def run_coldstart(
     repeats: int = DEFAULT_REPEATS,
     threads: int = DEFAULT_THREADS,
     progress: bool = True,
+    session_cache: str | None = None,
 ) -> dict[str, Any]:
-    """Cold starts of each bundle (and the reference on `checkpoint`), interleaved; see the module doc."""
+    """Cold starts of each bundle (and the reference on `checkpoint`; with `session_cache`, each
+    bundle again from its prepared graph there), interleaved; see the module doc."""
     from laya_onnx.core.machine import read_cpu
 
-    runtimes = [(REFERENCE, checkpoint)] if checkpoint else []
-    runtimes += [(b, b) for b in bundles]
-    runs: dict[str, list[dict[str, float]]] = {label: [] for label, _ in runtimes}
+    runtimes: list[tuple[str, str, str | None]] = [(REFERENCE, checkpoint, None)] if checkpoint else []
+    runtimes += [(b, b, None) for b in bundles]
+    if session_cache:
+        runtimes += [(f"{b} {PREPARED}", b, session_cache) for b in bundles]
+        for b in bundles:  # made once, outside the timed runs
+            run_once("ours", b, threads, session_cache)
+    runs: dict[str, list[dict[str, float]]] = {label: [] for label, _, _ in runtimes}
     for r in range(repeats):
         order = runtimes[r % len(runtimes) :] + runtimes[: r % len(runtimes)]
-        for label, path in order:
-            got = run_once(REFERENCE if label == REFERENCE else "ours", str(path), threads)
+        for label, path, cache in order:
+            got = run_once(REFERENCE if label == REFERENCE else "ours", str(path), threads, cache)
             runs[label].append(got)
             if progress:
                 print(
@@ -127,7 +144,7 @@ def run_coldstart(
     }
     if checkpoint:
         ratios = {}
-        for label in bundles:
+        for label in [label for label, _, _ in runtimes if label != REFERENCE]:
             ratios[label] = {
                 k: _summary(
                     [ours[k] / ref[k] for ours, ref in zip(runs[label], runs[REFERENCE], strict=True)]

@@ -438,6 +438,11 @@ def _add_coldstart(group) -> argparse.ArgumentParser:
         default=DEFAULT_THREADS,
         help="intra-op threads of every runtime (default %(default)s)",
     )
+    p.add_argument(
+        "--session-cache",
+        metavar="DIR",
+        help="also run each bundle from its graph prepared for this machine in DIR (the session cache setting)",
+    )
     p.add_argument("--json", metavar="FILE", help="write the report as JSON")
     return p
 
@@ -447,7 +452,13 @@ def _run_coldstart(args: argparse.Namespace) -> int:
         raise UsageError("--repeats and --threads must be at least 1")
     from laya_onnx.bench.coldstart import format_report, run_coldstart
 
-    report = run_coldstart(args.bundles, args.checkpoint, repeats=args.repeats, threads=args.threads)
+    report = run_coldstart(
+        args.bundles,
+        args.checkpoint,
+        repeats=args.repeats,
+        threads=args.threads,
+        session_cache=args.session_cache,
+    )
     return emit_report(report, args.json, format_report(report))
 
 

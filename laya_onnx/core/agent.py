@@ -39,6 +39,7 @@ from laya_onnx.core.names import random_weights_preset
 from laya_onnx.core.openvino_session import open_session
 from laya_onnx.core.options import CallOptions
 from laya_onnx.core.passes import DEFAULT_BUCKET_ROWS, plan_passes
+from laya_onnx.core.prepared import session_graph
 from laya_onnx.core.question_cache import QuestionCache
 from laya_onnx.core.questions import normalize_questions, require_questions_dict
 from laya_onnx.core.sequences import check_option_layout, collate, encode_state, option_spans
@@ -183,7 +184,12 @@ class ONNXAgent(HookRegistry):
         #: The graph file the session runs (an int8 bundle's form for this CPU, else laya.onnx).
         self.session_graph = resolve_graph(self.bundle.root, self.int8_kernel_choice)
         self.session = open_session(
-            str(self.session_graph),
+            # the shipped graph, or its form prepared for this CPU when $LAYA_SESSION_CACHE is set
+            str(
+                session_graph(
+                    self.session_graph, self.bundle.manifest, self.precision, providers, self.threads
+                )
+            ),
             self.precision,
             providers=providers,
             threads=self.threads,

@@ -103,6 +103,19 @@ REVISION = _entry(
         shown_default="Hub default",
     )
 )
+SESSION_CACHE = _entry(
+    Setting[str | None](
+        "LAYA_SESSION_CACHE",
+        parsers.stripped,
+        None,
+        "refuse",
+        "a folder where each bundle graph loaded on the CPU provider is saved optimized, its weights "
+        "prepacked, for this CPU and onnxruntime (made on first load, kept only if it answers bit for "
+        "bit as the bundle's graph); later loads map it instead of preparing the graph again",
+        "core",
+        shown_default="unset: every load prepares the graph",
+    )
+)
 #: 2 GiB: on the 2-core / 24 GiB machine this project targets, a pass that size already takes
 #: seconds on tiny-english and tens of seconds on the full-size encoder (attention work grows with
 #: the same length**2 as its memory), and five such servers (weights + a full pass each) still
