@@ -132,7 +132,9 @@ def test_help_defaults_are_the_modules_own(monkeypatch):
     monkeypatch.setattr(saturate, "DEFAULT_CLIENTS", 7)
     monkeypatch.setattr(agent, "DEFAULT_REPEATS", 9)
     monkeypatch.setattr(memory, "DEFAULT_TOKENS", 1234)
-    monkeypatch.setitem(precision.GATES, "int8", precision.Gate(max_abs_dp=0.33, min_agreement=0.77))
+    monkeypatch.setitem(
+        precision.GATES, "int8", precision.Gate(max_abs_dp=0.33, min_agreement=0.77)
+    )
     monkeypatch.setattr(
         precision, "DEFAULT_INT8_PLAN", precision.Int8Plan(keep_fp32=("mlp.Wo",), weight_bits=7)
     )
@@ -577,3 +579,21 @@ def test_predict_names_a_misspelt_field_and_still_answers(bundle_factory, capsys
         in lines
     )
     assert "question 'q': field 'critera' is not read and has no effect (did you mean 'criteria'?)" in lines
+
+
+def test_every_user_error_shares_one_base_the_cli_reports():
+    """One base, `UserError`, instead of a list of class names: a new type deriving from it is
+    reported as the user's error without being listed."""
+    from laya_onnx.cli.errors import USER_ERRORS
+    from laya_onnx.core.errors import UserError
+
+    class NewMistake(UserError, ValueError):
+        pass
+
+    assert USER_ERRORS == ("laya_onnx.core.errors.UserError",)
+    assert exit_status(NewMistake("bad thing")) == (EXIT_USAGE, "error: bad thing")
+    assert all(
+        isinstance(exc, UserError)
+        for exc, status in _own_errors()
+        if status == EXIT_USAGE and not isinstance(exc, ImportError)
+    )

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from laya_onnx.core.bundle import GRAPH_INPUTS, GRAPH_OUTPUTS, Bundle, OutputExistsError, sha256_file
+from laya_onnx.core.errors import InvalidRequest
 
 pytestmark = pytest.mark.torch
 
@@ -196,8 +197,17 @@ def test_output_directory_rules(checkpoint_factory, bundle_factory, tmp_path):
     with pytest.raises(OutputExistsError, match="is not empty; pass force=True to replace it"):
         export_bundle(ckpt, out, verbose=False)
     assert (out / "stale.txt").exists()
+    # force replaces an earlier export, never a file laya-onnx did not write
+    with pytest.raises(InvalidRequest, match=r"holds 1 entry laya-onnx did not write \('stale.txt'\)"):
+        export_bundle(ckpt, out, force=True, verbose=False)
+    (out / "stale.txt").rename(out / "laya.onnx")  # an earlier export's graph
     manifest = export_bundle(ckpt, out, force=True, verbose=False, measure_memory=False)
-    assert not (out / "stale.txt").exists() and (out / "laya.onnx").exists()
+    assert sorted(p.name for p in out.iterdir()) == [
+        "laya.onnx",
+        "manifest.json",
+        "rl_agent_config.json",
+        "tokenizer",
+    ]
     assert json.loads((out / "manifest.json").read_text()) == manifest.as_json()
     assert _leftovers(tmp_path, "out") == []
     # The same checkpoint exports to the same graph bytes (the exporter is deterministic here).

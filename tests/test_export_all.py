@@ -47,7 +47,7 @@ def test_export_all_from_the_hub_makes_a_models_directory(tmp_path, monkeypatch,
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))  # read by snapshot_download per call
     out = tmp_path / "models"
     (out / "english").mkdir(parents=True)
-    (out / "english" / "old").write_text("x")
+    (out / "english" / "laya.onnx").write_text("an earlier export's graph")
 
     # an occupied bundle folder refuses the whole run before anything is exported
     assert main(["export", "--all", "--hub", "-o", str(out), "--no-memory-probe"]) == 2

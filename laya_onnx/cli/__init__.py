@@ -93,9 +93,33 @@ def report_warnings() -> None:
     log_warnings()
 
 
+def parser_named(parser: argparse.ArgumentParser, prog: str) -> argparse.ArgumentParser:
+    """The (sub)command parser of `parser` whose prog is `prog` ("laya-onnx bench http"), else
+    `parser` itself."""
+    if parser.prog == prog:
+        return parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                found = parser_named(child, prog)
+                if found is not child or child.prog == prog:
+                    return found
+    return parser
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """`argv` parsed; an option the command does not take is reported under that command's usage
+    (argparse reports it under the top-level one, which lists no command's options)."""
+    parser = build_parser(command_word(argv))
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        parser_named(parser, args.prog).error("unrecognized arguments: %s" % " ".join(extra))
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser(command_word(argv)).parse_args(argv)
+    args = parse(argv)
     report_warnings()
     try:
         return args.run(args)

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from laya_onnx.core.errors import UserError
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 # A character the terminal's bytes could not be decoded to: on POSIX, Python turns bytes that are
@@ -31,7 +33,7 @@ def invocation() -> str:
     return "laya-onnx"
 
 
-class UsageError(ValueError):
+class UsageError(UserError, ValueError):
     """A command-line argument that cannot be used (exit 2)."""
 
 
@@ -72,7 +74,23 @@ def read_json_argument(value: str, option: str) -> Any:
     try:
         return json.loads(text)
     except ValueError as exc:
-        raise UsageError(f"{source} is not valid JSON ({exc})") from None
+        raise UsageError(f"{source} is not valid JSON ({exc}){file_hint(value, option)}") from None
+
+
+def file_hint(value: str, option: str) -> str:
+    """`; to read the file 'x.json', write OPTION @x.json` for an inline value that names a file
+    (or looks like a file name), else ""."""
+    if value == "-" or value.startswith("@") or "\n" in value or len(value) > 4096:
+        return ""
+    stripped = value.strip()
+    try:
+        is_file = Path(stripped).is_file()
+    except (OSError, ValueError):
+        is_file = False
+    if not is_file and not stripped.lower().endswith((".json", ".jsonl")):
+        return ""
+    exists = "" if is_file else " (it does not exist here)"
+    return f"; to read the file {stripped!r}{exists}, write {option} @{stripped}"
 
 
 #: What a bench prints under its table when no `--json PATH` was given.

@@ -3,7 +3,7 @@
 The package's own error types are listed here, and only here, by what they mean for the user:
 
   * `USER_ERRORS` (exit 2, "error: ..."): input the user can fix, a bad option, request, file,
-    setting, bundle or checkpoint;
+    setting, bundle or checkpoint: every type derived from `laya_onnx.core.errors.UserError`;
   * `FAILURES` (exit 1, "failed: ..."): the command ran and could not succeed, a mismatch it
     measured or the machine it ran on (a full disk, a port in use, an onnxruntime failure).
 
@@ -15,24 +15,15 @@ nothing: a command that never loaded torch does not load it to report an error.
 
 from __future__ import annotations
 
+import sys
+
 from laya_onnx.cli.common import EXIT_FAILED, EXIT_USAGE, invocation
 
-#: Input the user can fix: exit 2. Each entry covers its subclasses.
-USER_ERRORS = (
-    "laya_onnx.cli.common.UsageError",
-    # InvalidRequest, InvalidRequestType, PassTooLarge, SchemaError, SourceNotFound, SourceNotADirectory
-    "laya_onnx.core.errors.LayaInputError",
-    "laya_onnx.core.errors.ConfigError",
-    "laya_onnx.core.bundle.BundleError",
-    "laya_onnx.core.manifest.ManifestError",
-    "laya_onnx.core.bundle.OutputExistsError",
-    "laya_onnx.core.tokenizer.TokenizerError",
-    "laya_onnx.core.session.ProviderError",
-    "laya_onnx.core.int8_kernel.Int8KernelError",
-    "laya_onnx.core.calibration_file.CalibrationFileError",
-    "laya_onnx.export.errors.ExportError",  # CheckpointError; ValidationError is a failure
-    "laya_onnx.score.scorer.ScoreError",
-)
+#: Input the user can fix: exit 2. Every such type derives from `UserError` (InvalidRequest and the
+#: other request mistakes, ConfigError, BundleError, ManifestError, OutputExistsError,
+#: TokenizerError, ProviderError, Int8KernelError, CalibrationFileError, ExportError, ScoreError,
+#: UsageError, ...), so a new one needs no entry here.
+USER_ERRORS = ("laya_onnx.core.errors.UserError",)
 
 #: The command ran and could not succeed: exit 1.
 FAILURES = (
@@ -58,15 +49,33 @@ EXTRA_OF = {
     "laya": "dev",
     "matplotlib": "plot",
     "opentelemetry": "otel",
+    "onnxruntime": "cpu",
+    "openvino": "openvino",
 }
+#: laya-onnx's own dependencies: missing, the command runs under a Python it was not installed into.
+OWN_DEPENDENCIES = ("numpy", "tokenizers", "huggingface_hub", "tqdm")
 
 
 def install_hint(module: str | None) -> str:
-    """`; install it with: pip install 'laya-onnx[EXTRA]'` for a module an extra brings."""
-    extra = EXTRA_OF.get((module or "").split(".")[0])
-    if extra is None:
+    """What to install for a missing module: the extra that brings it (`pip install
+    'laya-onnx[EXTRA]'`, onnxruntime's is `cpu` or `gpu`), or, for one of laya-onnx's own
+    dependencies or any other module outside the package, that this Python lacks it; "" for a
+    module of laya-onnx itself (a bug)."""
+    top = (module or "").split(".")[0]
+    if not top or top == "laya_onnx":
         return ""
-    return f"; install it with: pip install 'laya-onnx[{extra}]' (or -c lock/dev.txt -e '.[{extra}]' in a checkout)"
+    extra = EXTRA_OF.get(top)
+    if extra is not None:
+        also = " or [gpu]" if extra == "cpu" else ""
+        return (
+            f"; install it with: pip install 'laya-onnx[{extra}]'{also} "
+            f"(or -c lock/dev.txt -e '.[{extra}]' in a checkout)"
+        )
+    what = "one of laya-onnx's own dependencies" if top in OWN_DEPENDENCIES else "a module it needs"
+    return (
+        f"; {what} is not installed for this Python ({sys.executable}): run the laya-onnx of the "
+        "environment it was installed into, or install it here: pip install 'laya-onnx[cpu]'"
+    )
 
 
 def with_notes(message: str, exc: BaseException) -> str:

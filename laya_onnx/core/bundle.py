@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from laya_onnx.core.errors import InvalidRequest
+from laya_onnx.core.errors import InvalidRequest, UserError
 from laya_onnx.core.manifest import (
     FORMAT,
     FORMAT_VERSION,
@@ -68,7 +68,7 @@ GRAPH_OUTPUTS: dict[str, tuple] = {
 MIN_MARKER_COLUMNS = 2
 
 
-class BundleError(ValueError):
+class BundleError(UserError, ValueError):
     """A bundle that is missing, incomplete, or does not match its manifest."""
 
 
@@ -118,7 +118,48 @@ def io_signature() -> dict[str, Any]:
     }
 
 
-class OutputExistsError(ValueError):
+def not_a_bundle(root: Path) -> str:
+    """Why folder `root`, which has neither a manifest nor a graph, is not a bundle: it is empty,
+    it holds bundles (a models folder), or it holds something else."""
+    entries = sorted(p.name for p in root.iterdir() if not p.name.startswith("."))
+    if not entries:
+        return (
+            f"{str(root)!r} is an empty folder, not a bundle: export one into it "
+            f"(laya-onnx export CHECKPOINT -o {root}), or export --all -o {root} for a models folder"
+        )
+    held = [name for name in entries if (root / name / MANIFEST_FILE).is_file()]
+    if held:
+        return (
+            f"{str(root)!r} is a models folder holding {len(held)} bundle(s) ({', '.join(held[:5])}), not a "
+            f"bundle: name one of them ({str(root / held[0])!r}), or serve the whole folder"
+        )
+    return f"bundle {str(root)!r} has no {GRAPH_FILE}; is it a laya-onnx export?"
+
+
+#: What laya-onnx writes into an output folder besides the manifest's files: a bundle's config,
+#: tokenizer and manifest (its graphs are `laya*.onnx[.data]`), a test checkpoint's weights and
+#: encoder config (`laya-onnx make-checkpoint`).
+WRITTEN_NAMES = frozenset({MANIFEST_FILE, CONFIG_FILE, TOKENIZER_DIR, WEIGHTS_FILE, "encoder"})
+
+
+def unexported_entries(out: Path) -> list[str]:
+    """The entries directly under folder `out` that laya-onnx did not write: neither listed by its
+    manifest nor named as an export or make-checkpoint names what it writes (`WRITTEN_NAMES`)."""
+    written = set(WRITTEN_NAMES)
+    try:
+        listed = json.loads((out / MANIFEST_FILE).read_text(encoding="utf-8"))["files"]
+        written |= {str(name).split("/")[0] for name in listed}
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return sorted(
+        p.name
+        for p in out.iterdir()
+        if p.name not in written
+        and not (p.name.startswith("laya") and p.name.endswith((".onnx", ".onnx.data")))
+    )
+
+
+class OutputExistsError(UserError, ValueError):
     """An output directory that holds something and may not be replaced (nothing was written)."""
 
     def __init__(self, path: os.PathLike, option: str = "force=True"):
@@ -131,13 +172,25 @@ class OutputExistsError(ValueError):
 
 
 def check_output_dir(out_dir: os.PathLike, force: bool) -> None:
-    """Refuse an output that is a file, or a non-empty directory unless `force` (then it is replaced)."""
+    """Refuse an output that is a file, or a non-empty directory unless `force` and it holds only
+    what an earlier export or make-checkpoint wrote (then it is replaced): `force` never deletes a
+    file laya-onnx did not write."""
     out = Path(out_dir)
     if out.exists():
         if not out.is_dir():
             raise InvalidRequest(f"output {str(out)!r} exists and is not a directory")
-        if not force and any(out.iterdir()):
+        if not any(out.iterdir()):
+            return
+        if not force:
             raise OutputExistsError(out)
+        foreign = unexported_entries(out)
+        if foreign:
+            shown = ", ".join(repr(name) for name in foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+            raise InvalidRequest(
+                f"output {str(out)!r} holds {len(foreign)} entr{'y' if len(foreign) == 1 else 'ies'} "
+                f"laya-onnx did not write ({shown}); replacing it would delete them, so nothing was "
+                "written: write into a new or empty folder, or move them out first"
+            )
 
 
 @contextmanager
@@ -220,7 +273,7 @@ class Bundle:
         mpath = root / MANIFEST_FILE
         if not mpath.exists():
             if not (root / GRAPH_FILE).exists():
-                raise BundleError(f"bundle {str(root)!r} has no {GRAPH_FILE}; is it a laya-onnx export?")
+                raise BundleError(not_a_bundle(root))
             # Every file is verified against the manifest's hashes before it is parsed: without it
             # nothing could be, so a bundle that lost it is refused rather than run unchecked.
             raise BundleError(

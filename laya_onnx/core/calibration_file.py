@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from laya_onnx.core.calibration import TEMP_MAX, TEMP_MIN, Calibration, clamp_temperatures
-from laya_onnx.core.errors import SourceNotFound
+from laya_onnx.core.errors import SourceNotFound, UserError
 from laya_onnx.core.manifest import Manifest
 
 #: The calibration file inside a bundle (`laya-onnx export --calibration FILE` copies it there).
@@ -34,7 +34,7 @@ N_QTYPES = 3
 IDENTITY_SKIP = ("temperature", "temperature_by_options")
 
 
-class CalibrationFileError(ValueError):
+class CalibrationFileError(UserError, ValueError):
     """A calibration file that cannot be read; the text names the file and the fault."""
 
 

@@ -13,8 +13,15 @@ from __future__ import annotations
 from typing import Any
 
 
-class LayaInputError(Exception):
-    """Base of every caller mistake the core reports; never raised by itself."""
+class UserError(Exception):
+    """Base of every error a user can cause and fix: a request, an argument, a setting, a path, a
+    bundle, a checkpoint, a file to read. The command line reports any of them as one line and
+    exits 2 (`laya_onnx.cli.errors`); never raised by itself."""
+
+
+class LayaInputError(UserError):
+    """Base of every mistake in what a caller passes to a call (a request, a question, a path to
+    load): the server answers it with a 4xx and its text. Never raised by itself."""
 
 
 class InvalidRequest(LayaInputError, ValueError):
@@ -76,7 +83,7 @@ class UnknownFieldWarning(UserWarning):
     (`laya_onnx.core.questions.unknown_fields`)."""
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A setting that cannot be used (a `LAYA_*` variable, a flag, a `create_app` setting); the
     message names the variable or flag at fault.
 
@@ -106,6 +113,7 @@ __all__ = [
     "SourceNotFound",
     "StateTruncatedWarning",
     "UnknownFieldWarning",
+    "UserError",
     "caller_value",
     "reference_kind",
 ]

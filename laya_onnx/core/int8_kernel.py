@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from laya_onnx.core import settings
+from laya_onnx.core.errors import UserError
 from laya_onnx.core.machine import Cpu, read_cpu
 from laya_onnx.core.manifest import PrecisionRecord
 
@@ -39,7 +40,7 @@ U8S8_GRAPH_FILE = "laya.u8s8.onnx"
 SAFE_WEIGHT_BITS = 7
 
 
-class Int8KernelError(ValueError):
+class Int8KernelError(UserError, ValueError):
     """A kernel that cannot run this bundle exactly here, or an `int8_kernel` naming no kernel."""
 
 

@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, Union
 
+from laya_onnx.core.errors import UserError
+
 FORMAT = "laya-onnx-bundle"
 FORMAT_VERSION = 1
 #: What a graph computes in when its manifest says nothing else (every export before precisions).
@@ -31,7 +33,7 @@ _R = TypeVar("_R", bound="Record")
 _MISSING: Any = object()
 
 
-class ManifestError(ValueError):
+class ManifestError(UserError, ValueError):
     """A manifest whose file list or graph data cannot be believed."""
 
 

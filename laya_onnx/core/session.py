@@ -28,7 +28,7 @@ import numpy as np
 
 from laya_onnx.core import settings
 from laya_onnx.core.bundle import GRAPH_INPUTS, GRAPH_OUTPUTS
-from laya_onnx.core.errors import ConfigError
+from laya_onnx.core.errors import ConfigError, UserError
 
 log = logging.getLogger("laya_onnx.core.session")
 
@@ -39,7 +39,7 @@ AUTO_ORDER = (CUDA, COREML, CPU)
 ALIASES = {"cpu": CPU, "cuda": CUDA, "gpu": CUDA, "coreml": COREML, "tensorrt": "TensorrtExecutionProvider"}
 
 
-class ProviderError(ValueError):
+class ProviderError(UserError, ValueError):
     """A provider request that names no execution provider onnxruntime knows, or is malformed."""
 
 

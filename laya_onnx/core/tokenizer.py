@@ -14,14 +14,14 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from laya_onnx.core.errors import caller_value
+from laya_onnx.core.errors import UserError, caller_value
 
 #: laya caps each option's text at the tokenizer with truncation=True, max_length=48.
 OPTION_MAX_TOKENS = 48
 _SPECIALS = ("cls_token", "sep_token", "pad_token", "mask_token", "unk_token")
 
 
-class TokenizerError(ValueError):
+class TokenizerError(UserError, ValueError):
     """A tokenizer directory that cannot serve a Laya checkpoint."""
 
 

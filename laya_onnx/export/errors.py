@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from laya_onnx.core.errors import UserError
 
-class ExportError(ValueError):
+
+class ExportError(UserError, ValueError):
     """The export could not produce a bundle (nothing was written)."""
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from laya_onnx.core.errors import UserError
 from laya_onnx.core.grouping import run_group
 from laya_onnx.core.protocol import DecisionAgent
 
@@ -37,7 +38,7 @@ PARQUET_SUFFIXES = (".parquet", ".pq")
 META_SUFFIX = ".meta.json"
 
 
-class ScoreError(ValueError):
+class ScoreError(UserError, ValueError):
     """A score run that cannot start or continue as asked (bad input file, output mismatch)."""
 
 
