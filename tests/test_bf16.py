@@ -61,11 +61,11 @@ def test_a_cpu_without_bf16_or_openvino_is_named():
 @pytest.mark.torch
 @needs_bf16
 def test_bf16_bundle_manifest_gate_and_answers(lowered, bundle_factory):
-    from laya_onnx.export.precision import GATES
+    from laya_onnx.export.precision import PRECISION_BARS
 
     bundle = lowered("tiny-english", "bf16")
     record = json.loads((bundle / "manifest.json").read_text())["precision"]
-    gate = GATES["bf16"]
+    gate = PRECISION_BARS["bf16"]
     assert record["precision"] == "bf16" and record["passed"] is True and record["rewrite"] is None
     assert record["gate"] == gate.as_dict() and "OpenVINO" in record["runtime"]
     assert set(record["suites"]) == {"export-cases", "parity-core"}

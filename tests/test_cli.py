@@ -133,7 +133,7 @@ def test_help_defaults_are_the_modules_own(monkeypatch):
     monkeypatch.setattr(agent, "DEFAULT_REPEATS", 9)
     monkeypatch.setattr(memory, "DEFAULT_TOKENS", 1234)
     monkeypatch.setitem(
-        precision.GATES, "int8", precision.Gate(max_abs_dp=0.33, min_agreement=0.77)
+        precision.PRECISION_BARS, "int8", precision.PrecisionBar(max_abs_dp=0.33, min_agreement=0.77)
     )
     monkeypatch.setattr(
         precision, "DEFAULT_INT8_PLAN", precision.Int8Plan(keep_fp32=("mlp.Wo",), weight_bits=7)

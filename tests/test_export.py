@@ -399,7 +399,7 @@ def test_cli_reports_bad_checkpoints_without_traceback(tmp_path):
         ({"tolerance": True}, "tolerance must be a positive number, got True"),
         ({"optimize": "yes"}, "optimize must be True or False, got 'yes'"),
         ({"name": 3}, "name must be a string, got 3"),
-        ({"precision_gate": 0.1}, "precision_gate must be a Gate, got 0.1"),
+        ({"precision_bar": 0.1}, "precision_bar must be a PrecisionBar, got 0.1"),
     ],
 )
 def test_export_options_are_checked_when_made(fields, message, tmp_path):

@@ -53,11 +53,11 @@ def test_tiny_presets_export_at_every_precision_with_their_gate(lowered, preset,
     import onnx
 
     from laya_onnx.core.agent import ONNXAgent
-    from laya_onnx.export.precision import GATES
+    from laya_onnx.export.precision import PRECISION_BARS
 
     bundle = lowered(preset, precision)
     record = json.loads((bundle / "manifest.json").read_text())["precision"]
-    gate = GATES[precision]
+    gate = PRECISION_BARS[precision]
     assert record["precision"] == precision and record["passed"] is True
     assert record["gate"] == gate.as_dict() and "fp32 torch" in record["reference"]
     assert set(record["suites"]) == {"export-cases", "parity-core"}
@@ -110,19 +110,19 @@ def test_an_fp32_bundle_says_nothing_and_reports_fp32(bundle_factory):
 
 def test_a_gate_that_fails_refuses_to_write_the_bundle(checkpoint_factory, tmp_path):
     from laya_onnx.export import ValidationError, export_bundle
-    from laya_onnx.export.precision import Gate
+    from laya_onnx.export.precision import PrecisionBar
 
     out = tmp_path / "never"
-    impossible = Gate(max_abs_dp=0.0, min_agreement=1.0)  # a lowered graph always moves some p
+    impossible = PrecisionBar(max_abs_dp=0.0, min_agreement=1.0)  # a lowered graph always moves some p
     with pytest.raises(
-        ValidationError, match=r"int8 misses its gate .*export-cases: .*no bundle was written"
+        ValidationError, match=r"int8 misses its precision bar .*export-cases: .*no bundle was written"
     ):
         export_bundle(
             checkpoint_factory("tiny-english"),
             out,
             verbose=False,
             precision="int8",
-            precision_gate=impossible,
+            precision_bar=impossible,
             measure_memory=False,
         )
     assert not out.exists() and not list(tmp_path.iterdir())
@@ -361,52 +361,56 @@ def test_the_int8_gate_counts_a_flip_only_where_fp32_decided_by_more_than_int8_m
     """Random weights make near ties: a suite where 3 of 10 decisions flip, each within the
     measured max |dp| of flipping in fp32 itself, passes; the floor over every decision it replaced
     (90%) refused it. A fixed tie margin below the error counts flips above it."""
-    from laya_onnx.export.ladder import agreement_record, passes
-    from laya_onnx.export.precision import GATES, Gate
+    from laya_onnx.export.ladder import agreement_record, meets_bar
+    from laya_onnx.export.precision import PRECISION_BARS, PrecisionBar
 
     outcomes = _outcomes(flips_at=[0.01, 0.04, 0.09], holds_at=[0.02, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7])
     m = agreement_record(outcomes, max_dp=0.1, max_dact=0.05, tie_margin=None)
     assert (m["decisions"], m["agreeing"], m["agreement"]) == (10, 7, 0.7)
     assert (m["tie_margin"], m["near_ties"], m["decisive"], m["decisive_agreement"]) == (0.1, 4, 6, 1.0)
     assert m["flipped"][0] == "flip 0 (fp32 margin 0.01)"
-    assert passes(m, GATES["int8"])
-    old = Gate(max_abs_dp=0.15, min_agreement=0.9, tie_margin=0.0)  # the int8 gate before, all decisions
-    assert not passes(agreement_record(outcomes, 0.1, 0.05, old.tie_margin), old)
-    assert not passes(agreement_record(outcomes, 0.16, 0.05, None), GATES["int8"])  # |dp| still binds
-    strict = Gate(max_abs_dp=0.15, min_agreement=1.0, tie_margin=0.03)
+    assert meets_bar(m, PRECISION_BARS["int8"])
+    old = PrecisionBar(
+        max_abs_dp=0.15, min_agreement=0.9, tie_margin=0.0
+    )  # the int8 gate before, all decisions
+    assert not meets_bar(agreement_record(outcomes, 0.1, 0.05, old.tie_margin), old)
+    assert not meets_bar(
+        agreement_record(outcomes, 0.16, 0.05, None), PRECISION_BARS["int8"]
+    )  # |dp| still binds
+    strict = PrecisionBar(max_abs_dp=0.15, min_agreement=1.0, tie_margin=0.03)
     tight = agreement_record(outcomes, 0.1, 0.05, strict.tie_margin)
     assert (tight["near_ties"], tight["decisive"], tight["decisive_agreeing"]) == (4, 8, 6)
-    assert not passes(tight, strict)  # the flips at 0.04 and 0.09 count against it
+    assert not meets_bar(tight, strict)  # the flips at 0.04 and 0.09 count against it
 
 
 def test_fp16_and_bf16_gates_still_count_every_decision():
-    from laya_onnx.export.ladder import agreement_record, passes
-    from laya_onnx.export.precision import GATES
+    from laya_onnx.export.ladder import agreement_record, meets_bar
+    from laya_onnx.export.precision import PRECISION_BARS
 
     outcomes = _outcomes(flips_at=[0.001], holds_at=[0.5] * 99)
     for name in ("fp16", "bf16"):
-        m = agreement_record(outcomes, 1e-3, 0.0, GATES[name].tie_margin)
+        m = agreement_record(outcomes, 1e-3, 0.0, PRECISION_BARS[name].tie_margin)
         assert m["decisive"] == 100 and m["decisive_agreement"] == 0.99
-    assert not passes(agreement_record(outcomes, 1e-3, 0.0, 0.0), GATES["fp16"])  # 99% < 99.5%
+    assert not meets_bar(agreement_record(outcomes, 1e-3, 0.0, 0.0), PRECISION_BARS["fp16"])  # 99% < 99.5%
 
 
 def test_export_cli_makes_the_gate_from_its_options():
     import argparse
 
     from laya_onnx.cli.common import UsageError
-    from laya_onnx.cli.export import precision_gate
-    from laya_onnx.export.precision import GATES, Gate
+    from laya_onnx.cli.export import precision_bar
+    from laya_onnx.export.precision import PRECISION_BARS, PrecisionBar
 
     def gate(precision="int8", max_dp=None, agreement=None, tie=None):
-        return precision_gate(
+        return precision_bar(
             argparse.Namespace(
                 precision=precision, gate_max_dp=max_dp, gate_min_agreement=agreement, gate_tie_margin=tie
             )
         )
 
     assert gate() is None
-    assert gate(max_dp=0.05, tie=0.01) == Gate(0.05, GATES["int8"].min_agreement, 0.01)
-    assert gate("fp16", agreement=1.0) == Gate(GATES["fp16"].max_abs_dp, 1.0, 0.0)
+    assert gate(max_dp=0.05, tie=0.01) == PrecisionBar(0.05, PRECISION_BARS["int8"].min_agreement, 0.01)
+    assert gate("fp16", agreement=1.0) == PrecisionBar(PRECISION_BARS["fp16"].max_abs_dp, 1.0, 0.0)
     with pytest.raises(UsageError, match=r"must be within \[0, 1\]"):
         gate(tie=-0.1)
     with pytest.raises(UsageError, match="apply to --precision fp16, int8 or bf16"):

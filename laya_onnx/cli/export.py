@@ -120,10 +120,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 def _add_precision_options(p: argparse.ArgumentParser) -> None:
     # precision.py imports numpy only: the defaults below are the exporter's own, read without torch
-    from laya_onnx.export.precision import DEFAULT_INT8_PLAN, DEFAULT_PRECISION, GATES, PRECISIONS
+    from laya_onnx.export.precision import DEFAULT_INT8_PLAN, DEFAULT_PRECISION, PRECISION_BARS, PRECISIONS
 
     def per_precision(field: str) -> str:
-        return ", ".join(f"{name} {getattr(gate, field)}" for name, gate in GATES.items())
+        return ", ".join(f"{name} {getattr(bar, field)}" for name, bar in PRECISION_BARS.items())
 
     p.add_argument(
         "--precision",
@@ -175,23 +175,25 @@ def _add_precision_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def precision_gate(args: argparse.Namespace):
-    """The --precision gate with --gate-max-dp / --gate-min-agreement / --gate-tie-margin applied
+def precision_bar(args: argparse.Namespace):
+    """The --precision's precision bar with --gate-max-dp / --gate-min-agreement / --gate-tie-margin applied
     (None: the default)."""
     given = (args.gate_max_dp, args.gate_min_agreement, args.gate_tie_margin)
     if all(value is None for value in given):
         return None
     from dataclasses import replace
 
-    from laya_onnx.export.precision import GATES
+    from laya_onnx.export.precision import PRECISION_BARS
 
     options = "--gate-max-dp, --gate-min-agreement and --gate-tie-margin"
-    if args.precision not in GATES:
+    if args.precision not in PRECISION_BARS:
         raise UsageError(f"{options} apply to --precision fp16, int8 or bf16")
     if not all(value is None or 0.0 <= value <= 1.0 for value in given):
         raise UsageError(f"{options} must be within [0, 1]")
     changed = zip(("max_abs_dp", "min_agreement", "tie_margin"), given, strict=True)
-    return replace(GATES[args.precision], **{name: value for name, value in changed if value is not None})
+    return replace(
+        PRECISION_BARS[args.precision], **{name: value for name, value in changed if value is not None}
+    )
 
 
 def int8_plan(args: argparse.Namespace):
@@ -222,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
         measure_memory=not args.no_memory_probe,
         optimize=args.optimize,
         precision=args.precision,
-        precision_gate=precision_gate(args),
+        precision_bar=precision_bar(args),
         int8_plan=int8_plan(args),
     )
 

@@ -218,7 +218,7 @@ class _Export:
         self.steps = Steps(options.verbose)
         self.started = time.perf_counter()
         self.ladder = (
-            PrecisionStep(options.precision, options.precision_gate, plan=options.int8_plan)
+            PrecisionStep(options.precision, options.precision_bar, plan=options.int8_plan)
             if options.lowered
             else None
         )
@@ -524,7 +524,7 @@ def export_bundle(checkpoint, out_dir, options: ExportOptions | None = None, **f
     (`laya.onnx.data`); 0 always writes it. `optimize` applies the fusions of
     `laya_onnx.export.optimize` and keeps them only if the fused graph passes validation too.
     `precision`: "fp32" (default), "fp16" or "int8": the validated fp32 graph is lowered and gated
-    against fp32 torch (`laya_onnx.export.ladder`; `precision_gate` overrides its `Gate`);
+    against fp32 torch (`laya_onnx.export.ladder`; `precision_bar` overrides its `PrecisionBar`);
     `int8_plan` (`precision.Int8Plan`) overrides which MatMuls int8 lowers and how.
     """
     if options is None:

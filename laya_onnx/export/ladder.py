@@ -1,5 +1,5 @@
-"""The export's precision step: lower the validated fp32 graph (`precision.py`) and gate it
-(bf16 keeps the graph and gates OpenVINO's bf16 computation of it).
+"""The export's precision step: lower the validated fp32 graph (`precision.py`) and hold it to its
+precision bar (bf16 keeps the graph and holds OpenVINO's bf16 computation of it to the bar).
 
 A reduced-precision graph is judged against fp32 **torch** on two suites, each request encoded by
 the runtime core and decoded by the core decoder, exactly as for the fp32 validation:
@@ -11,8 +11,8 @@ the runtime core and decoded by the core decoder, exactly as for the fp32 valida
 Per suite it measures the max |Δp| of the unrounded option probabilities (and the noul value) and
 the share of decisions (choice label, most likely score level, noul side) that agree with fp32,
 both by the parity rule's own code (`laya_onnx.core.judge.judge`), and splits the decisions by
-fp32's own margin into near ties and decisive ones (`precision.Gate`). If any suite misses the
-gate (`precision.GATES`), the export stops and nothing is written.
+fp32's own margin into near ties and decisive ones (`precision.PrecisionBar`). If any suite misses
+its precision bar (`precision.PRECISION_BARS`), the export stops and nothing is written.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ from laya_onnx.export.cases import Call, encode_calls
 from laya_onnx.export.errors import ExportError, ValidationError
 from laya_onnx.export.int8_forms import write_u8s8_form
 from laya_onnx.export.precision import (
-    GATES,
-    Gate,
+    PRECISION_BARS,
     Int8Plan,
+    PrecisionBar,
     check_int8_plan,
     check_precision,
     lower_precision,
@@ -88,7 +88,7 @@ def measure_agreement(session, suite: Suite, calibration, tie_margin: float | No
 
     Besides max |dp| and the agreement over every decision, the decisions are split at
     `tie_margin` (None: the measured max |dp|) by fp32 torch's own margin: the near ties below it
-    and the decisive ones, whose agreement the gate reads (`Gate`)."""
+    and the decisive ones, whose agreement the gate reads (`PrecisionBar`)."""
     from laya_onnx.core.judge import decision, decision_margin, judge
 
     max_dp = max_dact = 0.0
@@ -166,8 +166,9 @@ def torch_bf16_outputs(model, cases: list[dict[str, Any]]) -> list[tuple]:
     return validation.reference_outputs(forward, cases)
 
 
-def passes(measured: dict[str, Any], gate: Gate) -> bool:
-    return measured["max_abs_dp"] <= gate.max_abs_dp and measured["decisive_agreement"] >= gate.min_agreement
+def meets_bar(measured: dict[str, Any], bar: PrecisionBar) -> bool:
+    """Whether one suite's agreement with fp32 torch reaches `bar`."""
+    return measured["max_abs_dp"] <= bar.max_abs_dp and measured["decisive_agreement"] >= bar.min_agreement
 
 
 class PrecisionStep:
@@ -176,7 +177,7 @@ class PrecisionStep:
     def __init__(
         self,
         precision: str,
-        gate: Gate | None = None,
+        bar: PrecisionBar | None = None,
         suite: str = DEFAULT_SUITE,
         plan: Int8Plan | None = None,
     ):
@@ -192,7 +193,7 @@ class PrecisionStep:
                 raise ExportError(f"a bf16 bundle is exported and gated on a CPU that runs bf16: {reason}")
         check_int8_plan(self.precision, plan)
         self.plan = plan
-        self.gate = gate or GATES[self.precision]
+        self.bar = bar or PRECISION_BARS[self.precision]
         self.parity_suite = suite
         self.suites: list[Suite] = []
         #: bf16: laya's own bf16 mode on CPU (torch autocast) on the same suites, set beside the gate
@@ -261,7 +262,7 @@ class PrecisionStep:
 
     def _measure(self, graph: Path, calibration, suites: list[Suite]) -> dict[str, Any]:
         session = _OpenVINOOutputs(graph) if self.precision == "bf16" else validation.open_session(graph)
-        return {s.name: measure_agreement(session, s, calibration, self.gate.tie_margin) for s in suites}
+        return {s.name: measure_agreement(session, s, calibration, self.bar.tie_margin) for s in suites}
 
     def _kernels_identical(self, graph: Path, record: dict[str, Any], steps=None) -> bool | str:
         """Whether both int8 forms give bit-identical logits on the export cases, where this CPU can
@@ -314,7 +315,7 @@ class PrecisionStep:
             record.update(BF16_RECORD)
             measured = self._measure(graph, calibration, self.suites)
             record["torch_bf16"] = {
-                s.name: measure_agreement(_Replay(outputs), s, calibration, self.gate.tie_margin)
+                s.name: measure_agreement(_Replay(outputs), s, calibration, self.bar.tie_margin)
                 for s, outputs in zip(self.suites, self.torch_bf16, strict=True)
             }
         elif self.precision == "fp16":
@@ -337,9 +338,10 @@ class PrecisionStep:
         record.update(
             {
                 "reference": "fp32 torch (the checkpoint's DecisionModel)",
-                "gate": self.gate.as_dict(),
+                # the manifest's key stays "gate", so bundles written before still load
+                "gate": self.bar.as_dict(),
                 "suites": measured,
-                "passed": all(passes(m, self.gate) for m in measured.values()),
+                "passed": all(meets_bar(m, self.bar) for m in measured.values()),
             }
         )
         if steps is not None:
@@ -364,12 +366,12 @@ class PrecisionStep:
                 f"{m['decisive']} decisions fp32 makes by >= {m['tie_margin']:.3g} agree"
                 + (f" (flipped: {', '.join(m['flipped'][:3])})" if m["flipped"] else "")
                 for name, m in measured.items()
-                if not passes(m, self.gate)
+                if not meets_bar(m, self.bar)
             )
-            tie = "the measured max |dp|" if self.gate.tie_margin is None else f"{self.gate.tie_margin:g}"
+            tie = "the measured max |dp|" if self.bar.tie_margin is None else f"{self.bar.tie_margin:g}"
             raise ValidationError(
-                f"{self.precision} misses its gate (max |dp| <= {self.gate.max_abs_dp:g}, >= "
-                f"{100 * self.gate.min_agreement:g}% of the decisions fp32 torch makes by a margin of at "
+                f"{self.precision} misses its precision bar (max |dp| <= {self.bar.max_abs_dp:g}, >= "
+                f"{100 * self.bar.min_agreement:g}% of the decisions fp32 torch makes by a margin of at "
                 f"least {tie} agreeing): {worst}; no bundle was written"
             )
         return PrecisionRecord.parse(record)

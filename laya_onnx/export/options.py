@@ -13,7 +13,13 @@ from dataclasses import dataclass
 
 from laya_onnx.core.bundle import DEFAULT_EXTERNAL_DATA_THRESHOLD
 from laya_onnx.export.errors import ExportOptionError
-from laya_onnx.export.precision import DEFAULT_PRECISION, Gate, Int8Plan, check_int8_plan, check_precision
+from laya_onnx.export.precision import (
+    DEFAULT_PRECISION,
+    Int8Plan,
+    PrecisionBar,
+    check_int8_plan,
+    check_precision,
+)
 
 DEFAULT_OPSET = 17
 #: scaled_dot_product_attention needs opset 14.
@@ -53,7 +59,7 @@ class ExportOptions:
     optimize: bool = False
     calibration: os.PathLike | str | None = None
     precision: str = DEFAULT_PRECISION
-    precision_gate: Gate | None = None
+    precision_bar: PrecisionBar | None = None
     int8_plan: Int8Plan | None = None
 
     def __post_init__(self) -> None:
@@ -62,8 +68,8 @@ class ExportOptions:
             check_precision(self.precision)
         except ValueError as exc:
             raise ExportOptionError(str(exc)) from None
-        if self.precision_gate is not None and not isinstance(self.precision_gate, Gate):
-            raise ExportOptionError(f"precision_gate must be a Gate, got {self.precision_gate!r}")
+        if self.precision_bar is not None and not isinstance(self.precision_bar, PrecisionBar):
+            raise ExportOptionError(f"precision_bar must be a PrecisionBar, got {self.precision_bar!r}")
         for flag in ("dynamo", "force", "verbose", "measure_memory", "optimize"):
             if not isinstance(getattr(self, flag), bool):
                 raise ExportOptionError(f"{flag} must be True or False, got {getattr(self, flag)!r}")

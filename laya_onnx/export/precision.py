@@ -65,7 +65,7 @@ FP16_KEEP_FP32 = ("layers.0",)
 
 
 @dataclass(frozen=True)
-class Gate:
+class PrecisionBar:
     """What a precision must reach against fp32 torch, on every suite, or the bundle is not written.
 
     `max_abs_dp`: no unrounded probability (option or noul) may move further. `min_agreement`: the
@@ -73,7 +73,7 @@ class Gate:
     makes it by a margin (`core.judge.decision_margin`) of at least `tie_margin`; the others are
     near ties, reported and not counted. `tie_margin=None` is the suite's measured max |dp|: a
     decision flips only where some probability moved by at least fp32's margin, so every flip is
-    then a near tie and `max_abs_dp` is what the gate holds to; a fixed `tie_margin` below it
+    then a near tie and `max_abs_dp` is what the bar holds to; a fixed `tie_margin` below it
     also refuses flips of decisions fp32 makes by more than that. 0 counts every decision.
     """
 
@@ -94,13 +94,13 @@ class Gate:
 #: fp32 makes by less than the measured max |dp| is a near tie, reported and not counted (random
 #: weights have many, so a floor over all decisions would refuse a sound graph). Trained
 #: checkpoints can be held tighter from the command line (docs/precision.md#the-int8-gate).
-GATES: dict[str, Gate] = {
-    "fp16": Gate(max_abs_dp=1e-2, min_agreement=0.995, tie_margin=0.0),
-    "int8": Gate(max_abs_dp=0.15, min_agreement=1.0),
+PRECISION_BARS: dict[str, PrecisionBar] = {
+    "fp16": PrecisionBar(max_abs_dp=1e-2, min_agreement=0.995, tie_margin=0.0),
+    "int8": PrecisionBar(max_abs_dp=0.15, min_agreement=1.0),
     # bf16: the runtime rounds the inputs of the encoder's GEMMs (all but layer 0's) to bf16, as
     # torch's autocast rounds every linear layer's, and keeps everything else f32; every decision
     # counts, with a floor that leaves room for random weights' near ties.
-    "bf16": Gate(max_abs_dp=0.1, min_agreement=0.9, tie_margin=0.0),
+    "bf16": PrecisionBar(max_abs_dp=0.1, min_agreement=0.9, tie_margin=0.0),
 }
 
 
