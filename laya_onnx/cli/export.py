@@ -269,22 +269,22 @@ _EXPECTED = {
 
 
 def summary(record, cpu=None) -> list[str]:
-    """The export's closing lines: the gate a lowered graph passed (with what it measured), and
-    what the bundle's precision buys on this machine's CPU."""
+    """The export's closing lines: whether a lowered graph met its precision bar (with what it
+    measured), and what the bundle's precision buys on this machine's CPU."""
     from laya_onnx.core.machine import read_cpu
 
     cpu = cpu or read_cpu()
     lines = []
     if record.precision != "fp32":
-        gate = record.gate or {}
-        verdict = "passed" if record.passed else "not passed"
+        bar = record.gate or {}  # the manifest's key for the precision bar
+        verdict = "met" if record.passed else "not met"
         lines.append(
-            "gate %s: %s within max |dp| %g of fp32 torch, %.0f%% of the decisive decisions agreeing"
+            "precision bar %s: %s within max |dp| %g of fp32 torch, %.0f%% of the decisive decisions agreeing"
             % (
                 verdict,
                 record.precision,
-                gate.get("max_abs_dp", float("nan")),
-                100 * gate.get("min_agreement", 1.0),
+                bar.get("max_abs_dp", float("nan")),
+                100 * bar.get("min_agreement", 1.0),
             )
         )
         for suite, m in (record.suites or {}).items():

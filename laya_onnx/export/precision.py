@@ -93,7 +93,7 @@ class PrecisionBar:
 #: any probability moves, so every decision fp32 makes by a margin above that holds; a decision
 #: fp32 makes by less than the measured max |dp| is a near tie, reported and not counted (random
 #: weights have many, so a floor over all decisions would refuse a sound graph). Trained
-#: checkpoints can be held tighter from the command line (docs/precision.md#the-int8-gate).
+#: checkpoints can be held tighter from the command line (docs/precision.md#the-int8-precision-bar).
 PRECISION_BARS: dict[str, PrecisionBar] = {
     "fp16": PrecisionBar(max_abs_dp=1e-2, min_agreement=0.995, tie_margin=0.0),
     "int8": PrecisionBar(max_abs_dp=0.15, min_agreement=1.0),
