@@ -69,7 +69,9 @@ def advice(
             "fp32 for answers equal to laya's; int8 runs its integer GEMMs fast on this CPU (VNNI)"
         )
     else:
-        out["precision"] = "fp32: without VNNI an int8 bundle gains little here (exact, but 1.1-1.3x fp32)"
+        out["precision"] = (
+            "fp32: without VNNI an int8 bundle gains little here (exact, but about 1.3-1.4x fp32)"
+        )
     budget = DEFAULT_MAX_PASS_MEMORY
     if memory.get("available"):
         budget = min(budget, memory["available"] // 4)
