@@ -159,14 +159,15 @@ def test_selectors_and_targets_name_the_pods_and_the_deployment(objects):
     assert volumes["bundles"]["persistentVolumeClaim"] == {"claimName": claim, "readOnly": True}
 
 
-def test_probes_hit_health_on_the_port_the_server_binds(objects):
+def test_probes_hit_liveness_and_readiness_on_the_port_the_server_binds(objects):
     spec = container(one(objects, "Deployment"))
     env = pod_environment(objects)
     (port,) = spec["ports"]
     assert env["LAYA_HOST"] == "0.0.0.0"  # reachable from the kubelet and the Service
     assert int(env["LAYA_PORT"]) == port["containerPort"]
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert spec[probe]["httpGet"] == {"path": "/health", "port": port["name"]}, probe
+    paths = {"startupProbe": "/health/live", "readinessProbe": "/health/ready", "livenessProbe": "/health/live"}
+    for probe, path in paths.items():
+        assert spec[probe]["httpGet"] == {"path": path, "port": port["name"]}, probe
     service_port = one(objects, "Service")["spec"]["ports"][0]
     assert service_port["targetPort"] == port["name"]
 

@@ -21,7 +21,7 @@ import pytest
 
 pytest.importorskip("aiohttp")
 
-from laya_onnx.serve.drain import RETRY_AFTER_SECONDS, Drain, DrainRefusal, InferenceGate
+from laya_onnx.serve.drain import RETRY_AFTER_SECONDS, Drain, DrainRefusal, WorkerLock
 from laya_onnx.serve.errors import SHUTTING_DOWN
 from laya_onnx.serve.settings import ServerLimits
 from tests.serve_support import (
@@ -54,7 +54,7 @@ async def _hold(gate, order, name, seconds):
 @aio
 async def test_gate_is_first_come_first_served_and_a_cancelled_waiter_passes_its_turn():
     drain = Drain()
-    gate = InferenceGate(drain)
+    gate = WorkerLock(drain)
     drain.bind(gate)
     order = []
     tasks = [asyncio.ensure_future(_hold(gate, order, i, 0.02)) for i in range(5)]
@@ -69,7 +69,7 @@ async def test_gate_is_first_come_first_served_and_a_cancelled_waiter_passes_its
 async def test_drain_refuses_at_once_the_queued_requests_that_cannot_finish_in_time():
     loop = asyncio.get_running_loop()
     drain = Drain()
-    gate = InferenceGate(drain)
+    gate = WorkerLock(drain)
     drain.bind(gate)
     await _hold(gate, [], "warm-up", 0.2)  # the estimate: 0.2 s a pass
     order = []
@@ -89,7 +89,7 @@ async def test_drain_refuses_at_once_the_queued_requests_that_cannot_finish_in_t
 async def test_at_the_stop_time_a_pass_still_running_is_refused_and_abandoned():
     loop = asyncio.get_running_loop()
     drain = Drain()
-    gate = InferenceGate(drain)
+    gate = WorkerLock(drain)
     drain.bind(gate)
     running = asyncio.ensure_future(drain.run(_hold(gate, [], "long", 5.0)))
     await asyncio.sleep(0.01)
@@ -208,18 +208,21 @@ def _report(name, n, responses, exited_in, grace):
     )
 
 
-def test_sigterm_with_requests_in_flight_answers_or_refuses_each_and_exits_0_within_the_grace(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_terminating_signal_with_requests_in_flight_answers_or_refuses_each_and_exits_0_within_the_grace(
+    tmp_path, signum
+):
+    """SIGHUP (a closing terminal, a reload) drains exactly as SIGTERM does, rather than killing
+    the process with its requests in flight."""
     grace, n = 4.0, 10
     proc, port, log_path = _spawn_slow_server(tmp_path, 1.0, LAYA_SHUTDOWN_GRACE_SECONDS=str(grace))
     try:
-        code, exited_in, responses = asyncio.run(
-            _signal_with_requests_in_flight(proc, port, n, [signal.SIGTERM])
-        )
+        code, exited_in, responses = asyncio.run(_signal_with_requests_in_flight(proc, port, n, [signum]))
     finally:
         if proc.poll() is None:
             proc.kill()
     log = log_path.read_text()
-    _report("SIGTERM, 1 s passes", n, responses, exited_in, grace)
+    _report("%s, 1 s passes" % signum.name, n, responses, exited_in, grace)
     assert code == 0, log
     assert all(len(r) == 1 for r in responses), responses  # none cut, none answered twice
     assert all(_is_answer_or_clean_refusal(r[0]) for r in responses), responses
@@ -227,7 +230,7 @@ def test_sigterm_with_requests_in_flight_answers_or_refuses_each_and_exits_0_wit
     answered, refused = statuses.count(200), statuses.count(503)
     assert answered + refused == n and answered >= 2 and refused >= 1
     assert exited_in < grace + 1.0, log
-    assert "received SIGTERM: draining for up to 4s; %d decision request(s) in flight" % n in log
+    assert "received %s: draining for up to 4s; %d decision request(s) in flight" % (signum.name, n) in log
     assert "stopped accepting connections" in log
     assert "drained in " in log and ": %d answered, %d refused" % (answered, refused) in log
     assert log.count("503 while draining") == refused

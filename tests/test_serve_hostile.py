@@ -33,7 +33,7 @@ import zlib
 import pytest
 
 from laya_onnx import ONNXAgent
-from laya_onnx.serve.drain import Drain, DrainRefusal, InferenceGate
+from laya_onnx.serve.drain import Drain, DrainRefusal, WorkerLock
 from laya_onnx.serve.settings import ServerLimits
 from laya_onnx.serve.validate import MAX_BODY_BYTES
 from tests.serve_support import (
@@ -186,7 +186,7 @@ async def test_queued_behind_a_long_first_pass_a_request_is_refused_when_the_dra
 
     loop = asyncio.get_running_loop()
     drain = Drain()
-    gate = InferenceGate(drain)
+    gate = WorkerLock(drain)
     drain.bind(gate)
     holder = CallLimits()
     await gate.acquire(holder)  # the first pass ever: no timing history

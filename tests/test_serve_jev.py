@@ -223,7 +223,7 @@ async def test_batch_validation_is_the_same_list():
         r, out = await post(c, BATCH, {"states": ["a", None], "questions": Q})
         assert (r.status, out["detail"]) == (
             422,
-            [{"loc": ["body"], "msg": "'state' is required", "type": "value_error"}],
+            [{"loc": ["body", "states", 1], "msg": "'state' is required", "type": "value_error"}],
         )
         r, out = await post(c, BATCH, {"states": ["a"], "questions": {"a": {"type": "noul"}}})
         assert r.status == 422 and out["detail"][0]["loc"] == ["body", "questions", "a", "noul"]

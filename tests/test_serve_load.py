@@ -20,7 +20,7 @@ pytest.importorskip("prometheus_client")
 
 from laya_onnx.bench.saturate import bench_app
 from laya_onnx.serve import create_app
-from laya_onnx.serve.metrics import METRICS
+from laya_onnx.serve.app import METRICS
 from tests.serve_support import BODY, FakeAgent
 
 pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("no_laya_env")]

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from laya_onnx.serve.app import RUNTIME
+from laya_onnx.serve.app import DECIDER
 from tests.serve_support import BATCH, BODY, URL, FakeAgent, Q, aio, post, served
 
 pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("no_laya_env")]
@@ -72,6 +72,6 @@ async def test_health_answers_during_a_batch_and_shutdown_waits_for_the_pass():
         agent.release.set()
         r, body = await pending
         assert r.status == 200 and len(body["results"]) == 3
-        runtime = c.server.app[RUNTIME]
+        runtime = c.server.app[DECIDER]
         assert runtime.executor is not None
     assert agent.active == 0 and runtime.executor is None  # cleanup_ctx drained the worker

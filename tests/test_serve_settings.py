@@ -70,8 +70,10 @@ def test_env_bool_and_settings(monkeypatch):
         assert settings.JEV_STRICT.read() is want
     monkeypatch.setenv("LAYA_API_KEY", "")
     assert serve_settings.Settings.from_env().api_key is None
-    monkeypatch.setenv("LAYA_API_KEY", " k ")
-    assert serve_settings.Settings.from_env().api_key == " k "
+    monkeypatch.setenv("LAYA_API_KEY", " k ")  # no client could send it: refused at the start
+    with pytest.raises(ConfigError, match="LAYA_API_KEY holds surrounding whitespace"):
+        serve_settings.Settings.from_env()
+    monkeypatch.delenv("LAYA_API_KEY")
     for raw, want in (("abc", 10.0), ("0", 10.0), ("inf", 10.0), ("nan", 10.0), ("2.5", 2.5)):
         monkeypatch.setenv("LAYA_BODY_READ_TIMEOUT", raw)
         assert serve_settings.Settings.from_env().body_read_timeout == want

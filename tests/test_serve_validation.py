@@ -287,7 +287,11 @@ async def test_not_found_method_not_allowed_and_slash_redirect():
         assert r.headers["Allow"] == "POST"
         r = await c.post("/health")
         assert r.status == 405 and r.headers["Allow"] == "GET"
-        r = await c.head("/health")
-        assert r.status == 405
+        for path in ("/health", "/v1/models", "/"):  # HEAD is GET without the body
+            get, head = await c.get(path), await c.head(path)
+            assert head.status == 200 and await head.read() == b""
+            assert head.headers["Content-Length"] == get.headers["Content-Length"]
+        r = await c.head(URL)
+        assert r.status == 405 and r.headers["Allow"] == "POST"
         r = await c.post(URL + "/", data=json.dumps(BODY), allow_redirects=False)
         assert r.status == 307 and r.headers["Location"].endswith(URL)

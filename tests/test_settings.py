@@ -47,6 +47,8 @@ BAD = {
     "LAYA_MAX_REQUEST_SECONDS": "0",
     "LAYA_REQUEST_TIMEOUT": "forever",
     "LAYA_BODY_BUFFER": "-1M",
+    "LAYA_SEND_TIMEOUT": "0",
+    "LAYA_MAX_CONNECTIONS": "-1",
 }
 
 

@@ -424,7 +424,7 @@ SHUTDOWN_GRACE_SECONDS = _entry(
         30.0,
         "refuse",
         "seconds (>= 0) from SIGTERM/SIGINT to exit at most (the images set 8); see "
-        "[Stopping](#stopping-sigterm-drains)",
+        "[Stopping](#stopping-a-terminating-signal-drains)",
         "serve",
     )
 )
@@ -437,6 +437,29 @@ KEEPALIVE_TIMEOUT = _entry(
         75.0,
         "refuse",
         "seconds (> 0) an idle connection (no request started) is kept open",
+        "serve",
+    )
+)
+SEND_TIMEOUT = _entry(
+    Setting[float](
+        "LAYA_SEND_TIMEOUT",
+        parsers.seconds(),
+        30.0,
+        "refuse",
+        "seconds (> 0) a client may take to receive a whole answer; past it the connection is "
+        "closed and the access log says so",
+        "serve",
+    )
+)
+MAX_CONNECTIONS = _entry(
+    Setting[int](
+        "LAYA_MAX_CONNECTIONS",
+        parsers.int_range(0),
+        0,
+        "refuse",
+        "open connections served at once; past it a request gets 503 and its connection is closed "
+        "(the health routes still answer, in a reserve of their own); 0: the open-files limit less "
+        "a margin",
         "serve",
     )
 )

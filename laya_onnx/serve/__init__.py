@@ -4,7 +4,7 @@
 `ONNXAgent`; `run_server(bundle, host, port, providers)` is what `laya-onnx serve` runs, and
 `serve_agent(agent, host, port)` serves an agent that is already built the same way.
 The contract (routes, error texts, limits, check order) is laya-serve 0.4.15's, written
-down in the project's http.md and implemented once, framework-neutral, in `contract.py`.
+down in docs/http-api.md and implemented once, framework-neutral, in `service.py`.
 
 The three names load aiohttp on first use, not on `import laya_onnx.serve.contract`, so a
 front end on another framework (the Ray Serve ingress) imports the contract without it.

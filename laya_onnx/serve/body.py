@@ -10,6 +10,7 @@ the bytes the bodies being read may hold at once.
     the output passes `room`, so a decompression bomb costs the cap, not its full size. It is
     CPU work: a front end runs it off its event loop (zlib and zstd release the interpreter
     lock while they inflate);
+  * `read_body(headers, chunks, timeout, buffer)` — all of the above for one body;
   * `BodyBuffer` — bodies are read before a request is admitted (a slow uploader must not hold
     an inference slot), so what they hold is bounded here instead: raw plus decoded bytes of
     every body being read, 503 beyond it.
@@ -17,11 +18,16 @@ the bytes the bodies being read may hold at once.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import zlib
+from collections.abc import AsyncIterator
 from typing import Any
 
-from laya_onnx.serve.errors import BODY_UNDECODABLE, BUSY, ApiError
+from laya_onnx.serve.errors import BODY_TIMEOUT, BODY_TOO_LARGE, BODY_UNDECODABLE, BUSY, ApiError
+
+#: The cap on a request body, raw and decoded.
+MAX_BODY_BYTES = 2 * 1024 * 1024
 
 #: Decoded bytes produced per decompressor call: a bound on one step's memory and time.
 STEP = 256 * 1024
@@ -136,3 +142,81 @@ class BodyBuffer:
 
     def give_back(self, n: int) -> None:
         self.held -= n
+
+
+def declared_too_large(content_length: str | None) -> bool:
+    """Whether a `Content-Length` header already says the body is over the cap (a bad one: no)."""
+    if not content_length:
+        return False
+    try:
+        return int(content_length) > MAX_BODY_BYTES
+    except ValueError:
+        return False
+
+
+def check_body_size(n_bytes: int) -> None:
+    """413 once a body (or the part of it read so far) is over MAX_BODY_BYTES."""
+    if n_bytes > MAX_BODY_BYTES:
+        raise ApiError(413, BODY_TOO_LARGE)
+
+
+async def read_body(
+    headers: Any, chunks: AsyncIterator[bytes], timeout: float, buffer: BodyBuffer | None
+) -> bytes:
+    """The decoded body, at most MAX_BODY_BYTES, delivered within `timeout` seconds.
+
+    Content-Length is a hint a client chooses and chunked uploads do not send it, so the stream
+    itself is counted, raw and decoded, and abandoned as soon as either passes the cap. `headers`
+    has `get` and `getall`; `buffer` (None: unbounded) holds what the bodies being read hold.
+    """
+    refusal = transfer_codings_refusal(headers.getall("Transfer-Encoding", []))
+    if refusal is not None:
+        raise refusal
+    if declared_too_large(headers.get("Content-Length")):
+        raise ApiError(413, BODY_TOO_LARGE)
+    decoder = content_decoder(headers.getall("Content-Encoding", []))
+    held = 0
+
+    def hold(n: int) -> None:
+        nonlocal held
+        if buffer is not None:
+            buffer.take(n)
+            held += n
+
+    def drop(n: int) -> None:
+        nonlocal held
+        if buffer is not None:
+            buffer.give_back(n)
+            held -= n
+
+    async def collect() -> bytes:
+        parts: list[bytes] = []
+        raw = decoded = 0
+        async for chunk in chunks:
+            if not chunk:
+                continue
+            raw += len(chunk)
+            check_body_size(raw)
+            hold(len(chunk))
+            if decoder is not None:
+                out = await asyncio.to_thread(decoder.feed, chunk, MAX_BODY_BYTES - decoded)
+                drop(len(chunk))  # the raw bytes are dropped once decoded
+                decoded += len(out)
+                check_body_size(decoded)
+                hold(len(out))
+                chunk = out
+            parts.append(chunk)
+        if decoder is not None and raw and not decoder.finished():
+            raise ApiError(400, BODY_UNDECODABLE)
+        return b"".join(parts)
+
+    try:
+        return await asyncio.wait_for(collect(), timeout)
+    except asyncio.TimeoutError:
+        raise ApiError(408, BODY_TIMEOUT) from None
+    except ConnectionResetError:
+        # the client went away mid-upload: nobody is left to answer
+        raise asyncio.CancelledError() from None
+    finally:
+        if buffer is not None:
+            buffer.give_back(held)

@@ -1,11 +1,11 @@
 """`GET /v1/models`: the served checkpoint in Jev's model-list shape.
 
 Jev asks for `{"models": [{"name", "description", "release_date", ...}]}` and lets a server add
-`x_`-prefixed keys (jev.md). One bundle is one checkpoint, so the list has one entry; the other
+`x_`-prefixed keys (TypeSafe's Jev model list). One bundle is one checkpoint, so the list has one entry; the other
 values a caller may send as `model` for it are its `x_aliases`, not entries of their own, so a
 client that shows the list shows one model.
 
-Auth follows `/health` (http.md §5): the route never answers 401, and with LAYA_API_KEY set
+Auth follows `/health` (docs/http-api.md, "Health"): the route never answers 401, and with LAYA_API_KEY set
 a caller without the right bearer gets only Jev's three keys — the name a client must send is
 not a secret, while the bundle digest, revision and providers describe the deployment, like
 the full health payload does.

@@ -34,14 +34,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import resource
+import time
 from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
 from aiohttp import http_exceptions, web
+from aiohttp.http import HttpVersion10, HttpVersion11
 
+from laya_onnx.core import settings
 from laya_onnx.serve.app import HANDLER_ARGS, error_body, json_response
-from laya_onnx.serve.errors import HEADERS_TIMEOUT
+from laya_onnx.serve.errors import HEADERS_TIMEOUT, TOO_MANY_CONNECTIONS
 from laya_onnx.serve.logs import REQUEST_ID_HEADER, new_request_id
 from laya_onnx.serve.wire import render
 
@@ -58,7 +62,7 @@ def parser_refusal(status: int, exc: BaseException | None) -> tuple[int, str]:
     The texts are fixed: aiohttp's messages quote the request's bytes.
     """
     if isinstance(exc, http_exceptions.LineTooLong):
-        return 431, "request line or header field too long"
+        return 431, LONG_LINE
     if isinstance(exc, http_exceptions.BadHttpMessage) and "too many headers" in str(exc).lower():
         return 431, "too many request headers"
     if _BAD_METHOD and isinstance(exc, _BAD_METHOD):
@@ -76,6 +80,55 @@ def parser_refusal(status: int, exc: BaseException | None) -> tuple[int, str]:
     if status == 504:
         return 504, "Gateway Timeout"
     return 500, "Internal Server Error"
+
+
+LONG_LINE = "request line or header field too long"
+#: aiohttp's limit on a request line (its `max_line_size`), checked here first (`_refuse_long_line`).
+MAX_REQUEST_LINE = 8190
+#: After refusing a request line: how long, and how many bytes, the rest is read and dropped.
+LINGER_SECONDS = 2.0
+LINGER_BYTES = 16 * 1024 * 1024
+#: Connections past the cap kept for the health routes before new ones are refused outright.
+HEALTH_RESERVE = 32
+#: File descriptors kept free of connections when the cap comes from the open-files limit.
+FD_MARGIN = 64
+CAP_SETTING = settings.MAX_CONNECTIONS.env
+#: Seconds between two log lines about refused or failed connections (a flood logs one a while).
+LOG_INTERVAL = 10.0
+_last_logged: dict[str, float] = {}
+_suppressed: dict[str, int] = {}
+
+
+def connection_cap() -> int:
+    """The open-files limit less a margin and the health reserve (at least 16)."""
+    try:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (OSError, ValueError):
+        soft = 1024
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    return max(16, soft - FD_MARGIN - HEALTH_RESERVE)
+
+
+def _throttled_log(message: str, *args: Any) -> None:
+    """`message` at WARNING at most once per LOG_INTERVAL, with how many were left out since."""
+    now = time.monotonic()
+    if now - _last_logged.get(message, -LOG_INTERVAL) < LOG_INTERVAL:
+        _suppressed[message] = _suppressed.get(message, 0) + 1
+        return
+    _last_logged[message] = now
+    left_out = _suppressed.pop(message, 0)
+    log.warning(message + ("" if not left_out else " (and %d more like it not logged)" % left_out), *args)
+
+
+def on_loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The serving loop's exception handler: a failed accept (out of file descriptors, memory)
+    is logged at most once per LOG_INTERVAL, without a traceback; anything else as asyncio would."""
+    exc = context.get("exception")
+    if isinstance(exc, OSError) and "accept" in str(context.get("message", "")):
+        _throttled_log("cannot accept connections: %s (raise LimitNOFILE, or lower %s)", exc, CAP_SETTING)
+        return
+    loop.default_exception_handler(context)
 
 
 _HEAD_END = b"\r\n\r\n"
@@ -127,9 +180,20 @@ class LayaRequestHandler(web.RequestHandler):
         idle_timeout: float,
         header_read_timeout: float,
         error_payload: Callable[[int, str], Any] = lambda status, detail: {"detail": detail},
+        max_connections: int = 0,
         **kwargs: Any,
     ) -> None:
         super().__init__(manager, **kwargs)
+        self.manager = manager
+        self.max_connections = max_connections or connection_cap()
+        #: Opened past `max_connections`: only the health routes are answered on it.
+        self.health_only = False
+        #: The request being handled named an HTTP version other than 1.0 and 1.1 (0.9, 2.0).
+        self.unsupported_version = False
+        #: Bytes of the request line so far (None once it is complete).
+        self._line_bytes: int | None = None
+        #: Bytes dropped after a refused request line (None: not refusing).
+        self._discarded: int | None = None
         # the app's wire profile for refusals no middleware sees (laya-serve's or Jev's shape)
         self.error_payload = error_payload
         self.idle_timeout = idle_timeout
@@ -171,15 +235,76 @@ class LayaRequestHandler(web.RequestHandler):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self._arm(self.idle_timeout, self._idle_expired)
+        connections = self.manager.connections
+        over = len(connections) - self.max_connections
+        if over <= 0:
+            return
+        # idle keep-alive connections make room first, oldest first
+        for conn in list(connections):
+            if over <= 0:
+                break
+            if conn is not self and isinstance(conn, LayaRequestHandler) and conn.idle and conn.transport:
+                conn.force_close()
+                over -= 1
+        if over <= 0:
+            return
+        if over > HEALTH_RESERVE:
+            _throttled_log(
+                "%d connections open (%s): refused a new one with 503", len(connections), CAP_SETTING
+            )
+            if isinstance(transport, asyncio.WriteTransport):
+                payload = self.error_payload(503, TOO_MANY_CONNECTIONS)
+                transport.write(_raw_json_response(503, "Service Unavailable", payload, new_request_id()))
+            self.force_close()
+        else:
+            self.health_only = True
 
     def data_received(self, data: bytes) -> None:
-        if data and self.idle:
+        if self._discarded is not None:  # after a refused request line: swallowed, then closed
+            self._discarded += len(data)
+            if self._discarded > LINGER_BYTES:
+                self.force_close()
+            return
+        starts = bool(data) and self.idle  # the first bytes of a request
+        if starts:
             self._head_started = True
+            self._line_bytes = 0
             self._arm(self.header_read_timeout, self._head_expired)
+        if self._head_started and self._line_bytes is not None:
+            if b"\n" in data:
+                self._line_bytes = None  # the request line is complete: the parser judges the rest
+            else:
+                self._line_bytes += len(data)
+                if self._line_bytes > MAX_REQUEST_LINE:
+                    self._refuse_long_line()
+                    return
+        if starts:
             for piece in framed_pieces(data):
                 super().data_received(piece)
         else:
             super().data_received(data)
+
+    def _refuse_long_line(self) -> None:
+        """431 for a request line over MAX_REQUEST_LINE, and a lingering close: what the client
+        still sends is read and dropped (LINGER_SECONDS, LINGER_BYTES at most), so it reads the
+        431 rather than a reset of a socket closed under its upload."""
+        transport = self.transport
+        if transport is None:
+            return
+        self._disarm()
+        request_id = new_request_id()
+        log.info(
+            "431 to %s: request line over %d bytes request_id=%s",
+            transport.get_extra_info("peername"),
+            MAX_REQUEST_LINE,
+            request_id,
+        )
+        payload = self.error_payload(431, LONG_LINE)
+        transport.write(_raw_json_response(431, "Request Header Fields Too Large", payload, request_id))
+        if transport.can_write_eof():
+            transport.write_eof()
+        self._discarded = 0
+        self._arm(LINGER_SECONDS, self.force_close)
 
     def request_began(self) -> None:
         """aiohttp built the request object of a parsed head (or of a parser refusal): its
@@ -310,6 +435,11 @@ def handler_factory(runner: web.AppRunner, **kwargs: Any) -> Any:
     def begun(message: Any, payload: Any, protocol: Any, *args: Any) -> Any:
         if isinstance(protocol, LayaRequestHandler):
             protocol.request_began()
+            version = getattr(message, "version", HttpVersion11)
+            protocol.unsupported_version = version not in (HttpVersion10, HttpVersion11)
+            if protocol.unsupported_version:
+                # answered 505 in HTTP/1.1 (`app.handle`), never in the version the client named
+                message = message._replace(version=HttpVersion11)
         return build_request(message, payload, protocol, *args)
 
     server.request_factory = begun

@@ -1,11 +1,10 @@
-"""The HTTP contract of the decision routes, with no web framework in it (http.md §2-§9).
+"""The HTTP contract of the decision routes, with no web framework in it (docs/http-api.md, "Refusals in order" and "Answers").
 
 A front end (the aiohttp app, the Ray Serve ingress) reads the body and the headers its own way
 and hands them here; what to check, in which order, what each refusal says, what the agent is
 asked, and how its answer is shaped and rendered live only here, so two front ends cannot drift.
 
   * `authorized(settings, header)` — the bearer check of the decision routes, `/health`, `/metrics`;
-  * `declared_too_large(header)` / `check_body_size(n)` — the 2 MiB body cap (413);
   * `parse_systemone(raw, agent, checkpoint, settings)` -> `OneDecision`, and
     `parse_batch(...)` -> `BatchDecision`: every check in contract order, or `ApiError`;
   * `decision.run(agent, settings)` — the blocking agent call (through a tournament when
@@ -36,7 +35,7 @@ from laya_onnx.core.work import CallStopped, CallTooLarge
 from laya_onnx.serve import jev
 from laya_onnx.serve import validate as v
 from laya_onnx.serve.catalog import int8_kernels_block, random_weights_block
-from laya_onnx.serve.errors import BODY_TOO_LARGE, INFERENCE_FAILED, LONE_SURROGATE, NON_FINITE, ApiError
+from laya_onnx.serve.errors import INFERENCE_FAILED, LONE_SURROGATE, NON_FINITE, ApiError
 from laya_onnx.serve.protocol import ServedAgent
 from laya_onnx.serve.routed import RoutedCheckpoints
 from laya_onnx.serve.settings import Settings
@@ -66,7 +65,7 @@ MODEL_FALLBACK_FIELD = "x_model_fallback"
 UNHEALTHY = "unhealthy"
 
 
-# -- auth and body size --------------------------------------------------------------------
+# -- auth --------------------------------------------------------------------
 
 
 def authorized(settings: Settings, authorization: str | Sequence[str] | None) -> bool:
@@ -88,22 +87,6 @@ def authorized(settings: Settings, authorization: str | Sequence[str] | None) ->
     supplied = (authorization or "").encode("utf-8", "surrogateescape")
     expected = ("Bearer " + key).encode("utf-8", "surrogateescape")
     return hmac.compare_digest(supplied, expected)
-
-
-def declared_too_large(content_length: str | None) -> bool:
-    """Whether a `Content-Length` header already says the body is over the cap (a bad one: no)."""
-    if not content_length:
-        return False
-    try:
-        return int(content_length) > v.MAX_BODY_BYTES
-    except ValueError:
-        return False
-
-
-def check_body_size(n_bytes: int) -> None:
-    """413 once a body (or the part of it read so far) is over MAX_BODY_BYTES."""
-    if n_bytes > v.MAX_BODY_BYTES:
-        raise ApiError(413, BODY_TOO_LARGE)
 
 
 # -- validated requests --------------------------------------------------------------------
@@ -209,7 +192,7 @@ def agent_controls(
 def parse_systemone(
     raw: bytes, agent: ServedAgent, checkpoint: ServedCheckpoints, settings: Settings
 ) -> OneDecision:
-    """The `/v1/systemone` checks in http.md §7.1 order on the raw body; the first failing wins."""
+    """The `/v1/systemone` checks in the order of docs/http-api.md, "Refusals in order" on the raw body; the first failing wins."""
     del agent  # one signature for both routes; the single route plans nothing from the agent
     with jev.validation_stage(settings.jev):
         body = v.parse_json(raw)
@@ -230,7 +213,7 @@ def parse_systemone(
 def parse_batch(
     raw: bytes, agent: ServedAgent, checkpoint: ServedCheckpoints, settings: Settings
 ) -> BatchDecision:
-    """The `/v1/systemone/batch` checks in http.md §7.2 order, and the pass plan (§8)."""
+    """The `/v1/systemone/batch` checks in the order of docs/http-api.md, "Refusals in order", and the pass plan ("Batch")."""
     with jev.validation_stage(settings.jev):
         body = v.parse_json(raw)
         if settings.jev:

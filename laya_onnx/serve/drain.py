@@ -12,8 +12,8 @@ its end. Every decision request already admitted is then either answered or refu
     refused, and its pass is abandoned on the worker thread;
   * a decision request that arrives after the drain began is refused (the admission middleware).
 
-`InferenceGate` is the one-pass-at-a-time lock the handlers hold around the worker call
-(`async with runtime.gate:`); `Drain` is the shared state the admission middleware, the gate and
+`WorkerLock` is the one-pass-at-a-time lock the handlers hold around the worker call
+(`LocalDecider.on_worker`); `Drain` is the shared state the admission middleware, the lock and
 the server's signal handler read and write. Both live on the serving loop.
 """
 
@@ -62,7 +62,8 @@ class Drain:
         self.answered = 0  # answered (any status) after the drain began
         self.refused = 0  # refused with 503 because of the drain
         self.abandoned = 0  # passes still running at the stop time, left to the worker thread
-        self.gate: InferenceGate | None = None
+        self.lock: WorkerLock | None = None
+        self._writing = 0
         self._deadline: asyncio.Future[None] | None = None
         self._idle: asyncio.Event | None = None
 
@@ -70,9 +71,9 @@ class Drain:
     def draining(self) -> bool:
         return self.stop_at is not None
 
-    def bind(self, gate: InferenceGate) -> None:
+    def bind(self, lock: WorkerLock) -> None:
         """Attach the loop-bound parts; called by the app's startup on the serving loop."""
-        self.gate = gate
+        self.lock = lock
         self._deadline = asyncio.get_running_loop().create_future()
         self._idle = asyncio.Event()
         self._idle.set()
@@ -82,8 +83,8 @@ class Drain:
         loop = asyncio.get_running_loop()
         first = self.stop_at is None
         self.stop_at = stop_at if self.stop_at is None else min(self.stop_at, stop_at)
-        if self.gate is not None:
-            self.gate.refuse_unfinishable(self.stop_at)
+        if self.lock is not None:
+            self.lock.refuse_unfinishable(self.stop_at)
         loop.call_at(self.stop_at, self._at_stop_time)
         if first:
             loop.call_later(REJUDGE_SECONDS, self._rejudge)
@@ -91,9 +92,9 @@ class Drain:
     def _rejudge(self) -> None:
         """Judge the queue again while draining: the running request's own estimate may have
         become known since (its passes are planned once its states are encoded)."""
-        if self.gate is None or self.stop_at is None or self._deadline is None or self._deadline.done():
+        if self.lock is None or self.stop_at is None or self._deadline is None or self._deadline.done():
             return
-        self.gate.refuse_unfinishable(self.stop_at)
+        self.lock.refuse_unfinishable(self.stop_at)
         asyncio.get_running_loop().call_later(REJUDGE_SECONDS, self._rejudge)
 
     def _at_stop_time(self) -> None:
@@ -104,8 +105,8 @@ class Drain:
         if asyncio.get_running_loop().time() + 1e-3 < self.stop_at:
             return
         self._deadline.set_result(None)
-        if self.gate is not None:
-            self.gate.refuse_all()
+        if self.lock is not None:
+            self.lock.refuse_all()
 
     def refuse(self, reason: str) -> DrainRefusal:
         """Count a refusal; the caller raises it into the request (or hands it to a waiter)."""
@@ -144,12 +145,30 @@ class Drain:
             raise refusal
         finally:
             self.in_flight -= 1
-            if self.in_flight == 0 and self._idle is not None:
+            if self.in_flight == 0 and self._writing == 0 and self._idle is not None:
                 self._idle.set()
 
+    @property
+    def writing(self) -> int:
+        """Answers being written now (any route); a drain waits for them too."""
+        return self._writing
+
+    @writing.setter
+    def writing(self, n: int) -> None:
+        self._writing = n
+        if n > 0 and self._idle is not None:
+            self._idle.clear()
+
+    def written(self) -> None:
+        """One answer written (whole or cut)."""
+        self.writing -= 1
+        if self.in_flight == 0 and self._writing == 0 and self._idle is not None:
+            self._idle.set()
+
     async def wait_idle(self, timeout: float) -> bool:
-        """Wait until no decision request is in flight; False when `timeout` ran out first."""
-        if self._idle is None or self.in_flight == 0:
+        """Wait until no decision request is in flight and no answer is being written; False
+        when `timeout` ran out first."""
+        if self._idle is None or (self.in_flight == 0 and self._writing == 0):
             return True
         try:
             await asyncio.wait_for(self._idle.wait(), max(0.0, timeout))
@@ -158,13 +177,13 @@ class Drain:
         return True
 
 
-class InferenceGate:
+class WorkerLock:
     """One pass at a time on the worker, first come first served, drain-aware.
 
-    `async with gate:` waits for the worker's turn. While draining, a waiter whose pass would not
+    `async with lock:` waits for the worker's turn. While draining, a waiter whose pass would not
     finish by the stop time is refused with 503 (`DrainRefusal`) instead of being started — at
     the drain's start and after every pass for the queue as it stands, and again when its turn
-    comes. The time each holder kept the gate is remembered: the longest recent one is the
+    comes. The time each holder kept the lock is remembered: the longest recent one is the
     estimate of a pass. The holder's own estimate, when its call planned its passes
     (`CallLimits.charged`, the agent's time model), comes first: a request queued behind a long
     first pass is refused at once, not at the stop time.
@@ -261,7 +280,7 @@ class InferenceGate:
             self.refuse_unfinishable(self._drain.stop_at)
 
     def _hand_over(self) -> None:
-        """Give the gate to the first live waiter, or mark it free."""
+        """Give the lock to the first live waiter, or mark it free."""
         while self._queue:
             fut = self._queue.popleft()
             if not fut.done():
@@ -269,7 +288,7 @@ class InferenceGate:
                 return
         self._busy = False
 
-    async def __aenter__(self) -> InferenceGate:
+    async def __aenter__(self) -> WorkerLock:
         await self.acquire()
         return self
 

@@ -18,6 +18,19 @@ class ApiError(Exception):
         self.status = status
         self.detail = detail
         self.headers = dict(headers or {})
+        #: The index of the batch item at fault, when one is (`BATCH_ITEM_HEADER`).
+        self.item: int | None = None
+
+    def at_item(self, index: int) -> ApiError:
+        """This refusal, naming the batch item at fault (a header; the detail stays the same)."""
+        self.item = index
+        self.headers[BATCH_ITEM_HEADER] = str(index)
+        return self
+
+
+#: The response header naming the index (in `states`) of the batch item a refusal is about. The
+#: detail keeps laya-serve's text, which names no item.
+BATCH_ITEM_HEADER = "X-Batch-Item"
 
 
 #: Details shared by both decision routes, written once so the routes cannot drift apart.
@@ -32,3 +45,5 @@ INFERENCE_FAILED = "inference failed"
 NON_FINITE = "Out of range float values are not JSON compliant"
 SHUTTING_DOWN = "server is shutting down, try again later"
 HEADERS_TIMEOUT = "request headers were not received in time"
+UNSUPPORTED_VERSION = "HTTP version not supported; send HTTP/1.1"
+TOO_MANY_CONNECTIONS = "too many open connections, try again later"

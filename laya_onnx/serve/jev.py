@@ -1,5 +1,5 @@
 """TypeSafe's Jev profile (`LAYA_JEV_PROFILE=typesafe`): the wire format a client written against
-TypeSafe's Jev spec expects where it asks more than laya-serve (jev.md, SHOULD items).
+TypeSafe's Jev spec expects where it asks more than laya-serve (docs/http-api.md, "The Jev profile").
 
 Off by default: the default server is laya-serve's wire format byte for byte. On, it changes
 only the edges — the same checks, the same model, the same numbers:
@@ -41,7 +41,7 @@ DEFAULT_INSTRUCTIONS = {
     "noul": "Which outcome holds?",
 }
 
-#: error_type by status for the non-validation errors (jev.md; the last two are ours).
+#: error_type by status for the non-validation errors (TypeSafe's Jev error types; the last two are ours).
 ERROR_TYPES = {
     400: "api_usage_error",
     401: "authentication_error",
@@ -350,7 +350,11 @@ def validation_stage(enabled: bool) -> Iterator[None]:
         if not enabled or exc.status not in (400, 422):
             raise
         kind = "json_invalid" if exc.status == 400 and "valid JSON" in exc.detail else "value_error"
-        raise body_error(exc.detail, kind) from None
+        refusal = body_error(exc.detail, kind)
+        if exc.item is not None:  # a batch item at fault: its place in the list, and the header
+            refusal.errors[0]["loc"] = ["body", "states", exc.item]
+            refusal.at_item(exc.item)
+        raise refusal from None
 
 
 def _with_default_instructions(questions: dict[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ def request_key(name: str, kind: type) -> Any:
 
 #: Milliseconds of the worker's pass (successful passes only).
 INFERENCE_MS: Any = request_key("inference_ms", float)
-#: Milliseconds the request waited for the inference gate.
+#: Milliseconds the request waited for the inference worker.
 QUEUE_WAIT_MS: Any = request_key("queue_wait_ms", float)
 #: What the worker returned: one result dict or a list of them.
 PASS_RESULT: Any = request_key("pass_result", object)

@@ -5,8 +5,10 @@ characters from a conservative set, so it is safe in a header and a log line), a
 otherwise. While a request is handled its id sits in a context variable, and the server's log
 format appends it to every line logged on that request's behalf (`request_id=...`).
 
-The access log is one line per response, written by aiohttp's protocol after the response went
-out: `text` (a readable line), `json` (one JSON object per line, for a log shipper) or `off`.
+The access log is one line per response, written once the response went out or was cut, saying
+how its write ended (`whole`, `reset`, `send-timeout`; `cancelled` when the client went away
+before any answer): `text` (a readable line, control characters escaped), `json` (one JSON
+object per line, for a log shipper) or `off`.
 """
 
 from __future__ import annotations
@@ -60,8 +62,22 @@ class RequestIdFormatter(logging.Formatter):
 CANCELLED = "cancelled"
 
 
+#: Request key: how the answer's write ended (`WHOLE` when absent).
+ENDED: Any = web.RequestKey("ended", str) if hasattr(web, "RequestKey") else "laya_onnx.ended"
+WHOLE = "whole"
+#: The client went away while its answer was being written.
+RESET = "reset"
+#: The client did not take its answer within LAYA_SEND_TIMEOUT.
+SEND_TIMEOUT = "send-timeout"
+
+
 def _access_fields(
-    request: web.BaseRequest, status: int | str, bytes_sent: int, seconds: float, request_id: str | None
+    request: web.BaseRequest,
+    status: int | str,
+    bytes_sent: int,
+    seconds: float,
+    request_id: str | None,
+    ended: str = WHOLE,
 ) -> dict[str, Any]:
     return {
         "remote": request.remote,
@@ -73,6 +89,8 @@ def _access_fields(
         "bytes_sent": bytes_sent,
         "duration_ms": round(seconds * 1000.0, 2),
         "request_id": request_id,
+        # how the answer's write ended: whole, reset, send-timeout; cancelled: before any answer
+        "ended": ended,
     }
 
 
@@ -81,40 +99,68 @@ class _AccessLogger(AbstractAccessLogger):
     cancelled because its client went away, for which aiohttp writes no line."""
 
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
-        self.write(
-            _access_fields(
-                request, response.status, response.body_length, time, response.headers.get(REQUEST_ID_HEADER)
-            )
-        )
+        ended = request.get(ENDED) or WHOLE
+        request_id = response.headers.get(REQUEST_ID_HEADER)
+        self.write(_access_fields(request, response.status, response.body_length, time, request_id, ended))
 
-    def cancelled(self, request: web.BaseRequest, request_id: str, seconds: float) -> None:
-        self.write(_access_fields(request, CANCELLED, 0, seconds, request_id))
+    def cut(
+        self,
+        request: web.BaseRequest,
+        request_id: str,
+        seconds: float,
+        status: int | str,
+        sent: int,
+        ended: str,
+    ) -> None:
+        self.write(_access_fields(request, status, sent, seconds, request_id, ended))
 
     def write(self, fields: dict[str, Any]) -> None:
         raise NotImplementedError
 
 
-def log_cancelled(
-    logger: AbstractAccessLogger | None, request: web.BaseRequest, request_id: str, seconds: float
+def log_cut(
+    logger: AbstractAccessLogger | None,
+    request: web.BaseRequest,
+    request_id: str,
+    seconds: float,
+    status: int | str = CANCELLED,
+    sent: int = 0,
+    ended: str = CANCELLED,
 ) -> None:
-    """The access line of a request cancelled before its answer (status `cancelled`, 0 bytes)."""
+    """The access line of a request whose handler was cancelled (its client went away): before
+    its answer (status `cancelled`, 0 bytes), or while the answer was written (`ended`)."""
     if isinstance(logger, _AccessLogger):
-        logger.cancelled(request, request_id, seconds)
+        logger.cut(request, request_id, seconds, status, sent, ended)
+
+
+#: What a text log line never carries as is: control characters (C0, DEL, C1), the Unicode line
+#: separators, the quote that delimits the request and the backslash that escapes.
+_UNPRINTABLE = re.compile('[\x00-\x1f\x7f-\x9f\u2028\u2029"\\\\]')
+
+
+def printable(value: Any) -> str:
+    """`value` as text with every character of `_UNPRINTABLE` written `\\xNN` (or `\\uNNNN`):
+    a decoded path such as `/x%0A<a forged line>%1B[2J` stays on its own line, inert."""
+    return _UNPRINTABLE.sub(
+        lambda m: ("\\x%02x" if ord(m.group()) < 0x100 else "\\u%04x") % ord(m.group()), str(value)
+    )
 
 
 class TextAccessLogger(_AccessLogger):
-    """`127.0.0.1 "POST /v1/systemone" 200 512B 12.34ms request_id=...` at INFO."""
+    """`127.0.0.1 "POST /v1/systemone" 200 512B 12.34ms request_id=... ended=whole` at INFO;
+    every field passes through `printable`."""
 
     def write(self, f: dict[str, Any]) -> None:
         self.logger.info(
-            '%s "%s %s" %s %dB %.2fms request_id=%s',
-            f["remote"],
-            f["method"],
-            f["path"],
-            f["status"],
+            '%s "%s %s" %s %dB %.2fms request_id=%s ended=%s',
+            printable(f["remote"]),
+            printable(f["method"]),
+            printable(f["path"]),
+            printable(f["status"]),
             f["bytes_sent"],
             f["duration_ms"],
-            f["request_id"],
+            printable(f["request_id"]),
+            printable(f["ended"]),
         )
 
 

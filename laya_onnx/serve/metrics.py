@@ -1,36 +1,30 @@
-"""Prometheus metrics for one app: what `/metrics` exposes, and the middleware that observes it.
+"""Prometheus metrics for one server: what `/metrics` exposes.
 
 Every app owns a `CollectorRegistry` of its own (never prometheus-client's global one), so
 several apps in one process — tests, a bench next to a server — count separately and never
 collide on metric names.
 
-Observation happens in `metrics_middleware` (request counts and latency) from request-scoped
-facts that the inference step leaves behind (`keys.py`); handlers stay free of metric calls.
-Three figures are read at scrape time instead of being pushed: the queue in front of the
-inference gate, provider fallbacks (the agent's own table) and the process's memory
+`DecisionService.handle` (serve/service.py) counts and times every request it answers, from the
+facts its answer carries. Three figures are read at scrape time instead of being pushed: the
+queue in front of the inference worker, provider fallbacks (the agent's own table) and the process's memory
 (`ProcessCollector`, from /proc on Linux).
 
 `RequestMetrics` is the part any HTTP edge can count — requests, latency, passes, rows, tokens,
 busy refusals, the process — and what the Ray Serve ingress exports under the same names
-(`ray_app.py`); `Metrics` adds what only the aiohttp app's single worker has.
+(`ray_app.py`); `Metrics` adds what only the in-process worker has.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from laya_onnx.core import settings
-from laya_onnx.serve.errors import BUSY, ApiError
-from laya_onnx.serve.keys import INFERENCE_MS, PASS_RESULT, QUEUE_WAIT_MS
 from laya_onnx.serve.protocol import ServedAgent
 
 PREFIX = "laya_onnx"
@@ -42,8 +36,6 @@ UNMATCHED = "unmatched"
 #: The status label of a request whose handler was cancelled because the client went away
 #: (nginx's 499): nobody received an answer, and it is not a server failure.
 CLIENT_GONE = 499
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def work_done(result: Any) -> tuple[int, int]:
@@ -151,17 +143,16 @@ class RequestMetrics:
         self.rows.inc(rows)
         self.tokens.inc(tokens)
 
+    def waited(self, route: str, ms: float) -> None:
+        """How long a decision waited for the worker (only the in-process worker's metrics)."""
+
 
 class Metrics(RequestMetrics):
     """The aiohttp app's metrics: the edge's, and its single worker's queue, admission limit and
     the agent's provider fallbacks."""
 
-    def __init__(
-        self, agent: ServedAgent, max_concurrent: int, queue_depth: Callable[[], int], root_path: str = ""
-    ):
+    def __init__(self, agent: ServedAgent, max_concurrent: int, queue_depth: Callable[[], int]):
         super().__init__()
-        #: LAYA_ROOT_PATH: a route is one label with and without it.
-        self.root_path = root_path
         r = self.registry
         self.queue_wait = Histogram(
             PREFIX + "_inference_queue_wait_seconds",
@@ -175,7 +166,7 @@ class Metrics(RequestMetrics):
             "Decision requests waiting for the inference worker now (the running one excluded).",
             registry=r,
         )
-        queued.set_function(queue_depth)  # read from the inference gate at scrape time
+        queued.set_function(queue_depth)  # read from the worker lock at scrape time
         admission = Gauge(
             PREFIX + "_admission_limit",
             f"{settings.MAX_CONCURRENT.env}: decision requests admitted at once.",
@@ -184,61 +175,5 @@ class Metrics(RequestMetrics):
         admission.set(max_concurrent)
         r.register(ProviderFallbacks(agent))
 
-    def observe(self, request: web.Request, route: str, status: int, seconds: float, busy: bool) -> None:
-        self.answered(route, request.method, status, seconds, busy)
-        waited = request.get(QUEUE_WAIT_MS)
-        if waited is not None:
-            self.queue_wait.labels(route).observe(waited / 1000.0)
-        result = request.get(PASS_RESULT)
-        if result is not None:
-            self.worked(*work_done(result))
-
-
-METRICS = web.AppKey("metrics", Metrics)
-
-
-def route_label(request: web.Request, root_path: str = "") -> str:
-    """The matched route's template (`/v1/systemone`, also when reached under `root_path`),
-    never the raw path."""
-    info = request.match_info
-    if getattr(info, "http_exception", None) is not None:
-        return UNMATCHED
-    resource = getattr(getattr(info, "route", None), "resource", None)
-    template = getattr(resource, "canonical", None)
-    if not template:
-        return UNMATCHED
-    return template[len(root_path) :] if root_path and template.startswith(root_path + "/") else template
-
-
-@web.middleware
-async def metrics_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Count and time every request; it sits right inside the error middleware.
-
-    There it sees each refusal as the exception it was raised as (to tell a busy 503 from any
-    other 503), and its clock covers all of our own work: routing, auth, admission, body,
-    checks, the queue, the pass, shaping and rendering — everything but aiohttp's header
-    parsing and the socket write.
-    """
-    metrics = request.app[METRICS]
-    route = route_label(request, metrics.root_path)
-    start = time.perf_counter()
-    status, busy = 500, False  # an exception the error middleware will answer with a 500
-    try:
-        with metrics.in_flight.labels(route).track_inprogress():
-            response = await handler(request)
-        status = response.status
-        ms = request.get(INFERENCE_MS)
-        if ms is not None and status == 200:
-            metrics.inference.labels(route).observe(ms / 1000.0)
-        return response
-    except ApiError as exc:
-        status, busy = exc.status, exc.status == 503 and exc.detail == BUSY
-        raise
-    except web.HTTPException as exc:
-        status = exc.status
-        raise
-    except asyncio.CancelledError:
-        status = CLIENT_GONE
-        raise
-    finally:
-        metrics.observe(request, route, status, time.perf_counter() - start, busy)
+    def waited(self, route: str, ms: float) -> None:
+        self.queue_wait.labels(route).observe(ms / 1000.0)

@@ -7,7 +7,7 @@ alone would get, or its own refusal. This module is the asynchronous window only
 
 Nothing here knows the web framework: a front end hands `submit` a decision and an `execute`
 coroutine function that runs a blocking callable on its inference worker (the aiohttp app: the
-inference gate and its one-thread executor). Admission is untouched: a waiting request keeps
+worker lock and its one-thread executor). Admission is untouched: a waiting request keeps
 the slot it was admitted with, and the pass's memory budget is the agent's (`predict_batch`
 splits passes to fit it).
 """

@@ -2,7 +2,7 @@
 the short index of the routes a server answers (`index_payload`).
 
 laya-serve (FastAPI) serves `/openapi.json`, `/docs` and `/redoc` only when LAYA_API_KEY is unset
-(http.md §1); with a key they do not exist (404). This server does the same with `/openapi.json`
+(docs/http-api.md, "Routes"); with a key they do not exist (404). This server does the same with `/openapi.json`
 and `/docs`. `/docs` is one self-contained HTML page rendered on the server from the same
 document — no script, no stylesheet or font from a CDN — so it works on a host with no
 internet access.
@@ -46,6 +46,7 @@ COMPONENTS: dict[str, Any] = {
     "Health": s.Health,
     "ModelList": s.ModelList,
     "Index": s.Index,
+    "Probe": s.Probe,
     "Error": s.ErrorBody,
 }
 
@@ -143,10 +144,17 @@ def _decision(
 
 
 def _get(
-    op_id: str, summary: str, description: str, content: dict[str, Any], errors: dict[int, str] | None = None
+    op_id: str,
+    summary: str,
+    description: str,
+    content: dict[str, Any],
+    errors: dict[int, str] | None = None,
+    not_ready: bool = False,
 ) -> dict[str, Any]:
     responses: dict[str, Any] = {"200": {"description": summary, "content": content}}
     responses.update({str(code): _error(code, why) for code, why in (errors or {}).items()})
+    if not_ready:
+        responses["503"] = {"description": "Not so (the status says why).", "content": content}
     return {
         "get": {"operationId": op_id, "summary": summary, "description": description, "responses": responses}
     }
@@ -243,6 +251,23 @@ def openapi_document(
                 f"Always 200, never 401, answered while a pass runs. With {_API_KEY} set, a caller "
                 'without the right bearer gets {"status": "ok"} only.',
                 _json("Health"),
+            ),
+            "/health/live": _get(
+                "live",
+                "Liveness",
+                '{"status": "ok"}; 503 {"status": "unhealthy"} once a checkpoint\'s device keeps '
+                "failing passes, which a restart is the remedy for. Never 401.",
+                _json("Probe"),
+                not_ready=True,
+            ),
+            "/health/ready": _get(
+                "ready",
+                "Readiness",
+                '{"status": "ready"} once the warm-up ran (the speed probe and one pass per row '
+                "length), while the checkpoints are healthy and the server is not draining; 503 with "
+                '{"status": "warming up" | "draining" | "unhealthy"} otherwise. Never 401.',
+                _json("Probe"),
+                not_ready=True,
             ),
             "/v1/models": _get(
                 "models",

@@ -6,7 +6,7 @@ app serves it through three adapters, so the HTTP contract (`contract.py`) stays
   * `RoutedAgent` — the Router as the one `ServedAgent` the worker calls: the body's routing
     controls (`model`, `task`, `lang`, `lang_guess`) reach `Router.predict` / `predict_batch`;
   * `RoutedCheckpoints` — the "checkpoint" role of `wire.Checkpoint`: a body's `model` resolved
-    as laya-serve 0.4.15 resolves it (http.md §2.3), the Router's own `routing` block kept, and
+    as laya-serve 0.4.15 resolves it (docs/http-api.md, "The model field"), the Router's own `routing` block kept, and
     `/health` over every resident checkpoint (laya-serve's keys, our `providers` /
     `provider_fallbacks` per checkpoint, the idle-unload window, the process RSS);
   * `RoutedCatalog` — `/v1/models` lists every checkpoint that has a bundle.

@@ -1,4 +1,4 @@
-"""`laya-onnx serve BUNDLE`: load the bundle once, serve it, drain it on SIGTERM/SIGINT.
+"""`laya-onnx serve BUNDLE`: load the bundle once, serve it, drain it on a terminating signal.
 
 The order matters to an operator:
 
@@ -8,7 +8,7 @@ The order matters to an operator:
      line — before the model is loaded, and "serving ..." is never logged for a server that is not;
   3. the bundle is loaded and verified (a bad one exits with the loader's message);
   4. the socket listens and "serving ... on http://HOST:PORT" is logged;
-  5. on the first SIGTERM or SIGINT the server drains (`drain.py`): it stops accepting
+  5. on the first SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 or SIGUSR2 the server drains (`drain.py`): it stops accepting
      connections, closes idle ones, answers every admitted request that can finish within
      LAYA_SHUTDOWN_GRACE_SECONDS and refuses the rest with 503 + Retry-After, logs each step,
      and exits 0 within the grace. A second signal brings the stop time forward to now.
@@ -33,12 +33,20 @@ from aiohttp import web
 from laya_onnx.core import settings
 from laya_onnx.core.errors import ConfigError
 from laya_onnx.serve.app import ACCESS_LOG, DRAIN, create_app
-from laya_onnx.serve.connection import LayaRequestHandler, handler_factory
+from laya_onnx.serve.connection import LayaRequestHandler, handler_factory, on_loop_error
 from laya_onnx.serve.logs import ACCESS_LOGGERS, configure_logging
 from laya_onnx.serve.settings import ServerLimits, Settings, resolve_host, resolve_port
 
 log = logging.getLogger("laya_onnx.serve")
 
+#: The signals that drain the server: every one whose default action ends the process (SIGHUP
+#: from a closing terminal or a supervisor's reload included), so no signal of those cuts the
+#: requests in flight. SIGKILL cannot be caught; SIGPIPE is ignored by Python already.
+DRAIN_SIGNALS = tuple(
+    getattr(signal, name)
+    for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+    if hasattr(signal, name)
+)
 #: Connections the kernel queues before the server accepts them.
 BACKLOG = 128
 #: At most this many seconds of the grace are kept for writing the last answers and closing.
@@ -134,7 +142,7 @@ def run_server(
     strict_providers: bool = False,
     threads: int | None = None,
 ) -> None:
-    """Serve `bundle` over the /v1/systemone wire protocol until SIGTERM/SIGINT, then drain.
+    """Serve `bundle` over the /v1/systemone wire protocol until a `DRAIN_SIGNALS` one, then drain.
 
     `strict_providers`: refuse to start when a requested accelerator does not attach.
     A models directory (a folder of bundle folders) or `models` (`NAME=BUNDLE` texts) serve
@@ -244,9 +252,11 @@ class RunningServer:
                 runner,
                 idle_timeout=limits.keepalive_timeout,
                 header_read_timeout=limits.header_read_timeout,
+                max_connections=limits.max_connections,
                 **handler_options,
             )
             loop = asyncio.get_running_loop()
+            loop.set_exception_handler(on_loop_error)  # a failed accept: one line a while
             for sock in sockets:
                 try:
                     server.listeners.append(await loop.create_server(factory, sock=sock, backlog=BACKLOG))
@@ -266,7 +276,7 @@ class RunningServer:
         loop = asyncio.get_running_loop()
         grace = self.limits.shutdown_grace
         drain = self.app[DRAIN]
-        gate = drain.gate
+        gate = drain.lock
         began = loop.time()
         running = int(gate is not None and gate.busy)
         waiting = gate.waiting if gate is not None else 0
@@ -332,7 +342,7 @@ async def _serve(app: web.Application, agent: Any, plan: _Plan, source: str | No
     try:
         server = await RunningServer.start(app, plan.sockets, plan.limits, plan.access_log)
         try:
-            for signum in (signal.SIGTERM, signal.SIGINT):
+            for signum in DRAIN_SIGNALS:
                 loop.add_signal_handler(signum, on_signal, signum)
             if hasattr(agent, "route"):  # a Router
                 what = "checkpoints %s (resident: %s)" % (
@@ -357,7 +367,7 @@ async def _serve(app: web.Application, agent: Any, plan: _Plan, source: str | No
             await stop.wait()
             await server.drain("received %s" % signal.Signals(signals[0]).name)
         finally:
-            for signum in (signal.SIGTERM, signal.SIGINT):
+            for signum in DRAIN_SIGNALS:
                 loop.remove_signal_handler(signum)
             await server.close()
     finally:

@@ -47,6 +47,8 @@ class ServerLimits:
     keepalive_timeout: float = table.KEEPALIVE_TIMEOUT.default
     header_read_timeout: float = table.HEADER_READ_TIMEOUT.default
     access_log: str = table.ACCESS_LOG.default
+    #: Open connections served at once (LAYA_MAX_CONNECTIONS; 0: from the open-files limit).
+    max_connections: int = table.MAX_CONNECTIONS.default
 
     @classmethod
     def from_env(cls) -> ServerLimits:
@@ -55,6 +57,7 @@ class ServerLimits:
             keepalive_timeout=table.KEEPALIVE_TIMEOUT.read(),
             header_read_timeout=table.HEADER_READ_TIMEOUT.read(),
             access_log=table.ACCESS_LOG.read(),
+            max_connections=table.MAX_CONNECTIONS.read(),
         )
 
 
@@ -74,6 +77,7 @@ _VARIABLES: dict[str, Setting[Any]] = {
     "max_request_seconds": table.MAX_REQUEST_SECONDS,
     "request_timeout": table.REQUEST_TIMEOUT,
     "body_buffer": table.BODY_BUFFER,
+    "send_timeout": table.SEND_TIMEOUT,
 }
 
 
@@ -105,8 +109,23 @@ class Settings:
     request_timeout: float = table.REQUEST_TIMEOUT.default
     #: Bytes the bodies being read may hold at once (LAYA_BODY_BUFFER).
     body_buffer: int = table.BODY_BUFFER.default
+    #: Seconds a client may take to receive a whole answer (LAYA_SEND_TIMEOUT).
+    send_timeout: float = table.SEND_TIMEOUT.default
 
     def __post_init__(self) -> None:
+        key = self.api_key
+        if key is not None:
+            fault = next((i for i, c in enumerate(key) if ord(c) < 0x20 or ord(c) == 0x7F), None)
+            if fault is not None or key != key.strip():
+                where = (
+                    "a control character at index %d" % fault
+                    if fault is not None
+                    else "surrounding whitespace"
+                )
+                raise ConfigError(
+                    "%s holds %s: no client can send that key in an Authorization header, so every "
+                    "request would be refused; set it without" % (table.API_KEY.env, where)
+                )
         profile = self.jev_profile
         if profile is not None:
             try:

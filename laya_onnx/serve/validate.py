@@ -1,4 +1,4 @@
-"""Request checks for the decision routes, in the order laya-serve 0.4.15 runs them (http.md §7).
+"""Request checks for the decision routes, in the order laya-serve 0.4.15 runs them (docs/http-api.md, "Refusals in order").
 
 Everything here is pure: a function takes parsed JSON and either returns the value to forward
 or raises `ApiError`. The handlers call them in contract order, so the first failing check is
@@ -14,6 +14,7 @@ from typing import Any
 from laya_onnx.core.errors import InvalidRequest
 from laya_onnx.core.gate import check_min_confidence
 from laya_onnx.core.questions import null_level
+from laya_onnx.serve.body import MAX_BODY_BYTES  # noqa: F401 (the cap's name where the limits are)
 from laya_onnx.serve.errors import INVALID_JSON, ApiError
 
 #: JSON Schema `pattern` for "not blank" as the handlers judge it (`str.strip()`): at least one
@@ -25,7 +26,6 @@ NOT_BLANK = "[^%s]" % "".join("\\u%04x" % c for c in range(0x3001) if chr(c).iss
 MAX_QUESTIONS = 64
 MAX_STATE_CHARS = 50000
 MAX_BATCH_STATES = 64
-MAX_BODY_BYTES = 2 * 1024 * 1024
 #: TypeSafe Jev's documented cap (laya-serve's with LAYA_TOURNAMENT_GROUP): a choice over
 #: `core.tournament.MAX_ONE_PASS_CHOICE_OPTIONS` is answered by elimination.
 MAX_CHOICE_OPTIONS = 255
@@ -147,8 +147,13 @@ def check_batch_limits(states: Any, questions: Any) -> None:
         raise ApiError(400, "'states' must be a non-empty list")
     if len(states) > MAX_BATCH_STATES:
         raise ApiError(413, "too many states in batch (%d > %d)" % (len(states), MAX_BATCH_STATES))
-    for state in states:
-        check_request_limits(state, questions)
+    for i, state in enumerate(states):
+        try:
+            check_request_limits(state, questions)
+        except ApiError as exc:
+            if "state" in exc.detail.split(" ", 1)[0]:  # 'state' is required / state too large / ...
+                raise exc.at_item(i) from None
+            raise
 
 
 # -- refusals ------------------------------------------------------------------------------

@@ -71,7 +71,7 @@ class Checkpoint:
         return "unknown model %r; choose one of %s (or an alias: %s)" % (value, [self.name], self.aliases)
 
     def check_model(self, model: Any) -> ModelChoice:
-        """Accept a body's `model` or refuse it with 422 (http.md §2.3, one checkpoint).
+        """Accept a body's `model` or refuse it with 422 (docs/http-api.md, "The model field"; one checkpoint).
 
         Falsy, the bundle id, this checkpoint's name/alias/published id, and any other name
         (a Jev id like `jev-1`, a typo) are answered by this checkpoint — the last kind as a
