@@ -9,8 +9,8 @@
   * a connection flood: past LAYA_MAX_CONNECTIONS a request gets 503 and its connection closes,
     while the health routes still answer; failed accepts log one line a while;
   * answers: a client that stops reading is cut after LAYA_SEND_TIMEOUT, every answer (whole or
-    cut) has its access line saying how it ended, and a drain waits for an answer still being
-    written.
+    cut) has its access line saying how it ended, a half-closed client still gets its answer,
+    and a drain waits for an answer still being written.
 
 Each fails on the server as it was before (no cap, no send timeout, no escaping, ...).
 """
@@ -306,3 +306,20 @@ async def test_a_one_megabyte_url_gets_the_431_not_a_reset():
         assert (resp.status, resp.json()) == (431, {"detail": "request line or header field too long"})
         raw, _ = await exchange(srv.port, request("GET", "/health", headers={"Connection": "close"}))
         assert parse_responses(raw)[0].status == 200
+
+
+@aio
+async def test_a_half_closed_client_still_gets_its_answer():
+    agent = FakeAgent(block=True)
+    async with listening(agent) as srv:
+        reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
+        writer.write(request("POST", URL, json.dumps(BODY).encode()))
+        await writer.drain()
+        writer.write_eof()  # sent everything, closes its side
+        await asyncio.sleep(0.5)  # past the server's look at the socket
+        agent.release.set()
+        data = await asyncio.wait_for(reader.read(), 5)  # the answer, then the server closes
+        writer.close()
+    final = data.split(b"\r\n\r\n", 1)[1] if data.startswith(b"HTTP/1.1 100 ") else data
+    (resp,) = parse_responses(final)
+    assert resp.status == 200 and resp.json()["answers"]

@@ -144,6 +144,8 @@ async def handle(request: web.Request) -> web.StreamResponse:
 async def _write(request: web.Request, response: web.StreamResponse, body: bytes) -> None:
     """The answer in slices: what the connection buffers stays near aiohttp's write-buffer limit,
     whatever the answer's size, since each write waits for the socket to take the previous."""
+    if hasattr(request.protocol, "answering"):  # connection.py: no interim response from now on
+        request.protocol.answering = True
     await response.prepare(request)
     if request.method != "HEAD":
         for start in range(0, len(body), WRITE_SLICE):

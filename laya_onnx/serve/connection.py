@@ -35,6 +35,7 @@ import asyncio
 import logging
 import re
 import resource
+import socket
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -83,6 +84,10 @@ def parser_refusal(status: int, exc: BaseException | None) -> tuple[int, str]:
 
 
 LONG_LINE = "request line or header field too long"
+#: Seconds after a client closed its side before its socket is looked at (gone or half-closed).
+GONE_PROBE_SECONDS = 0.05
+#: Linux's TCP state of a socket reset by its peer (`TCP_INFO`'s first byte).
+TCP_CLOSE = 7
 #: aiohttp's limit on a request line (its `max_line_size`), checked here first (`_refuse_long_line`).
 MAX_REQUEST_LINE = 8190
 #: After refusing a request line: how long, and how many bytes, the rest is read and dropped.
@@ -190,6 +195,12 @@ class LayaRequestHandler(web.RequestHandler):
         self.health_only = False
         #: The request being handled named an HTTP version other than 1.0 and 1.1 (0.9, 2.0).
         self.unsupported_version = False
+        #: The request being handled is HTTP/1.1 (an interim response may be sent on it).
+        self.request_http11 = False
+        #: Its answer has started (set by the app's writer): no interim response any more.
+        self.answering = False
+        #: The client closed its side after sending: answered, then closed.
+        self._half_closed = False
         #: Bytes of the request line so far (None once it is complete).
         self._line_bytes: int | None = None
         #: Bytes dropped after a refused request line (None: not refusing).
@@ -258,6 +269,40 @@ class LayaRequestHandler(web.RequestHandler):
             self.force_close()
         else:
             self.health_only = True
+
+    def eof_received(self) -> bool:  # type: ignore[override]  # asyncio reads the bool
+        """The client closed its side. With an HTTP/1.1 request of it still unanswered, the socket
+        stays open for the answer: a client that only half-closed gets it. Whether the client is
+        gone instead is learnt by an interim `100 Continue` (which every HTTP/1.1 client reads
+        past): a closed socket answers it with a reset, and the request is then cancelled."""
+        transport = self.transport
+        if self._between_requests() or self._discarded is not None or transport is None:
+            return False
+        if not self.request_http11 or self.answering or not isinstance(transport, asyncio.WriteTransport):
+            return False
+        transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        asyncio.get_running_loop().call_later(GONE_PROBE_SECONDS, self._gone_or_half_closed)
+        self._half_closed = True
+        return True
+
+    def _gone_or_half_closed(self) -> None:
+        """After the probe: a reset socket (the client is gone) is closed, cancelling its request."""
+        transport = self.transport
+        sock = transport.get_extra_info("socket") if transport is not None else None
+        if sock is None:
+            return
+        try:
+            error = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            state = (
+                sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0]
+                if hasattr(socket, "TCP_INFO")
+                else 0
+            )
+        except OSError:
+            error, state = 1, 0
+        if error or state == TCP_CLOSE:
+            log.debug("a client that closed its side is gone: its request is cancelled")
+            self.force_close()
 
     def data_received(self, data: bytes) -> None:
         if self._discarded is not None:  # after a refused request line: swallowed, then closed
@@ -331,7 +376,7 @@ class LayaRequestHandler(web.RequestHandler):
             if not request.content.is_eof():
                 self._unread_body = request.content
             if self.transport is not None and self.idle:
-                if self._draining:
+                if self._draining or self._half_closed:
                     self.force_close()
                 else:
                     self._arm(self.idle_timeout, self._idle_expired)
@@ -436,6 +481,7 @@ def handler_factory(runner: web.AppRunner, **kwargs: Any) -> Any:
         if isinstance(protocol, LayaRequestHandler):
             protocol.request_began()
             version = getattr(message, "version", HttpVersion11)
+            protocol.request_http11, protocol.answering = version == HttpVersion11, False
             protocol.unsupported_version = version not in (HttpVersion10, HttpVersion11)
             if protocol.unsupported_version:
                 # answered 505 in HTTP/1.1 (`app.handle`), never in the version the client named
