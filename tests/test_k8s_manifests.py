@@ -165,7 +165,11 @@ def test_probes_hit_liveness_and_readiness_on_the_port_the_server_binds(objects)
     (port,) = spec["ports"]
     assert env["LAYA_HOST"] == "0.0.0.0"  # reachable from the kubelet and the Service
     assert int(env["LAYA_PORT"]) == port["containerPort"]
-    paths = {"startupProbe": "/health/live", "readinessProbe": "/health/ready", "livenessProbe": "/health/live"}
+    paths = {
+        "startupProbe": "/health/live",
+        "readinessProbe": "/health/ready",
+        "livenessProbe": "/health/live",
+    }
     for probe, path in paths.items():
         assert spec[probe]["httpGet"] == {"path": path, "port": port["name"]}, probe
     service_port = one(objects, "Service")["spec"]["ports"][0]
