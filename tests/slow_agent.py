@@ -1,4 +1,4 @@
-"""A deliberately slow fake agent, and `python tests/slow_agent.py PORT SECONDS` serving it.
+"""A deliberately slow fake agent, and `python tests/slow_agent.py PORT SECONDS [PAD_BYTES]` serving it.
 
 The drain tests need passes long enough to have requests in flight when a signal arrives; the
 tiny bundle answers in milliseconds. The server is `laya_onnx.serve.server.serve_agent`, the
@@ -36,4 +36,8 @@ class SlowAgent(FakeAgent):
 if __name__ == "__main__":
     from laya_onnx.serve.server import serve_agent
 
-    serve_agent(SlowAgent(float(sys.argv[2])), "127.0.0.1", int(sys.argv[1]))
+    agent = SlowAgent(float(sys.argv[2]))
+    pad = int(sys.argv[3]) if len(sys.argv) > 3 else 0  # bytes added to every answer
+    if pad:
+        agent.result_hook = lambda result: {**result, "x_pad": "p" * pad}
+    serve_agent(agent, "127.0.0.1", int(sys.argv[1]))

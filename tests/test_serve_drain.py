@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -157,14 +158,14 @@ async def test_drain_answers_or_refuses_every_request_and_closes_the_doors():
 # -- a real server process -----------------------------------------------------------------
 
 
-def _spawn_slow_server(tmp_path, seconds, **env_extra):
+def _spawn_slow_server(tmp_path, seconds, pad=0, **env_extra):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("LAYA_")}
     env.update(PYTHONPATH=os.pathsep.join([str(TESTS.parent), env.get("PYTHONPATH", "")]), **env_extra)
     log_path = tmp_path / "server.log"
     log = open(log_path, "wb")
     proc = subprocess.Popen(
-        [sys.executable, str(TESTS / "slow_agent.py"), str(port), str(seconds)],
+        [sys.executable, str(TESTS / "slow_agent.py"), str(port), str(seconds), str(pad)],
         stdout=log,
         stderr=subprocess.STDOUT,
         env=env,
@@ -271,3 +272,38 @@ def test_a_second_signal_stops_now(tmp_path):
     assert all(len(r) == 1 and _is_answer_or_clean_refusal(r[0]) for r in responses), responses
     assert exited_in < 3.0, log
     assert "received SIGINT again" in log
+
+
+def test_a_signal_while_a_large_answer_is_written_waits_for_it_within_the_grace(tmp_path):
+    """A slow reader of a 12 MB answer (about 3 s) when SIGTERM arrives gets all of it: the drain
+    waits for answers still being written, not only for the ones still being decided. (The
+    reader's small receive buffer keeps the kernel from taking the whole answer at once.)"""
+    proc, port, log_path = _spawn_slow_server(tmp_path, 0.05, 12_000_000, LAYA_SHUTDOWN_GRACE_SECONDS="20")
+
+    async def read_slowly():
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)
+        sock.connect(("127.0.0.1", port))
+        reader, writer = await asyncio.open_connection(sock=sock)
+        writer.write(request("POST", URL, json.dumps(BODY).encode(), {"Connection": "close"}))
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+        length = int(parse_responses(head)[0].headers["content-length"])
+        proc.send_signal(signal.SIGTERM)
+        received = 0
+        while received < length:  # 400 KB every 100 ms
+            chunk = await asyncio.wait_for(reader.read(400_000), 10)
+            if not chunk:
+                break
+            received += len(chunk)
+            await asyncio.sleep(0.1)
+        writer.close()
+        return received, length
+
+    try:
+        received, length = asyncio.run(read_slowly())
+        code = proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert (received, code) == (length, 0), log_path.read_text()[-2000:]
