@@ -38,6 +38,7 @@ _.on_error
 
 # -- framework entry points and settings read by the libraries -------------------------------
 _.handle_error  # aiohttp: RequestHandler's error response (serve/connection.py)
+_.eof_received  # asyncio: a protocol's end-of-input callback (serve/connection.py)
 _.handlers  # logging: the access logger's handlers
 _.reconfigure  # Ray Serve: a deployment's user_config
 _.check_health  # Ray Serve: a replica's health check
