@@ -80,6 +80,8 @@ def _make(source: Path, folder: Path, threads: int | None) -> None:
     from laya_onnx.core.session import session_options
 
     so = session_options(threads)
+    # onnxruntime warns that a graph saved at this level suits only this machine: it is keyed so
+    so.log_severity_level = 3
     so.optimized_model_filepath = str(folder / PREPARED_GRAPH)
     so.add_session_config_entry("session.optimized_model_external_initializers_file_name", PREPARED_DATA)
     so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
