@@ -407,7 +407,8 @@ def plot_parity(report: dict[str, Any], path: os.PathLike[str] | str) -> Path:
             right.text(s + d / 2, y, str(d), ha="center", va="center", color="white", fontsize=9)
     right.invert_yaxis()
     right.set_xlabel("requests")
-    right.set_title("%d requests, %d rounding flips" % (len(cases), summary["rounding_flips"]), fontsize=10)
+    flips = _count(summary["rounding_flips"], "rounding flip")
+    right.set_title("%s, %s" % (_count(len(cases), "request"), flips), fontsize=10)
     right.legend(fontsize=8, loc="lower right")
     fig.suptitle(
         "Parity of %s against laya (suite %s): %s"
