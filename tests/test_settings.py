@@ -42,6 +42,7 @@ BAD = {
     "LAYA_KEEPALIVE_TIMEOUT": "0",
     "LAYA_HEADER_READ_TIMEOUT": "never",
     "LAYA_ACCESS_LOG": "verbose",
+    "LAYA_LOG_FORMAT": "yaml",
     "LAYA_INT8_KERNEL": "vnni",
     "LAYA_CPU_AMP": "fp16",
     "LAYA_MAX_REQUEST_SECONDS": "0",
@@ -147,6 +148,7 @@ def test_ours_are_refused_with_the_reason():
         "LAYA_BATCH_MAX_REQUESTS": "invalid LAYA_BATCH_MAX_REQUESTS '0': must be a positive integer",
         "LAYA_KEEPALIVE_TIMEOUT": "invalid LAYA_KEEPALIVE_TIMEOUT '0': must be a number of seconds > 0",
         "LAYA_ACCESS_LOG": "invalid LAYA_ACCESS_LOG 'verbose': must be one of text, json, off",
+        "LAYA_LOG_FORMAT": "invalid LAYA_LOG_FORMAT 'yaml': must be one of text, json",
         "LAYA_MAX_PASS_MEMORY": "invalid LAYA_MAX_PASS_MEMORY 'lots': must be a byte count such as 2G",
     }
     for name, message in cases.items():

@@ -13,37 +13,20 @@ import pytest
 pytest.importorskip("opentelemetry.sdk", reason="the otel extra (opentelemetry-sdk) is not installed")
 
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from laya_onnx.core import tracing
+from tests.otel_support import by_name, memory_exporter
 
 QUESTIONS = {
     "refund": {"type": "noul", "instructions": "Should we refund?"},
     "team": {"type": "choice", "instructions": "Which team?", "criteria": {"a": "billing", "b": "tech"}},
 }
 
-_EXPORTER = InMemorySpanExporter()
-
 
 @pytest.fixture(scope="module")
 def spans():
-    """The process's tracer provider (set once: OpenTelemetry refuses a second), its spans cleared
-    before each use."""
-    if not isinstance(trace.get_tracer_provider(), TracerProvider):
-        provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
-        trace.set_tracer_provider(provider)
-    _EXPORTER.clear()
-    return _EXPORTER
-
-
-def by_name(finished) -> dict[str, list]:
-    out: dict[str, list] = {}
-    for s in finished:
-        out.setdefault(s.name, []).append(s)
-    return out
+    """Every span the process ends, in memory (tests clear it before use)."""
+    return memory_exporter()
 
 
 def test_a_call_of_two_passes_is_one_span_with_tokenize_passes_and_decode(spans, tiny_english_agent):
@@ -105,10 +88,9 @@ def test_hooks_run_in_spans_of_their_own_and_a_failure_marks_the_call(spans, tin
     assert [e.name for e in failed.events] == ["exception"]
 
 
-def test_current_ids_and_incoming_context_follow_w3c(spans):
+def test_current_ids_and_the_request_span_follow_w3c(spans):
     parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-    context = tracing.incoming_context({"traceparent": parent})
-    with tracing.span("server.request", context=context) as current:
+    with tracing.request_span("GET", {"traceparent": parent}) as current:
         assert current is not None
         trace_id, span_id = tracing.current_ids()
     assert trace_id == "0af7651916cd43dd8448eb211c80319c" and len(span_id) == 16

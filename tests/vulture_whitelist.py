@@ -14,6 +14,7 @@ _ = Whitelist()
 _.__getattr__  # module-level lazy imports (PEP 562): laya_onnx, laya_onnx.parity, laya_onnx.serve
 _.__context__  # exception chaining: a hook's failure set as the context of the pass's own
 _.showwarning  # warnings: how a warning is shown (core/notices.py)
+_.eof_received  # asyncio: a client half-closed its connection (serve/connection.py)
 
 # -- the public API, as laya 0.4.15 names it (README "Python"; users call these) -------------
 _.system_one  # ONNXAgent / Router alias of predict
@@ -114,11 +115,5 @@ _.measured_on
 _.cpu_ep
 _.format_version
 
-# -- tracing (core/tracing.py): what an application or a front end calls to join the spans ------
-_.current_ids  # the trace and span id of the current span, for a log line
-_.incoming_context  # a request's W3C traceparent, continued by the request's span
-_.configure_from_environment  # the exporter from the standard OTEL_* variables
-_.record  # a wait measured without a span held open (a request's time in the queue)
-_.in_current_context  # work handed to an executor thread, under the caller's span
 # -- parity reports: CaseResult fields written to the JSON report (asdict) and read by --plot ----
 _.abs_dps

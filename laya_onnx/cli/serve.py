@@ -45,7 +45,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
         help="serve on Ray Serve instead, from a Ray Serve config file (serve/ray/serve-config.yaml): "
         "replicas, autoscaling, CPU/GPU per replica, micro-batching; needs the ray extra",
     )
-    add_arguments(p, settings.HOST, settings.PORT, settings.THREADS)
+    add_arguments(p, settings.HOST, settings.PORT, settings.THREADS, settings.LOG_FORMAT)
     return p
 
 
@@ -74,5 +74,6 @@ def run(args: argparse.Namespace) -> int:
         models=args.model,
         strict_providers=args.strict_providers,
         threads=args.threads,
+        log_format=args.log_format,
     )
     return EXIT_OK

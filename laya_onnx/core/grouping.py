@@ -49,6 +49,8 @@ class Outcome:
     error: Exception | None = None
     started: float = 0.0
     ended: float = 0.0
+    #: The requests the call that answered this one answered in all (its group's size).
+    group_size: int = 1
 
 
 def run_group(
@@ -77,7 +79,7 @@ def run_group(
             pass
         else:
             ended = time.perf_counter()
-            return [Outcome(result=r, started=started, ended=ended) for r in results]
+            return [Outcome(result=r, started=started, ended=ended, group_size=len(states)) for r in results]
     outcomes = []
     for i, state in enumerate(states):
         t0 = time.perf_counter()

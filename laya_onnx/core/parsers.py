@@ -156,6 +156,7 @@ def log_level(value: str) -> int:
 
 
 ACCESS_LOG_MODES = ("text", "json", "off")
+LOG_FORMATS = ("text", "json")
 #: The Jev profiles: "typesafe" follows TypeSafe's Jev spec where it asks more than laya-serve.
 JEV_PROFILES = ("typesafe",)
 #: The tournament group's accepted range (laya-serve 0.4.15): above the one-pass choice cap a

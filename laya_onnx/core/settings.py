@@ -521,6 +521,19 @@ ACCESS_LOG = _entry(
         "serve",
     )
 )
+LOG_FORMAT = _entry(
+    Setting[str](
+        "LAYA_LOG_FORMAT",
+        parsers.choice(parsers.LOG_FORMATS),
+        "text",
+        "refuse",
+        "every log line as `text` or `json` (one object per line: time, level, logger, message, "
+        "request id, trace id; access lines too, unless LAYA_ACCESS_LOG is off)",
+        "serve",
+        flag="--log-format",
+        flag_help="text or json: every log line as one JSON object",
+    )
+)
 
 # -- the table: bench --------------------------------------------------------------------------
 

@@ -11,6 +11,8 @@ The names and attributes (one meaning each):
 
 | span | attributes |
 |---|---|
+| `METHOD /route` (the server's, per request; continues an incoming `traceparent`) | `http.request.method`, `http.route`, `http.response.status_code`, `laya.request_id` |
+| `laya.queue` (the request's wait for the inference worker) | `laya.microbatch.size` (micro-batched requests) |
 | `laya.call` | `laya.model`, `laya.states`, `laya.questions` |
 | `laya.tokenize` | `laya.rows`, `laya.input_tokens` |
 | `laya.pass` | `laya.pass.index`, `laya.pass.rows`, `laya.pass.tokens` (real, unpadded), `laya.pass.length_bucket` (the padded length), `laya.precision`, `laya.provider` |
@@ -29,6 +31,8 @@ import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from laya_onnx.core.errors import ConfigError
 
 #: The instrumentation scope the spans are made under.
 SCOPE = "laya_onnx"
@@ -132,6 +136,31 @@ def in_current_context(fn: Callable[[], Any]) -> Callable[[], Any]:
     return functools.partial(contextvars.copy_context().run, fn)
 
 
+def request_span(method: str, headers: Mapping[str, str], attributes: Mapping[str, Any] | None = None) -> Any:
+    """`span` for a request a server received: named by its method (name it `METHOD /route` once
+    the route is known), continuing the trace its W3C `traceparent` carries."""
+    active = tracer()
+    if active is None:
+        return _OFF
+    from opentelemetry.propagate import extract
+    from opentelemetry.trace import SpanKind
+
+    return active.start_as_current_span(
+        method, context=extract(headers), kind=SpanKind.SERVER, attributes=attributes
+    )
+
+
+def answered(current: Any, method: str, route: str, status: int) -> None:
+    """Name a request span (`request_span`) `METHOD /route` once answered, with OpenTelemetry's
+    HTTP attributes (nothing when tracing is off)."""
+    if current is None:
+        return
+    current.update_name("%s %s" % (method, route))
+    current.set_attributes(
+        {"http.request.method": method, "http.route": route, "http.response.status_code": status}
+    )
+
+
 def current_ids() -> tuple[str, str] | None:
     """(trace id, span id) of the current span as W3C hex, or None (off, or no span)."""
     if tracer() is None:
@@ -144,22 +173,12 @@ def current_ids() -> tuple[str, str] | None:
     return trace.format_trace_id(context.trace_id), trace.format_span_id(context.span_id)
 
 
-def incoming_context(headers: Mapping[str, str]) -> Any:
-    """The trace context a request carries (W3C `traceparent`/`tracestate`), or None when
-    tracing is off or the request carries none: a request span continues its caller's trace."""
-    if tracer() is None:
-        return None
-    from opentelemetry.propagate import extract
-
-    return extract(headers)
-
-
 def configure_from_environment(environ: Mapping[str, str] | None = None) -> str | None:
     """Set up the SDK's tracer provider from the standard variables, once per process: its
     exporter from `OTEL_TRACES_EXPORTER` (comma list), the service name from `OTEL_SERVICE_NAME`
     (default `laya-onnx`), the exporter's own `OTEL_EXPORTER_*` settings read by the exporter.
     Returns the exporters' names, or None when off (unset or `none`). Without the otel extra a
-    warning says so and tracing stays off; an unknown exporter name is a ValueError."""
+    warning says so and tracing stays off; an unknown exporter name is a ConfigError."""
     env = os.environ if environ is None else environ
     names = [n.strip().lower() for n in env.get(EXPORTER_ENV, "").split(",") if n.strip()]
     if not names or names == ["none"]:
@@ -196,7 +215,7 @@ def _exporter(name: str) -> Any:
     for candidate in candidates:
         if candidate in installed:
             return installed[candidate].load()()
-    raise ValueError(
+    raise ConfigError(
         "%s=%s: no such span exporter installed; choose from %s"
         % (EXPORTER_ENV, name, ", ".join(sorted({*installed, "otlp", "none"})))
     )

@@ -25,7 +25,7 @@ from laya_onnx.core.router import Router
 from laya_onnx.serve import contract
 from laya_onnx.serve.drain import Drain
 from laya_onnx.serve.errors import BODY_UNDECODABLE, UNSUPPORTED_VERSION, ApiError
-from laya_onnx.serve.keys import INFERENCE_MS, PASS_RESULT, QUEUE_WAIT_MS
+from laya_onnx.serve.keys import INFERENCE_MS, PASS_RESULT, QUEUE_WAIT_MS, TRACE_ID
 from laya_onnx.serve.logs import (
     ENDED,
     REQUEST_ID_HEADER,
@@ -100,6 +100,8 @@ async def handle(request: web.Request) -> web.StreamResponse:
     except asyncio.CancelledError:
         log_cut(app.get(ACCESS_LOG), request, call.request_id, time.perf_counter() - began)
         raise
+    if call.trace_id is not None:  # the access line names the request's trace
+        request[TRACE_ID] = call.trace_id
     if reply.inference_ms is not None:  # for a recorder outside the pipeline (the bench's)
         request[INFERENCE_MS] = reply.inference_ms
         request[QUEUE_WAIT_MS] = reply.queue_ms

@@ -23,3 +23,5 @@ INFERENCE_MS: Any = request_key("inference_ms", float)
 QUEUE_WAIT_MS: Any = request_key("queue_wait_ms", float)
 #: What the worker returned: one result dict or a list of them.
 PASS_RESULT: Any = request_key("pass_result", object)
+#: The request's trace id (W3C hex) while the server traces, for its access line.
+TRACE_ID: Any = request_key("trace_id", str)

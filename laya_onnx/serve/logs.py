@@ -1,4 +1,4 @@
-"""Request ids and the access log.
+"""Request ids, the log format and the access log.
 
 Every response carries `X-Request-Id`: the caller's own when it is a plausible id (1-128
 characters from a conservative set, so it is safe in a header and a log line), a fresh one
@@ -9,6 +9,11 @@ The access log is one line per response, written once the response went out or w
 how its write ended (`whole`, `reset`, `send-timeout`; `cancelled` when the client went away
 before any answer): `text` (a readable line, control characters escaped), `json` (one JSON
 object per line, for a log shipper) or `off`.
+
+The log format (LAYA_LOG_FORMAT, `--log-format`) is `text` (readable lines) or `json`: every line
+one JSON object (`JsonFormatter`: time, level, logger, message, the request id and, while the
+server traces, the trace and span ids; a traceback as `exception`), startup, drain, warnings and
+errors alike; under it the access lines are JSON too (unless off), with their request's trace id.
 """
 
 from __future__ import annotations
@@ -24,7 +29,9 @@ from typing import Any
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
+from laya_onnx.core import tracing
 from laya_onnx.core.notices import log_warnings
+from laya_onnx.serve.keys import TRACE_ID
 
 REQUEST_ID_HEADER = "X-Request-Id"
 ACCESS_LOGGER = "laya_onnx.serve.access"
@@ -58,6 +65,32 @@ class RequestIdFormatter(logging.Formatter):
         return line if request_id is None else "%s request_id=%s" % (line, request_id)
 
 
+def _timestamp(seconds: float) -> str:
+    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).isoformat(timespec="milliseconds")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: `ts`, `level`, `logger`, `message`, `request_id` and, while a
+    span is current, `trace_id` and `span_id`; a traceback as `exception`."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields: dict[str, Any] = {
+            "ts": _timestamp(record.created),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+            "request_id": current_request_id.get(),
+        }
+        ids = tracing.current_ids()
+        if ids is not None:
+            fields["trace_id"], fields["span_id"] = ids
+        if record.exc_info:
+            fields["exception"] = self.formatException(record.exc_info)
+        if record.stack_info:
+            fields["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(fields, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
 #: The status an access line gives a request whose client went away before its answer.
 CANCELLED = "cancelled"
 
@@ -79,7 +112,7 @@ def _access_fields(
     request_id: str | None,
     ended: str = WHOLE,
 ) -> dict[str, Any]:
-    return {
+    fields = {
         "remote": request.remote,
         "method": request.method,
         # the path only: a query string may carry what a log must not keep
@@ -92,6 +125,11 @@ def _access_fields(
         # how the answer's write ended: whole, reset, send-timeout; cancelled: before any answer
         "ended": ended,
     }
+    # the request's trace, when it was traced (left by its span)
+    trace_id = request.get(TRACE_ID)
+    if trace_id is not None:
+        fields["trace_id"] = trace_id
+    return fields
 
 
 class _AccessLogger(AbstractAccessLogger):
@@ -182,23 +220,33 @@ ACCESS_LOGGERS: dict[str, type[AbstractAccessLogger]] = {
 }
 
 
-def configure_logging(level: int, access_log: str) -> logging.Logger | None:
-    """Root handler with request ids, and the access logger for `access_log` (None when off).
+def configure_logging(level: int, access_log: str, log_format: str = "text") -> logging.Logger | None:
+    """Root handler with request ids in `log_format`, and the access logger for `access_log`
+    (None when off).
 
-    In `json` mode the access logger gets its own handler printing the bare JSON line and does
-    not propagate, so a shipper reading stderr sees pure JSON for access lines.
+    JSON access lines (`access_log` json, or any access log under the json format) get a handler
+    of their own printing the bare JSON line that does not propagate, so a shipper reading stderr
+    sees one JSON object per access line.
     """
     handler = logging.StreamHandler()
-    handler.setFormatter(RequestIdFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(RequestIdFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=level, handlers=[handler], force=True)
     logging.getLogger("laya_onnx").setLevel(level)
     log_warnings()
     if access_log == "off":
         return None
     access = logging.getLogger(ACCESS_LOGGER)
-    if access_log == "json":
+    if access_json(access_log, log_format):
         json_handler = logging.StreamHandler()
         json_handler.setFormatter(logging.Formatter("%(message)s"))
         access.handlers = [json_handler]
         access.propagate = False
     return access
+
+
+def access_json(access_log: str, log_format: str) -> bool:
+    """Access lines are JSON: asked for, or every line is."""
+    return access_log == "json" or (access_log != "off" and log_format == "json")

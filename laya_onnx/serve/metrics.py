@@ -17,6 +17,7 @@ busy refusals, the process — and what the Ray Serve ingress exports under the 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
@@ -30,6 +31,11 @@ from laya_onnx.serve.protocol import ServedAgent
 PREFIX = "laya_onnx"
 #: Seconds. Covers a loopback health probe (~1 ms) up to a long batch on a CPU (tens of s).
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+#: Per-request work: question rows, input tokens, passes; and requests per call on the worker.
+ROWS_BUCKETS = (1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000, 5000)
+TOKENS_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536, 262144)
+PASSES_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 32, 64, 128)
+GROUP_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 #: The route label of a request that matched no route: one label, so scanners probing random
 #: paths cannot grow the label set without bound.
 UNMATCHED = "unmatched"
@@ -51,6 +57,17 @@ def work_done(result: Any) -> tuple[int, int]:
         if isinstance(n, int) and not isinstance(n, bool) and n > 0:
             tokens += n
     return rows, tokens
+
+
+@dataclass(frozen=True)
+class Answered:
+    """How a successful decision was answered, for the per-request metrics: the served
+    checkpoint's name (never a client's text), the passes of the call that answered it and how
+    many requests that call answered (its micro-batch)."""
+
+    checkpoint: str
+    passes: int
+    group_size: int = 1
 
 
 class ProviderFallbacks(Collector):
@@ -124,6 +141,37 @@ class RequestMetrics:
             ["route"],
             registry=r,
         )
+        # per successful decision request, by the served checkpoint that answered it (a label
+        # whose values are the server's own names, never a client's text)
+        self.request_rows = Histogram(
+            PREFIX + "_request_rows",
+            "Question rows (one per question per state) of a successful decision request.",
+            ["checkpoint"],
+            buckets=ROWS_BUCKETS,
+            registry=r,
+        )
+        self.request_tokens = Histogram(
+            PREFIX + "_request_input_tokens",
+            "Input tokens (non-pad, over all rows) a successful decision request read.",
+            ["checkpoint"],
+            buckets=TOKENS_BUCKETS,
+            registry=r,
+        )
+        self.request_passes = Histogram(
+            PREFIX + "_request_passes",
+            "Forward passes of the call that answered a successful decision request (a "
+            "micro-batch's passes count for each of its requests).",
+            ["checkpoint"],
+            buckets=PASSES_BUCKETS,
+            registry=r,
+        )
+        self.group_size = Histogram(
+            PREFIX + "_microbatch_size",
+            "Per successful decision request: how many requests the call on the worker that "
+            "answered it answered in all (its micro-batch; 1 without a batch window).",
+            buckets=GROUP_BUCKETS,
+            registry=r,
+        )
         ProcessCollector(registry=r)  # process_resident_memory_bytes, cpu seconds, open fds
 
     def exposition(self, accept: str | None) -> tuple[bytes, str]:
@@ -137,6 +185,13 @@ class RequestMetrics:
         self.latency.labels(route).observe(seconds)
         if busy:
             self.busy.labels(route).inc()
+
+    def per_request(self, answered: Answered, rows: int, tokens: int) -> None:
+        """One successful decision request's work, under the served checkpoint that answered it."""
+        self.request_rows.labels(answered.checkpoint).observe(rows)
+        self.request_tokens.labels(answered.checkpoint).observe(tokens)
+        self.request_passes.labels(answered.checkpoint).observe(answered.passes)
+        self.group_size.observe(answered.group_size)
 
     def worked(self, rows: int, tokens: int) -> None:
         """What a successful pass answered (`work_done`)."""

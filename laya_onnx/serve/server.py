@@ -30,11 +30,11 @@ from typing import Any
 
 from aiohttp import web
 
-from laya_onnx.core import settings
+from laya_onnx.core import settings, tracing
 from laya_onnx.core.errors import ConfigError
 from laya_onnx.serve.app import ACCESS_LOG, DRAIN, create_app
 from laya_onnx.serve.connection import LayaRequestHandler, handler_factory, on_loop_error
-from laya_onnx.serve.logs import ACCESS_LOGGERS, configure_logging
+from laya_onnx.serve.logs import ACCESS_LOGGERS, JsonAccessLogger, access_json, configure_logging
 from laya_onnx.serve.settings import ServerLimits, Settings, resolve_host, resolve_port
 
 log = logging.getLogger("laya_onnx.serve")
@@ -114,13 +114,16 @@ def _cannot_listen(address: Any, exc: OSError) -> OSError:
     return OSError(exc.errno, "cannot listen on %s: %s" % (where, exc.strerror or exc))
 
 
-def _prepare(host: str | None, port: int | None, overrides: dict[str, Any] | None = None) -> _Plan:
+def _prepare(
+    host: str | None, port: int | None, overrides: dict[str, Any] | None = None, log_format: str | None = None
+) -> _Plan:
     host = resolve_host(host)
     port = resolve_port(port)
     level = settings.LOG_LEVEL.read()
-    limits = ServerLimits.from_env()
+    limits = ServerLimits.from_env(log_format)
     app_settings = Settings.from_env(**(overrides or {}))
-    access_log = configure_logging(level, limits.access_log)
+    access_log = configure_logging(level, limits.access_log, limits.log_format)
+    tracing.configure_from_environment()  # spans exported where OTEL_TRACES_EXPORTER says
     return _Plan(limits, app_settings, access_log, sockets=_bind(host, port))
 
 
@@ -141,20 +144,22 @@ def run_server(
     models: Sequence[str] = (),
     strict_providers: bool = False,
     threads: int | None = None,
+    log_format: str | None = None,
 ) -> None:
     """Serve `bundle` over the /v1/systemone wire protocol until a `DRAIN_SIGNALS` one, then drain.
 
     `strict_providers`: refuse to start when a requested accelerator does not attach.
     A models directory (a folder of bundle folders) or `models` (`NAME=BUNDLE` texts) serve
     several checkpoints through a `laya_onnx.Router` (`serve/routed.py`). `threads`: onnxruntime
-    intra-op threads of every agent (default $LAYA_THREADS, else onnxruntime's).
+    intra-op threads of every agent (default $LAYA_THREADS, else onnxruntime's). `log_format`:
+    `text` or `json` (default $LAYA_LOG_FORMAT, else text).
 
     `host`/`port` win over LAYA_HOST/LAYA_PORT (default 127.0.0.1:8000). Raises `ConfigError`
     (a ValueError; the CLI exits 2) for a bad setting and OSError (exit 1) when the address
     cannot be bound, both before the bundle is loaded; exits with the loader's message
     (SystemExit) when the bundle cannot be loaded.
     """
-    plan = _prepare(host, port)
+    plan = _prepare(host, port, log_format=log_format)
     try:
         from laya_onnx import ONNXAgent
 
@@ -235,7 +240,11 @@ class RunningServer:
             # aiohttp's own keep-alive timer is only a backstop: LayaRequestHandler closes an idle
             # connection after idle_timeout and a slow head after header_read_timeout, sooner.
             "keepalive_timeout": limits.keepalive_timeout + limits.header_read_timeout,
-            "access_log_class": ACCESS_LOGGERS.get(limits.access_log, ACCESS_LOGGERS["text"]),
+            "access_log_class": (
+                JsonAccessLogger
+                if access_json(limits.access_log, limits.log_format)
+                else ACCESS_LOGGERS.get(limits.access_log, ACCESS_LOGGERS["text"])
+            ),
             "access_log": access_log,
         }
         access_class = handler_options["access_log_class"]

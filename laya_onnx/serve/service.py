@@ -40,13 +40,14 @@ from typing import Any, Protocol
 from multidict import MultiMapping
 
 from laya_onnx.core import settings as table
+from laya_onnx.core import tracing
 from laya_onnx.core.work import CallLimits, call_limits
 from laya_onnx.serve import contract
 from laya_onnx.serve.body import BodyBuffer, read_body
 from laya_onnx.serve.drain import Drain, WorkerLock
 from laya_onnx.serve.errors import BUSY, TOO_MANY_CONNECTIONS, UNAUTHORIZED, ApiError
 from laya_onnx.serve.logs import REQUEST_ID_HEADER, accept_request_id, current_request_id
-from laya_onnx.serve.metrics import CLIENT_GONE, UNMATCHED, RequestMetrics, work_done
+from laya_onnx.serve.metrics import CLIENT_GONE, UNMATCHED, Answered, RequestMetrics, work_done
 from laya_onnx.serve.microbatch import MicroBatcher
 from laya_onnx.serve.openapi import docs_html, index_payload, openapi_json
 from laya_onnx.serve.rss import MemoryKeeper
@@ -94,6 +95,8 @@ class Call:
     mounted_at: str = ""
     #: Set by `handle`: the request's id (for a front end's own log line about it).
     request_id: str = ""
+    #: Set by `handle` while the server traces: the request's trace id (for its access line).
+    trace_id: str | None = None
     #: The connection was opened past the server's connection cap: only the health routes answer.
     health_only: bool = False
 
@@ -115,6 +118,8 @@ class Reply:
     queue_ms: float | None = None
     result: Any = None
     work: tuple[int, int] | None = None
+    #: Of a successful decision: what the per-request metrics count it under.
+    served: Answered | None = None
 
 
 @dataclass
@@ -129,6 +134,7 @@ class Decided:
     status: int = 200
     #: (question rows, input tokens) the pass answered, for the metrics.
     work: tuple[int, int] | None = None
+    served: Answered | None = None
 
 
 class Decider(Protocol):
@@ -177,6 +183,15 @@ class DecisionService:
 
     async def handle(self, call: Call) -> Reply:
         request_id = call.request_id = accept_request_id(call.headers.get(REQUEST_ID_HEADER))
+        # while the server traces: a span per request, continuing its caller's `traceparent`
+        with tracing.request_span(call.method, call.headers, {"laya.request_id": request_id}) as span:
+            if span is not None:
+                call.trace_id = format(span.get_span_context().trace_id, "032x")
+            reply = await self._handle(call, request_id)
+            tracing.answered(span, call.method, reply.route, reply.status)
+        return reply
+
+    async def _handle(self, call: Call, request_id: str) -> Reply:
         token = current_request_id.set(request_id)
         began = time.perf_counter()
         label, status, busy = UNMATCHED, 500, False
@@ -206,6 +221,8 @@ class DecisionService:
             self.metrics.worked(*(reply.work or (0, 0)))
             reply.headers["Server-Timing"] = "inference;dur=%.2f" % reply.inference_ms
             reply.headers["X-Inference-Time-Ms"] = "%.2f" % reply.inference_ms
+            if reply.served is not None:
+                self.metrics.per_request(reply.served, *(reply.work or (0, 0)))
         if self.decider.draining or call.health_only:
             reply.close = True
         return reply
@@ -261,6 +278,7 @@ class DecisionService:
             queue_ms=decided.queue_ms,
             result=decided.result,
             work=decided.work,
+            served=decided.served,
         )
 
     def refusal(self, exc: ApiError) -> Reply:
@@ -487,10 +505,13 @@ class LocalDecider:
                 raise contract.pass_refusal(outcome.error, decision.what, served.checkpoint.name)
             self.on_wait(ROUTE_PATHS[route], (outcome.started - queued) * 1000.0)
             result, started, ended = outcome.result, outcome.started, outcome.ended
+            group = outcome.group_size
+            tracing.record("laya.queue", queued, started, {"laya.microbatch.size": group})
         else:
             result, started, ended = await self._infer(
                 partial(decision.run, served.agent, settings), decision, limits, route
             )
+            group = 1
         body = contract.render_payload(
             partial(decision.payload, result, served.checkpoint, settings),
             decision.what,
@@ -503,6 +524,10 @@ class LocalDecider:
             queue_ms=(started - queued) * 1000.0,
             result=result,
             work=work_done(result),
+            # the checkpoint a Router was pinned to (a served name), else this server's own name
+            served=Answered(
+                str(decision.controls.get("model") or served.checkpoint.name), limits.passes, group
+            ),
         )
 
     async def _infer(
@@ -524,9 +549,11 @@ class LocalDecider:
         except Exception as exc:
             if started is not None:
                 self.on_wait(ROUTE_PATHS[route], (started - queued) * 1000.0)
+                tracing.record("laya.queue", queued, started)
             raise contract.pass_refusal(exc, decision.what, self.served.checkpoint.name) from None
         assert started is not None  # the worker ran `timed`
         self.on_wait(ROUTE_PATHS[route], (started - queued) * 1000.0)
+        tracing.record("laya.queue", queued, started)
         return result, started, time.perf_counter()
 
     async def on_worker(self, fn: Callable[[], Any], limits: CallLimits | None = None) -> Any:
@@ -542,7 +569,8 @@ class LocalDecider:
         await lock.acquire(limits)
         loop = asyncio.get_running_loop()
         try:
-            job: Future[Any] = executor.submit(_run_limited, limits, fn)
+            # in this request's context: the pass's spans are its children, its log lines its id
+            job: Future[Any] = executor.submit(tracing.in_current_context(partial(_run_limited, limits, fn)))
         except BaseException:
             lock.release()
             raise

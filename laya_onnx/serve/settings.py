@@ -49,15 +49,19 @@ class ServerLimits:
     access_log: str = table.ACCESS_LOG.default
     #: Open connections served at once (LAYA_MAX_CONNECTIONS; 0: from the open-files limit).
     max_connections: int = table.MAX_CONNECTIONS.default
+    #: Every log line as text or JSON (LAYA_LOG_FORMAT, `--log-format`).
+    log_format: str = table.LOG_FORMAT.default
 
     @classmethod
-    def from_env(cls) -> ServerLimits:
+    def from_env(cls, log_format: str | None = None) -> ServerLimits:
+        """From the variables; `log_format` (the flag) wins over LAYA_LOG_FORMAT."""
         return cls(
             shutdown_grace=table.SHUTDOWN_GRACE_SECONDS.read(),
             keepalive_timeout=table.KEEPALIVE_TIMEOUT.read(),
             header_read_timeout=table.HEADER_READ_TIMEOUT.read(),
             access_log=table.ACCESS_LOG.read(),
             max_connections=table.MAX_CONNECTIONS.read(),
+            log_format=log_format or table.LOG_FORMAT.read(),
         )
 
 
