@@ -52,9 +52,10 @@ print(LocalHub(Path(sys.argv[1]) / 'mirrors').commit(sys.argv[2], Path(sys.argv[
 
 # olah in the background, for the steps below
 "$DEV/python" -c "
-import sys, time; sys.path.insert(0, '.')
+import signal, sys, time; sys.path.insert(0, '.')
 from pathlib import Path
 from tests.hub_server_support import LocalHub
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # leave the with block: olah is stopped too
 with LocalHub(Path(sys.argv[1]) / 'mirrors').serving() as endpoint:
     Path(sys.argv[1], 'endpoint').write_text(endpoint)
     while True:
