@@ -443,7 +443,14 @@ def test_bench_refuses_unknown_workloads_and_configurations(capsys, tmp_path):
 
 @pytest.mark.parametrize("old", [["serve-bench", "B"], ["bench-memory", "B"], ["bench", "--serve", "URL"]])
 def test_every_measurement_is_under_bench(old, capsys):
-    assert set(_choices(_subcommands()["bench"])) == {"agent", "coldstart", "http", "saturate", "memory", "soak"}
+    assert set(_choices(_subcommands()["bench"])) == {
+        "agent",
+        "coldstart",
+        "http",
+        "saturate",
+        "memory",
+        "soak",
+    }
     assert not any("bench" in name and name != "bench" for name in _subcommands())
     with pytest.raises(SystemExit) as exit_:
         main(old)

@@ -1,4 +1,4 @@
-"""Bearer auth on the decision routes (http.md §6): exact, constant-time, before the body."""
+"""Bearer auth on the decision routes (docs/http-api.md#authentication): exact, constant-time, before the body."""
 
 from __future__ import annotations
 

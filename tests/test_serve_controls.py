@@ -1,5 +1,5 @@
 """The controls a request may send: `model` / `task`, token budgets, `lang`, `min_confidence`
-(http.md §2)."""
+(docs/http-api.md#controls)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`GET /health`: liveness for anyone, the full payload with the key (http.md §4)."""
+"""`GET /health`: liveness for anyone, the full payload with the key (docs/http-api.md#health)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The server's Jev profile (`LAYA_JEV_PROFILE=typesafe`, jev.md SHOULD items) and the 255-option
-choice cap, on the deterministic fake agent of tests/test_serve.py.
+"""The server's Jev profile (`LAYA_JEV_PROFILE=typesafe`, docs/http-api.md#the-jev-profile) and the
+255-option choice cap, on the deterministic fake agent of tests/serve_support.py.
 
 The default profile is laya-serve's wire format, proven request by request against the real
 laya.serve in tests/test_serve_reference.py; these tests pin what the Jev profile changes and
@@ -100,7 +100,7 @@ async def test_jev_strict_keeps_the_contract_only_with_jev_confidence(monkeypatc
 
 @aio
 async def test_a_model_naming_nothing_served_is_answered_and_named_as_a_fallback(monkeypatch):
-    """jev.md: `model` is answered (jev-latest plainly); a name this server does not know is
+    """docs/http-api.md#the-model-field: `model` is answered (jev-latest plainly); a name this server does not know is
     answered too, with `x_model_fallback` in each result and X-Model-Fallback; strict keeps the header."""
     async with served(**JEV) as c:
         r, body = await post(c, URL, {**BODY, "model": "englsh"})

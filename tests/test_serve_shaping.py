@@ -1,5 +1,5 @@
 """Successful answers: payload, routing block, timing headers, `x_jev_confidence` and the
-strict Jev projection (http.md §3, §5)."""
+strict Jev projection (docs/http-api.md, "Answers" and "Strict projection")."""
 
 from __future__ import annotations
 

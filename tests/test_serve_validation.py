@@ -1,5 +1,5 @@
 """Request checks before inference: body reading, JSON, shape, size limits, refusals,
-surrogates, the order checks run in, and the routing surface (http.md §7)."""
+surrogates, the order checks run in, and the routing surface (docs/http-api.md#refusals-in-order)."""
 
 from __future__ import annotations
 
