@@ -115,8 +115,12 @@ def test_missing_bundle_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="bundle '.*nope': no such directory"):
         ONNXAgent(tmp_path / "nope")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(BundleError, match="has no laya.onnx"):
+    with pytest.raises(BundleError, match="is an empty folder, not a bundle: export one into it"):
         ONNXAgent(tmp_path / "empty")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("not a bundle")
+    with pytest.raises(BundleError, match="has no laya.onnx"):
+        ONNXAgent(tmp_path / "other")
 
 
 def test_call_level_type_errors_match_reference_text(agent):
