@@ -300,3 +300,23 @@ async def test_a_half_closed_client_still_gets_its_answer():
     final = data.split(b"\r\n\r\n", 1)[1] if data.startswith(b"HTTP/1.1 100 ") else data
     (resp,) = parse_responses(final)
     assert resp.status == 200 and resp.json()["answers"]
+
+
+@aio
+async def test_a_web_page_cannot_post_a_decision_as_plain_text():
+    """A page on another origin may send a text/plain POST without a CORS preflight; laya-serve
+    parses any Content-Type, so without a key it would answer. A browser names the page's Origin:
+    such a request must be JSON (which a browser only sends after a preflight this server never
+    grants). Clients that are not browsers keep laya-serve's behaviour."""
+    async with served() as c:
+        page = {"Origin": "https://evil.example", "Content-Type": "text/plain"}
+        r, out = await post(c, URL, BODY, headers=page)
+        assert (r.status, out) == (
+            415,
+            {"detail": "a request from a web page must send its body as application/json"},
+        )
+        assert c.agent.calls == []
+        r, _ = await post(c, URL, BODY, headers={"Content-Type": "text/plain"})  # not a browser
+        assert r.status == 200
+        r, _ = await post(c, URL, BODY, headers={**page, "Content-Type": "application/json; charset=utf-8"})
+        assert r.status == 200

@@ -30,6 +30,7 @@ from laya_onnx.serve.errors import (
     BUSY,
     INFERENCE_FAILED,
     INVALID_JSON,
+    NOT_JSON_FROM_A_PAGE,
     UNAUTHORIZED,
 )
 
@@ -93,7 +94,8 @@ _DECISION_ERRORS = {
     "states, a state over 50 000 characters, a row over %s, or passes estimated to take longer "
     "than %s (the text gives the estimate)."
     % (BODY_TOO_LARGE, settings.MAX_PASS_MEMORY.env, settings.MAX_REQUEST_SECONDS.env),
-    415: "%r" % UNSUPPORTED_ENCODING,
+    415: "%r; or %r (a browser's request, which names its Origin, with another Content-Type)."
+    % (UNSUPPORTED_ENCODING, NOT_JSON_FROM_A_PAGE),
     422: "A question the model cannot answer (its text names the question and the fix), a control "
     "out of range, a hook key, or a `model` this server does not serve.",
     500: "%r: the pass failed; the traceback is logged, never sent." % INFERENCE_FAILED,

@@ -45,7 +45,7 @@ from laya_onnx.core.work import CallLimits, call_limits
 from laya_onnx.serve import contract
 from laya_onnx.serve.body import BodyBuffer, read_body
 from laya_onnx.serve.drain import Drain, WorkerLock
-from laya_onnx.serve.errors import BUSY, TOO_MANY_CONNECTIONS, UNAUTHORIZED, ApiError
+from laya_onnx.serve.errors import BUSY, NOT_JSON_FROM_A_PAGE, TOO_MANY_CONNECTIONS, UNAUTHORIZED, ApiError
 from laya_onnx.serve.logs import REQUEST_ID_HEADER, accept_request_id, current_request_id
 from laya_onnx.serve.metrics import CLIENT_GONE, UNMATCHED, Answered, RequestMetrics, work_done
 from laya_onnx.serve.microbatch import MicroBatcher
@@ -263,6 +263,10 @@ class DecisionService:
             return await self._handlers[name](call)
         if not self.authorized(call):
             raise ApiError(401, UNAUTHORIZED)
+        if _from_a_web_page(call.headers) and not _json_type(call.headers.get("Content-Type")):
+            # a page can send a text/plain POST to any origin without asking it first (no CORS
+            # preflight); a JSON body from a page always asks, and this server never says yes
+            raise ApiError(415, NOT_JSON_FROM_A_PAGE)
         decider = self.decider
         if decider.draining:
             raise decider.refuse_draining()
@@ -337,6 +341,17 @@ class DecisionService:
         return Reply(
             200, docs_html(self.settings.jev).encode("utf-8"), content_type="text/html; charset=utf-8"
         )
+
+
+def _from_a_web_page(headers: MultiMapping[str]) -> bool:
+    """Whether a browser sent the request on a page's behalf (it names the page's origin)."""
+    return "Origin" in headers or "Sec-Fetch-Site" in headers
+
+
+def _json_type(content_type: str | None) -> bool:
+    """`application/json` or a `+json` type, parameters aside."""
+    media = (content_type or "").split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
 
 
 # -- the in-process decider ------------------------------------------------------------------
