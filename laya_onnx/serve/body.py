@@ -24,7 +24,14 @@ import zlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from laya_onnx.serve.errors import BODY_TIMEOUT, BODY_TOO_LARGE, BODY_UNDECODABLE, BUSY, ApiError
+from laya_onnx.serve.errors import (
+    BODY_TIMEOUT,
+    BODY_TOO_LARGE,
+    BODY_UNDECODABLE,
+    BUSY,
+    NOT_JSON_FROM_A_PAGE,
+    ApiError,
+)
 
 #: The cap on a request body, raw and decoded.
 MAX_BODY_BYTES = 2 * 1024 * 1024
@@ -220,3 +227,19 @@ async def read_body(
     finally:
         if buffer is not None:
             buffer.give_back(held)
+
+
+def page_refusal(headers: Any) -> ApiError | None:
+    """415 for a body a web page sent as anything but JSON; None otherwise.
+
+    A browser names the page's origin (`Origin`, `Sec-Fetch-Site`). A page can send a text/plain
+    POST to any origin without asking it first (no CORS preflight); a JSON body from a page
+    always asks, and this server never says yes. Other clients keep laya-serve's behaviour:
+    the body is read as JSON whatever its type.
+    """
+    if "Origin" not in headers and "Sec-Fetch-Site" not in headers:
+        return None
+    media = (headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
+    if media == "application/json" or (media.startswith("application/") and media.endswith("+json")):
+        return None
+    return ApiError(415, NOT_JSON_FROM_A_PAGE)

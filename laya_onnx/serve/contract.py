@@ -15,7 +15,6 @@ asked, and how its answer is shaped and rendered live only here, so two front en
   * `model_fallback_headers(decision, result, checkpoint)` — `X-Model-Fallback` when the body's
     `model` named no checkpoint here and another answered (and its log line);
   * `error_body(settings, status, detail, errors)` — a refusal in the configured wire profile;
-  * `health_payload(agent, checkpoint, baseline, full)` — `/health` (liveness only unless `full`).
 
 Everything raises `ApiError` for a refusal; a front end renders it with `error_body`.
 """
@@ -34,7 +33,6 @@ from laya_onnx.core.hooks import aggregate_usage
 from laya_onnx.core.work import CallStopped, CallTooLarge
 from laya_onnx.serve import jev
 from laya_onnx.serve import validate as v
-from laya_onnx.serve.catalog import int8_kernels_block, random_weights_block
 from laya_onnx.serve.errors import INFERENCE_FAILED, LONE_SURROGATE, NON_FINITE, ApiError
 from laya_onnx.serve.protocol import ServedAgent
 from laya_onnx.serve.routed import RoutedCheckpoints
@@ -43,9 +41,6 @@ from laya_onnx.serve.wire import (
     Checkpoint,
     ModelChoice,
     NonFiniteNumber,
-    cpu_fallbacks,
-    preferred_device,
-    provider_device,
     render,
     shape,
 )
@@ -55,7 +50,6 @@ log = logging.getLogger("laya_onnx.serve")
 #: What answers a request: one bundle (`wire.Checkpoint`), or a Router's (`routed.RoutedCheckpoints`).
 ServedCheckpoints = Checkpoint | RoutedCheckpoints
 
-LIVENESS_ONLY = {"status": "ok"}
 #: On a decision answered although its `model` named no checkpoint served here: the checkpoints
 #: that answered instead (laya-serve auto-routes such a name without a word).
 MODEL_FALLBACK_HEADER = "X-Model-Fallback"
@@ -308,56 +302,3 @@ def error_body(settings: Settings, status: int, detail: str, errors: Any = None)
 def api_error_body(settings: Settings, exc: ApiError) -> Any:
     """`error_body` for a raised refusal (a Jev validation error carries its list of errors)."""
     return error_body(settings, exc.status, exc.detail, getattr(exc, "errors", None))
-
-
-def health_payload(
-    agent: ServedAgent, checkpoint: ServedCheckpoints, baseline: dict[str, int], full: bool
-) -> dict[str, Any]:
-    """`/health`: liveness for anyone; the full payload only when `full` (no key, or its bearer).
-
-    Reads attributes and the agent's fallback snapshot, never a pass, so it answers while a pass
-    is running. `baseline` is the fallback counts when the server was built (`fallback_baseline`).
-    """
-    sick = unhealthy_checkpoints(agent, checkpoint)
-    if not full:
-        return {"status": UNHEALTHY} if sick else dict(LIVENESS_ONLY)
-    payload = (
-        checkpoint.health()
-        if isinstance(checkpoint, RoutedCheckpoints)
-        else _single_health(agent, checkpoint, baseline)
-    )
-    if sick:
-        payload["status"] = UNHEALTHY
-        payload["unhealthy"] = sick
-    return payload
-
-
-def unhealthy_checkpoints(agent: ServedAgent, checkpoint: ServedCheckpoints) -> list[str]:
-    """The loaded checkpoints whose device failed pass after pass (`ONNXAgent.healthy`): the
-    process needs a restart, which /health asks for with a 503."""
-    if isinstance(checkpoint, RoutedCheckpoints):
-        resident = checkpoint.router.resident()
-        return [name for name, each in resident.items() if not getattr(each, "healthy", True)]
-    return [] if getattr(agent, "healthy", True) else [checkpoint.name]
-
-
-def _single_health(
-    agent: ServedAgent, checkpoint: ServedCheckpoints, baseline: dict[str, int]
-) -> dict[str, Any]:
-    name = checkpoint.name
-    providers = list(agent.providers)
-    fallbacks = agent.fallbacks  # one snapshot for both fields
-    measured = provider_device(providers[0]) if providers else None
-    return {
-        "status": "ok",
-        "loaded": [name],
-        "revisions": {name: agent.revision},
-        "device": measured or preferred_device(agent.requested_providers),
-        "device_is_preference": measured is None,
-        "checkpoint_devices": {name: measured} if measured else {},
-        "cpu_fallbacks": {name: cpu_fallbacks(fallbacks, baseline)},
-        "providers": {name: providers},
-        "provider_fallbacks": {name: fallbacks},
-        **random_weights_block({name: agent}),
-        **int8_kernels_block({name: agent}),
-    }

@@ -115,7 +115,7 @@ class LayaModel:
     def check_health(self) -> None:
         """Ray Serve's replica health check: a replica whose device keeps failing passes is
         reported unhealthy, and Serve replaces it (as the server's /health 503 asks a supervisor)."""
-        sick = contract.unhealthy_checkpoints(self.agent, self.checkpoint)
+        sick = self.served.unhealthy()
         if sick:
             raise RuntimeError("the device failed pass after pass for %s; restart needed" % ", ".join(sick))
 

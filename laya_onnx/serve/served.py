@@ -14,10 +14,16 @@ from typing import Any
 
 from laya_onnx.core.router import Router
 from laya_onnx.serve import contract
-from laya_onnx.serve.catalog import ModelCard
+from laya_onnx.serve.catalog import ModelCard, int8_kernels_block, random_weights_block
 from laya_onnx.serve.protocol import ServedAgent
-from laya_onnx.serve.routed import IdleUnload, RoutedCatalog, served_router
-from laya_onnx.serve.wire import Checkpoint, fallback_baseline
+from laya_onnx.serve.routed import IdleUnload, RoutedCatalog, RoutedCheckpoints, served_router
+from laya_onnx.serve.wire import (
+    Checkpoint,
+    cpu_fallbacks,
+    fallback_baseline,
+    preferred_device,
+    provider_device,
+)
 
 log = logging.getLogger("laya_onnx.serve")
 
@@ -50,7 +56,46 @@ class Served:
             self.idle.mark()
 
     def health(self, full: bool) -> dict[str, Any]:
-        return contract.health_payload(self.agent, self.checkpoint, self.baseline, full)
+        """`/health`: liveness for anyone; the full payload only when `full` (no key, or its
+        bearer). Reads attributes and the agents' fallback snapshots, never a pass, so it answers
+        while a pass is running."""
+        sick = self.unhealthy()
+        if not full:
+            return {"status": contract.UNHEALTHY if sick else "ok"}
+        checkpoint = self.checkpoint
+        payload = checkpoint.health() if isinstance(checkpoint, RoutedCheckpoints) else self._one_health()
+        if sick:
+            payload["status"] = contract.UNHEALTHY
+            payload["unhealthy"] = sick
+        return payload
+
+    def unhealthy(self) -> list[str]:
+        """The loaded checkpoints whose device failed pass after pass (`ONNXAgent.healthy`): the
+        process needs a restart, which /health and /health/live ask for with a 503."""
+        if self.router is not None:
+            return [
+                name for name, each in self.router.resident().items() if not getattr(each, "healthy", True)
+            ]
+        return [] if getattr(self.agent, "healthy", True) else [self.checkpoint.name]
+
+    def _one_health(self) -> dict[str, Any]:
+        agent, name = self.agent, self.checkpoint.name
+        providers = list(agent.providers)
+        fallbacks = agent.fallbacks  # one snapshot for both fields
+        measured = provider_device(providers[0]) if providers else None
+        return {
+            "status": "ok",
+            "loaded": [name],
+            "revisions": {name: agent.revision},
+            "device": measured or preferred_device(agent.requested_providers),
+            "device_is_preference": measured is None,
+            "checkpoint_devices": {name: measured} if measured else {},
+            "cpu_fallbacks": {name: cpu_fallbacks(fallbacks, self.baseline)},
+            "providers": {name: providers},
+            "provider_fallbacks": {name: fallbacks},
+            **random_weights_block({name: agent}),
+            **int8_kernels_block({name: agent}),
+        }
 
     def listing(self, full: bool) -> dict[str, Any]:
         return self.catalog.listing(self.agent, full=full)

@@ -22,7 +22,7 @@ order, for both front ends:
      the timing headers on a successful decision, the metrics counted, and the connection
      marked for closing while the server drains or when the body was left unread.
 
-docs/http-api.md describes the contract this implements, route by route.
+docs/http-api.md describes the contract, route by route.
 """
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ from laya_onnx.core import settings as table
 from laya_onnx.core import tracing
 from laya_onnx.core.work import CallLimits, call_limits
 from laya_onnx.serve import contract
-from laya_onnx.serve.body import BodyBuffer, read_body
+from laya_onnx.serve.body import BodyBuffer, page_refusal, read_body
 from laya_onnx.serve.drain import Drain, WorkerLock
-from laya_onnx.serve.errors import BUSY, NOT_JSON_FROM_A_PAGE, TOO_MANY_CONNECTIONS, UNAUTHORIZED, ApiError
+from laya_onnx.serve.errors import BUSY, TOO_MANY_CONNECTIONS, UNAUTHORIZED, ApiError
 from laya_onnx.serve.logs import REQUEST_ID_HEADER, accept_request_id, current_request_id
 from laya_onnx.serve.metrics import CLIENT_GONE, UNMATCHED, Answered, RequestMetrics, work_done
 from laya_onnx.serve.microbatch import MicroBatcher
@@ -263,10 +263,9 @@ class DecisionService:
             return await self._handlers[name](call)
         if not self.authorized(call):
             raise ApiError(401, UNAUTHORIZED)
-        if _from_a_web_page(call.headers) and not _json_type(call.headers.get("Content-Type")):
-            # a page can send a text/plain POST to any origin without asking it first (no CORS
-            # preflight); a JSON body from a page always asks, and this server never says yes
-            raise ApiError(415, NOT_JSON_FROM_A_PAGE)
+        refusal = page_refusal(call.headers)
+        if refusal is not None:
+            raise refusal
         decider = self.decider
         if decider.draining:
             raise decider.refuse_draining()
@@ -288,9 +287,6 @@ class DecisionService:
     def refusal(self, exc: ApiError) -> Reply:
         """A refusal in the wire profile (laya-serve's `{"detail": ...}` or Jev's shapes)."""
         return Reply(exc.status, render(contract.api_error_body(self.settings, exc)), dict(exc.headers))
-
-    def error_body(self, status: int, detail: str) -> Any:
-        return contract.error_body(self.settings, status, detail)
 
     # -- the other routes ------------------------------------------------------------------
 
@@ -341,17 +337,6 @@ class DecisionService:
         return Reply(
             200, docs_html(self.settings.jev).encode("utf-8"), content_type="text/html; charset=utf-8"
         )
-
-
-def _from_a_web_page(headers: MultiMapping[str]) -> bool:
-    """Whether a browser sent the request on a page's behalf (it names the page's origin)."""
-    return "Origin" in headers or "Sec-Fetch-Site" in headers
-
-
-def _json_type(content_type: str | None) -> bool:
-    """`application/json` or a `+json` type, parameters aside."""
-    media = (content_type or "").split(";", 1)[0].strip().lower()
-    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
 
 
 # -- the in-process decider ------------------------------------------------------------------
