@@ -159,7 +159,7 @@ def test_u8s8_is_refused_on_a_cpu_without_vnni(lowered, monkeypatch):
 @NEEDS_VNNI
 @pytest.mark.torch
 def test_both_kernels_give_bit_identical_logits_alone_and_in_a_batch(lowered):
-    from tests.test_precision import NEIGHBOURS, QUESTIONS, STATE, _batch_dependence, _row_outputs
+    from tests.export.test_precision import NEIGHBOURS, QUESTIONS, STATE, _batch_dependence, _row_outputs
 
     bundle = lowered("tiny-english", "int8")
     agents = {kernel: _agent(bundle, kernel) for kernel in (U8S8, U8U8)}

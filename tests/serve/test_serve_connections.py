@@ -502,7 +502,7 @@ def test_the_installed_aiohttp_is_one_pyproject_allows_and_has_what_connection_o
     from packaging.requirements import Requirement
 
     tomllib = pytest.importorskip("tomllib")
-    pyproject = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
     (pinned,) = [
         Requirement(r)
         for r in pyproject["project"]["optional-dependencies"]["serve"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from laya_onnx.cli import main
-from tests.test_hub import SHA_A, _checkpoint_files, _snapshot
+from tests.core.test_hub import SHA_A, _checkpoint_files, _snapshot
 
 pytestmark = [pytest.mark.torch]
 

@@ -40,7 +40,7 @@ from tests.slow_agent import SlowAgent
 
 pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("no_laya_env")]
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 
 
 # -- the gate and the drain state ----------------------------------------------------------

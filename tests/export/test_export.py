@@ -357,7 +357,7 @@ def test_default_profile_documents_the_code():
     from laya_onnx.core.bundle import MIN_MARKER_COLUMNS
     from laya_onnx.export import options
 
-    profile = json.loads((Path(__file__).parent.parent / "export" / "profiles" / "default.json").read_text())
+    profile = json.loads((Path(__file__).parents[2] / "export" / "profiles" / "default.json").read_text())
     assert profile["opset"] == options.DEFAULT_OPSET
     assert profile["attention"] == options.DEFAULT_ATTENTION
     assert profile["dynamo_min_opset"] == options.DYNAMO_MIN_OPSET

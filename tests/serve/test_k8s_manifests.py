@@ -34,7 +34,7 @@ yaml = pytest.importorskip("yaml")
 
 from laya_onnx.core.memory import parse_bytes  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "serve" / "k8s"
 PACKAGE = ROOT / "laya_onnx"
 DOCKERFILE = ROOT / "serve" / "Dockerfile.cpu"

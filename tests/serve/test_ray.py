@@ -27,7 +27,7 @@ from tests.parity_exchange import assert_close, check_served, core_suite_exchang
 
 pytestmark = pytest.mark.ray
 
-CONFIG = Path(__file__).resolve().parent.parent / "serve" / "ray" / "serve-config.yaml"
+CONFIG = Path(__file__).resolve().parents[2] / "serve" / "ray" / "serve-config.yaml"
 KEY = "s3cret"
 AUTH = {"Authorization": "Bearer " + KEY, "Content-Type": "application/json"}
 DEPLOY_TIMEOUT_S = 180

@@ -27,7 +27,7 @@ from tests.parity_support import observation_from_json, read_golden
 
 pytestmark = pytest.mark.runtime
 
-GOLDEN_DIR = Path(__file__).resolve().parents[1] / "parity" / "golden"
+GOLDEN_DIR = Path(__file__).resolve().parents[2] / "parity" / "golden"
 REGENERATE = "regenerate with `python -m laya_onnx.parity.golden` (needs torch and laya)"
 
 

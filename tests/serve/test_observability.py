@@ -18,7 +18,7 @@ from tests.serve_support import BATCH, BODY, URL, aio, post, served
 
 pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("no_laya_env")]
 
-DASHBOARD = Path(__file__).resolve().parent.parent / "serve" / "grafana" / "laya-onnx.json"
+DASHBOARD = Path(__file__).resolve().parents[2] / "serve" / "grafana" / "laya-onnx.json"
 #: The names a query may ask for: the server's own and the process collector's.
 OURS = re.compile(r"\b((?:laya_onnx|process)_[a-z0-9_]+)\b")
 #: What Prometheus appends to a family's name in its samples.

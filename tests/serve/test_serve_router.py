@@ -20,8 +20,8 @@ from laya_onnx.core.hooks import BaseHook
 from laya_onnx.core.router import Router
 from laya_onnx.serve import create_app
 from laya_onnx.serve.routed import build_router, parse_model_option
+from tests.serve.test_serve_health import HEALTH_KEYS
 from tests.serve_support import BATCH, URL, FakeAgent, Q, aio, post
-from tests.test_serve_health import HEALTH_KEYS
 
 pytestmark = [pytest.mark.serve, pytest.mark.runtime, pytest.mark.usefixtures("no_laya_env")]
 

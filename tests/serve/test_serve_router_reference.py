@@ -29,7 +29,7 @@ from laya_onnx.parity.routing import (
     reference_side,
     routing_suite,
 )
-from tests.test_router_parity import PRESETS, Rerouted
+from tests.parity.test_router_parity import PRESETS, Rerouted
 
 pytestmark = [
     pytest.mark.torch,
