@@ -39,7 +39,7 @@ os.environ["TRANSFORMERS_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 TINY_PRESETS = ("tiny-english", "tiny-multilingual", "tiny-typed-decisions")
-# the presets whose session bundle carries a measured memory model (tests/test_memory.py's)
+# the presets whose session bundle carries a measured memory model (tests/core/test_memory.py's)
 MEASURED_PRESETS = ("tiny-english",)
 PREBUILT_BUNDLES_ENV = "LAYA_ONNX_TEST_BUNDLES"
 # Read once, here: the serve tests' no_laya_env fixture unsets every LAYA_* variable per test.

@@ -4,7 +4,7 @@ olah (a Hugging Face Hub mirror, `pip install olah`) serves local git repositori
 download API huggingface_hub uses (`/api/models/.../revision/...`, `/{repo}/resolve/{rev}/{file}`)
 when it runs offline with `mirrors-path`; `HF_ENDPOINT` pointed at it makes `hf_hub_download`,
 and so `ONNXAgent("org/name")`, pull from it. It accepts no uploads: publishing is checked up to
-the commit huggingface_hub would send (tests/test_push.py).
+the commit huggingface_hub would send (tests/core/test_push.py).
 
 A repository is a plain git repository under `<mirrors>/models/<org>/<name>`. Files at or above
 `lfs_threshold` bytes are stored the way git-lfs stores them (a pointer blob in the tree, the

@@ -1,5 +1,5 @@
 """The parity suite over HTTP, for any front end that serves `/v1/systemone` (the aiohttp server
-in tests/test_serve_e2e.py, Ray Serve in tests/test_ray.py): each request of the `core` suite as
+in tests/serve/test_serve_e2e.py, Ray Serve in tests/serve/test_ray.py): each request of the `core` suite as
 a wire body, what `ONNXAgent` answers in-process for it, and the check that the served answer is
 that answer (plus the wire's routing block and `x_jev_confidence`) or the same 422 refusal.
 """

@@ -86,7 +86,7 @@ def test_every_cited_section_exists():
     assert not broken, "citations of headings the page does not have:\n" + "\n".join(broken)
 
 
-#: A file of the test suite named in text: `tests/test_export.py`, `tests/serve/test_x.py`.
+#: A file of the test suite named in text: `tests/export/test_export.py`, `tests/serve/test_x.py`.
 TEST_FILE = re.compile(r"(?<![\w/.-])(tests/[\w/]+\.py)\b")
 
 

@@ -441,7 +441,7 @@ def decode_questions(
 
     Vectorised over rows and over questions (`width_groups`), bit-identical to decoding each row
     alone: every reduction runs along a contiguous last axis, which numpy computes row by row in
-    the order it uses for one row (tests/test_calibration_gate.py, tests/test_call_path.py).
+    the order it uses for one row (tests/core/test_calibration_gate.py, tests/core/test_call_path.py).
     """
     m = len(questions)
     by_state = logits.reshape(-1, m, logits.shape[-1])

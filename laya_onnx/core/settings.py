@@ -11,7 +11,7 @@ How an entry's text is read and what a value that cannot be read does (refused f
 variable of our own, laya-serve's own fallback for laya-serve's): `laya_onnx.core.setting`.
 
 A new setting is one entry below (refused when unreadable, unless laya-serve reads it too), then
-the README table regenerated; tests/test_settings.py asks for an unreadable example of every
+the README table regenerated; tests/core/test_settings.py asks for an unreadable example of every
 entry whose reader can refuse one.
 """
 

@@ -114,7 +114,7 @@ class Call:
 
 #: Few rows, every shape: validation runs each of them through torch and ONNX Runtime, so its
 #: cost is the padded tokens (2.8k here, 8.8k before on the full-size model at max_len 512).
-#: `shape_coverage` states what they cover and tests/test_export.py pins it.
+#: `shape_coverage` states what they cover and tests/export/test_export.py pins it.
 CALLS: list[Call] = [
     Call("single row, one 3-level question", [_SHORT[0]], ["refund"]),
     Call("one state, three question types", [_SHORT[1]], ["team", "urgency", "refund"]),

@@ -7,7 +7,7 @@ For each preset this makes the deterministic checkpoint (`laya_onnx.checkpoints`
 every request of the suite through the reference `laya.Agent` and records what the parity rule
 judges (`rule.Observation`): the printed answer JSON or the refusal (builtin kind and text), every
 row's token ids and markers, and the answers decoded unrounded from the reference's own logits.
-`tests/test_golden.py` then judges an `ONNXAgent` on a bundle of the same checkpoint against the
+`tests/parity/test_golden.py` then judges an `ONNXAgent` on a bundle of the same checkpoint against the
 file with the same rule, needing neither torch nor the reference.
 
 A golden file names what it was made from, so a stale one is visible: the checkpoint's weights,

@@ -26,7 +26,7 @@ aiohttp has no documented hook for these (aio-libs/aiohttp#3287), so they overri
 `log_exception`; no underscore name of aiohttp's is read. A request is known to have begun when
 aiohttp builds its request object (`web.Server.request_factory`, wrapped by `handler_factory`;
 it is built for a parser refusal too). Their signatures are pinned with the aiohttp versions
-pyproject.toml allows: `tests/test_serve_connections.py` fails outside them.
+pyproject.toml allows: `tests/serve/test_serve_connections.py` fails outside them.
 """
 
 from __future__ import annotations

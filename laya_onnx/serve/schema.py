@@ -3,7 +3,7 @@
 These types describe what the server accepts and answers in its default (laya-serve) mode; they
 are not what validates a request. The handlers check bodies with `validate.py` and the core's
 question rules, in laya-serve's order and with its exact texts (docs/http-api.md, "Refusals in order"). The schema-driven
-fuzz test (tests/test_serve_fuzz.py) is what keeps the two in step: it sends thousands of
+fuzz test (tests/serve/test_serve_fuzz.py) is what keeps the two in step: it sends thousands of
 bodies generated from these schemas, valid and invalid, and fails on any answer that
 contradicts them.
 

@@ -1,6 +1,6 @@
 """laya_onnx.Router on its own: names, lifecycle (LRU, hooks, preload, unload), batch grouping and
 order, predict_long/decide forwarding. Agents are fakes built by `agent_factory`, so these run in
-milliseconds; the comparison with laya.Router on real bundles is tests/test_router_parity.py.
+milliseconds; the comparison with laya.Router on real bundles is tests/parity/test_router_parity.py.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """`laya-onnx export --all`: the three checkpoints of laya's bundle repo, fetched through
-huggingface_hub (offline, from a cache laid out as the Hub's, as tests/test_hub.py does), become one
+huggingface_hub (offline, from a cache laid out as the Hub's, as tests/core/test_hub.py does), become one
 models directory the Router serves: each bundle under its name, its Hub origin in `routing.repo`.
 """
 

@@ -1,7 +1,7 @@
 """`laya-onnx score` in one process: every row answered as `predict_batch` answers it, in order,
 bad rows reported in place, a rerun that resumes instead of starting over, Parquet like JSONL.
 
-The Ray Data path of the same command is tests/test_ray.py's (the `ray` tier).
+The Ray Data path of the same command is tests/serve/test_ray.py's (the `ray` tier).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@
     while the health routes still answer; failed accepts log one line a while;
   * answers: a client that stops reading is cut after LAYA_SEND_TIMEOUT, every answer (whole or
     cut) has its access line saying how it ended, and a half-closed client still gets its
-    answer (a drain that waits for an answer still being written: tests/test_serve_drain.py).
+    answer (a drain that waits for an answer still being written: tests/serve/test_serve_drain.py).
 
 Each fails on the server as it was before (no cap, no send timeout, no escaping, ...).
 """

@@ -181,7 +181,7 @@ def test_serve_refuses_a_missing_bundle_with_a_message(tmp_path):
 
 def test_parity_suite_through_the_server_equals_the_agent(server):
     """The parity suite's requests over HTTP: the served answers equal ONNXAgent's (which
-    tests/test_parity.py holds equal to laya.Agent's), refusals come back as 422 with the same text."""
+    tests/parity/test_parity.py holds equal to laya.Agent's), refusals come back as 422 with the same text."""
     from laya_onnx import ONNXAgent
 
     base, _, bundle = server

@@ -2,7 +2,7 @@
 255-option choice cap, on the deterministic fake agent of tests/serve_support.py.
 
 The default profile is laya-serve's wire format, proven request by request against the real
-laya.serve in tests/test_serve_reference.py; these tests pin what the Jev profile changes and
+laya.serve in tests/serve/test_serve_reference.py; these tests pin what the Jev profile changes and
 that it changes nothing else (same checks, same numbers).
 """
 

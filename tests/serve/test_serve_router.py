@@ -2,7 +2,7 @@
 tests' fake agents (one per checkpoint, built by the Router's agent_factory): the `model` field
 as laya-serve resolves it, the routing controls, batches, /health, /v1/models, the environment
 (LAYA_MAX_LOADED, LAYA_EXTRA_MODELS, LAYA_DEFAULT_MODEL, LAYA_PRELOAD, LAYA_MODELS) and idle
-unload. The same against laya.serve with real models is tests/test_serve_router_reference.py.
+unload. The same against laya.serve with real models is tests/serve/test_serve_router_reference.py.
 """
 
 from __future__ import annotations

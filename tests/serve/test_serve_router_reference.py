@@ -1,7 +1,7 @@
 """The routing suite over HTTP: `laya-onnx serve` in front of our Router (tiny bundles) against
 laya 0.4.15's `laya.serve` in front of `laya.Router` (the checkpoints they were exported from).
 
-tests/test_serve_reference.py compares the wire behaviour of one checkpoint over a fake model;
+tests/serve/test_serve_reference.py compares the wire behaviour of one checkpoint over a fake model;
 this extends it to routing with real models: every request of laya_onnx/parity/suites/routing.json
 that the HTTP API can express (a batch shares one question set and one set of controls) is posted
 to both servers, built from the same Router configurations; the status must be equal, an error

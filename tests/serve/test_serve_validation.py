@@ -135,7 +135,7 @@ async def test_slow_body_is_408_and_releases_the_slot():
 @aio
 async def test_question_and_option_limits():
     many = {"q%d" % i: {"type": "noul", "instructions": "x"} for i in range(65)}
-    # 101..255 options are answered by elimination (tests/test_serve_jev.py); the cap is Jev's 255
+    # 101..255 options are answered by elimination (tests/serve/test_serve_jev.py); the cap is Jev's 255
     choice256 = {"c": {"type": "choice", "instructions": "x", "criteria": [str(i) for i in range(256)]}}
     score33 = {"s": {"type": "score", "instructions": "x", "criteria": [str(i) for i in range(33)]}}
     null_level = {"s": {"type": "score", "instructions": "x", "criteria": ["a", None, "c"]}}
