@@ -4,6 +4,7 @@ text, providers tried (not listed), advice that follows the CPU and the bundle."
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -93,7 +94,11 @@ def test_refusals_point_to_what_answers_them():
     )
     missing = ModuleNotFoundError("No module named 'ray'", name="ray")
     assert "pip install 'laya-onnx[ray]'" in exit_status(missing)[1]
-    assert install_hint("numpy") == ""
+    # a dependency of laya-onnx itself: this Python is not the one it was installed into
+    own = install_hint("numpy")
+    assert "laya-onnx's own dependencies" in own and sys.executable in own
+    # a module of laya-onnx itself missing is a bug: no install hint
+    assert install_hint("laya_onnx.core.nowhere") == ""
 
 
 def test_the_demo_hint_is_the_command_as_typed(monkeypatch):
