@@ -313,34 +313,43 @@ class UnknownField:
         return out
 
 
-def _unknown(keys: Iterable[Any], known: tuple[str, ...], question: Any = None) -> list[UnknownField]:
-    out = []
+def _unknown(
+    keys: Iterable[Any], known: tuple[str, ...], question: Any = None, most: int | None = None
+) -> list[UnknownField]:
+    out: list[UnknownField] = []
     for key in keys:
+        if most is not None and len(out) >= most:
+            break
         if key not in known:
             near = nearest(known, [key])
             out.append(UnknownField(key, question, None if near is None else near[0]))
     return out
 
 
-def unknown_question_fields(questions: Any) -> list[UnknownField]:
-    """The fields of each question (a dict of id -> definition) that nothing reads, in order."""
+def unknown_question_fields(questions: Any, most: int | None = None) -> list[UnknownField]:
+    """The fields of each question (a dict of id -> definition) that nothing reads, in order;
+    the first `most` of them when it is set."""
     if not isinstance(questions, Mapping):
         return []
     out: list[UnknownField] = []
     for qid, qdef in questions.items():
         if isinstance(qdef, Mapping):
-            out += _unknown(qdef, QUESTION_FIELDS, qid)
+            out += _unknown(qdef, QUESTION_FIELDS, qid, None if most is None else most - len(out))
     return out
 
 
-def unknown_fields(request: Any, known: Iterable[str] = REQUEST_FIELDS) -> list[UnknownField]:
+def unknown_fields(
+    request: Any, known: Iterable[str] = REQUEST_FIELDS, most: int | None = None
+) -> list[UnknownField]:
     """The fields of one request (`known`: the fields its reader takes) and of its questions that
     nothing reads, each with the known field it most resembles: what a client should be told it
     got wrong when a misspelt optional field (`min_confidnce`, `critera`) would otherwise be
-    ignored in silence."""
+    ignored in silence. `most` bounds the work a body of many unknown keys costs."""
     if not isinstance(request, Mapping):
         return []
-    return _unknown(request, tuple(known)) + unknown_question_fields(request.get("questions"))
+    top = _unknown(request, tuple(known), most=most)
+    rest = None if most is None else most - len(top)
+    return top + unknown_question_fields(request.get("questions"), rest)
 
 
 def warn_unknown_fields(fields: list[UnknownField], stacklevel: int = 2) -> None:

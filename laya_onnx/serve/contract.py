@@ -12,8 +12,9 @@ asked, and how its answer is shaped and rendered live only here, so two front en
   * `run_pass(fn, what, model)` / `pass_refusal(exc, ...)` — the pass's failures as 413/422/500;
   * `decision.payload(result, checkpoint, settings)` + `render_payload(make, what, model)` — shaping
     (routing block, `x_jev_confidence`, strict Jev projection, Jev profile) and JSON bytes;
-  * `model_fallback_headers(decision, result, checkpoint)` — `X-Model-Fallback` when the body's
-    `model` named no checkpoint here and another answered (and its log line);
+  * `answer_headers(decision, result, checkpoint)` — `X-Model-Fallback` when the body's `model`
+    named no checkpoint here and another answered (and its log line), `X-Unknown-Fields` when
+    the body or its questions carry fields nothing reads;
   * `error_body(settings, status, detail, errors)` — a refusal in the configured wire profile;
 
 Everything raises `ApiError` for a refusal; a front end renders it with `error_body`.
@@ -30,6 +31,7 @@ from typing import Any
 from laya_onnx.core import tournament
 from laya_onnx.core.errors import LayaInputError, PassTooLarge
 from laya_onnx.core.hooks import aggregate_usage
+from laya_onnx.core.questions import REQUEST_FIELDS, UnknownField, unknown_fields
 from laya_onnx.core.work import CallStopped, CallTooLarge
 from laya_onnx.serve import jev
 from laya_onnx.serve import validate as v
@@ -46,6 +48,19 @@ from laya_onnx.serve.wire import (
 )
 
 log = logging.getLogger("laya_onnx.serve")
+
+#: The fields the batch route reads: the single route's, `states` for `state`, and its plan.
+BATCH_FIELDS = (
+    *(f for f in REQUEST_FIELDS if f != "state"),
+    "states",
+    "diagnostics",
+    "batch_size",
+    "sort_by_length",
+)
+#: Names the body's fields that nothing reads (docs/http-api.md#request-fields).
+UNKNOWN_FIELDS_HEADER = "X-Unknown-Fields"
+#: How many unknown fields a response names at most (the first ones, in the body's order).
+UNKNOWN_FIELDS_NAMED = 16
 
 #: What answers a request: one bundle (`wire.Checkpoint`), or a Router's (`routed.RoutedCheckpoints`).
 ServedCheckpoints = Checkpoint | RoutedCheckpoints
@@ -113,6 +128,8 @@ class OneDecision:
     controls: dict[str, Any] = field(default_factory=dict)
     #: The body's `model` when it named no checkpoint here (`wire.ModelChoice.fallback`).
     fallback: str | None = None
+    #: Fields of the body and its questions that nothing reads (`unknown_fields_headers`).
+    unknown: tuple[UnknownField, ...] = ()
 
     what = "inference"
 
@@ -137,6 +154,8 @@ class BatchDecision:
     controls: dict[str, Any] = field(default_factory=dict)
     #: The body's `model` when it named no checkpoint here (`wire.ModelChoice.fallback`).
     fallback: str | None = None
+    #: Fields of the body and its questions that nothing reads (`unknown_fields_headers`).
+    unknown: tuple[UnknownField, ...] = ()
 
     what = "batch inference"
 
@@ -201,7 +220,8 @@ def parse_systemone(
             raise ApiError(400, LONE_SURROGATE)
         controls, model = agent_controls(body, checkpoint, settings)
         checkpoint.check_task(body.get("task"))
-    return OneDecision(state, questions, controls, model.fallback)
+    unknown = tuple(unknown_fields(body, REQUEST_FIELDS, most=UNKNOWN_FIELDS_NAMED))
+    return OneDecision(state, questions, controls, model.fallback, unknown)
 
 
 def parse_batch(
@@ -236,7 +256,8 @@ def parse_batch(
         if v.sort_by_length(body):
             controls["sort_by_length"] = True  # False is the agent's own default: not forwarded
         checkpoint.check_task(body.get("task"))
-    return BatchDecision(states, questions, controls, model.fallback)
+    unknown = tuple(unknown_fields(body, BATCH_FIELDS, most=UNKNOWN_FIELDS_NAMED))
+    return BatchDecision(states, questions, controls, model.fallback, unknown)
 
 
 # -- the pass and the answer ---------------------------------------------------------------
@@ -289,6 +310,33 @@ def model_fallback_headers(
     log.info("model %.200r names no checkpoint served here; answered by %s", decision.fallback, answered)
     # a header value is printable ASCII; a checkpoint's name comes from its folder or option
     return {MODEL_FALLBACK_HEADER: "".join(c if " " <= c <= "~" else "?" for c in answered)}
+
+
+def answer_headers(
+    decision: OneDecision | BatchDecision, result: Any, checkpoint: ServedCheckpoints
+) -> dict[str, str]:
+    """The headers an answer carries beside its body, for both front ends: what the client sent
+    that the server did not take as written (a model it does not serve, fields it does not read)."""
+    return {
+        **model_fallback_headers(decision, result, checkpoint),
+        **unknown_fields_headers(decision),
+    }
+
+
+def unknown_fields_headers(decision: OneDecision | BatchDecision) -> dict[str, str]:
+    """`X-Unknown-Fields` for a decision whose body or questions carry fields nothing reads (a
+    misspelt optional field would otherwise change nothing in silence, as laya-serve accepts
+    it): `field`, `question.field`, each with `=nearest` where a known field is close; printable
+    ASCII, at most 1 000 characters. Nothing for a body without such fields."""
+    if not decision.unknown:
+        return {}
+    named = []
+    for f in decision.unknown:
+        where = str(f.name) if f.question is None else "%s.%s" % (f.question, f.name)
+        named.append(where if f.did_you_mean is None else "%s=%s" % (where, f.did_you_mean))
+    # a client's key may hold anything: outside printable ASCII, and the list's comma, becomes "?"
+    text = ", ".join("".join(c if " " < c <= "~" and c != "," else "?" for c in n) for n in named)
+    return {UNKNOWN_FIELDS_HEADER: text[:1000]}
 
 
 def error_body(settings: Settings, status: int, detail: str, errors: Any = None) -> Any:

@@ -128,7 +128,7 @@ class LayaModel:
 
     async def _decide(self, route: str, raw: bytes) -> tuple[bytes, float, Any, dict[str, str]]:
         """The payload, the milliseconds of the pass that answered it, the pass's result, and the
-        answer's headers besides the timing ones (`contract.model_fallback_headers`)."""
+        answer's headers besides the timing ones (`contract.answer_headers`)."""
         agent, checkpoint, settings = self.agent, self.checkpoint, self.settings
         if route == "systemone":
             decision: contract.OneDecision | contract.BatchDecision = contract.parse_systemone(
@@ -150,7 +150,7 @@ class LayaModel:
         body = contract.render_payload(
             partial(decision.payload, result, checkpoint, settings), decision.what, checkpoint.name
         )
-        return body, ms, result, contract.model_fallback_headers(decision, result, checkpoint)
+        return body, ms, result, contract.answer_headers(decision, result, checkpoint)
 
     @serve.batch(max_batch_size=DEFAULT_MAX_BATCH_SIZE, batch_wait_timeout_s=DEFAULT_BATCH_WAIT_S)
     async def answer_one(self, decisions: list[contract.OneDecision]) -> list[Any]:

@@ -519,7 +519,7 @@ class LocalDecider:
         )
         return Decided(
             body,
-            contract.model_fallback_headers(decision, result, served.checkpoint),
+            contract.answer_headers(decision, result, served.checkpoint),
             inference_ms=(ended - started) * 1000.0,
             queue_ms=(started - queued) * 1000.0,
             result=result,

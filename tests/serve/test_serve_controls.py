@@ -63,6 +63,29 @@ async def test_a_model_naming_nothing_served_says_who_answered(model, caplog):
     assert lines == ["model %r names no checkpoint served here; answered by english" % str(model).strip()] * 2
 
 
+@aio
+async def test_fields_nothing_reads_are_named_to_the_client():
+    """laya-serve ignores a misspelt optional field in silence (no gate, no error); here the answer
+    is the same and X-Unknown-Fields names each such field, with the one it most resembles."""
+    question = next(iter(Q))
+    misspelt = {**Q, question: {**Q[question], "critera_": 1}}
+    async with served() as c:
+        _, plain = await post(c, URL, BODY)
+        assert "X-Unknown-Fields" not in _.headers
+        r, body = await post(c, URL, {**BODY, "questions": misspelt, "min_confidnce": 0.9, "zz": 1})
+        assert r.status == 200 and {**body, "usage": None} == {**plain, "usage": None}
+        assert r.headers["X-Unknown-Fields"] == (
+            "min_confidnce=min_confidence, zz, %s.critera_=criteria" % question
+        )
+        r, _ = await post(c, BATCH, {"states": ["a"], "questions": Q, "sort_by_length": True})
+        assert r.status == 200 and "X-Unknown-Fields" not in r.headers
+        r, _ = await post(c, BATCH, {"states": ["a"], "questions": Q, "state": "a", "\u00e9,\n": 1})
+        assert r.headers["X-Unknown-Fields"] == "state=states, ???"
+        many = {**BODY, **{"k%d" % i: i for i in range(5000)}}
+        r, _ = await post(c, URL, many)
+        assert r.headers["X-Unknown-Fields"] == ", ".join("k%d" % i for i in range(16))
+
+
 @pytest.mark.parametrize(
     "model", ["english", " English ", "en", "", None, False, "jev-latest", "convaiinnovations/laya"]
 )
