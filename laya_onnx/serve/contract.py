@@ -296,6 +296,20 @@ def render_payload(make_payload: Callable[[], Any], what: str, model: str) -> by
         raise ApiError(500, INFERENCE_FAILED) from None
 
 
+def answering_checkpoints(result: Any, checkpoint: ServedCheckpoints) -> list[str]:
+    """The served checkpoints that answered a result (a batch's states may route apart), in order
+    of first answer; names from the routing blocks, never a client's text."""
+    results = result if isinstance(result, list) else [result]
+    return [n for n in dict.fromkeys(answered_by(checkpoint.with_routing(r)) for r in results) if n]
+
+
+def metrics_checkpoint(result: Any, checkpoint: ServedCheckpoints) -> str:
+    """The `checkpoint` label of a decision's metrics: the one served checkpoint that answered it
+    (the one a Router picked or was pinned to), this server's name when several did."""
+    names = answering_checkpoints(result, checkpoint)
+    return names[0] if len(names) == 1 else checkpoint.name
+
+
 def model_fallback_headers(
     decision: OneDecision | BatchDecision, result: Any, checkpoint: ServedCheckpoints
 ) -> dict[str, str]:
@@ -304,9 +318,7 @@ def model_fallback_headers(
     one log line saying so. Nothing for any other decision."""
     if decision.fallback is None:
         return {}
-    results = result if isinstance(result, list) else [result]
-    names = dict.fromkeys(answered_by(checkpoint.with_routing(r)) for r in results)
-    answered = ", ".join(filter(None, names)) or checkpoint.name
+    answered = ", ".join(answering_checkpoints(result, checkpoint)) or checkpoint.name
     log.info("model %.200r names no checkpoint served here; answered by %s", decision.fallback, answered)
     # a header value is printable ASCII; a checkpoint's name comes from its folder or option
     return {MODEL_FALLBACK_HEADER: "".join(c if " " <= c <= "~" else "?" for c in answered)}

@@ -524,10 +524,7 @@ class LocalDecider:
             queue_ms=(started - queued) * 1000.0,
             result=result,
             work=work_done(result),
-            # the checkpoint a Router was pinned to (a served name), else this server's own name
-            served=Answered(
-                str(decision.controls.get("model") or served.checkpoint.name), limits.passes, group
-            ),
+            served=Answered(contract.metrics_checkpoint(result, served.checkpoint), limits.passes, group),
         )
 
     async def _infer(

@@ -310,3 +310,23 @@ async def test_micro_batching_never_mixes_routes(monkeypatch):
         "typed-decisions",
         "multilingual",
     ]
+
+
+@aio
+async def test_metrics_count_each_request_under_the_checkpoint_that_answered_it():
+    """A Router's auto-routed requests are counted under the checkpoint its policy picked, a pinned
+    one under the pinned checkpoint: never under the Router's own name nor a client's text."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async with serving(router()) as c:
+        for state, model in ((EN, None), (DE, None), (EN, "papers"), (EN, "jev-latest")):
+            body = {"state": state, "questions": Q, **({"model": model} if model else {})}
+            assert (await post(c, URL, body))[0].status == 200
+        text = await (await c.get("/metrics")).text()
+    counted = {
+        s.labels["checkpoint"]: s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == "laya_onnx_request_rows_count"
+    }
+    assert counted == {"english": 2, "multilingual": 1, "papers": 1}
