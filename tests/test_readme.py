@@ -1,5 +1,5 @@
 """The README's "A first answer" works as printed: its commands make the bundle its Python opens,
-and the Python prints the answer."""
+and the Python prints the answer; its question table states the limits the code keeps."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -58,3 +60,20 @@ def test_the_python_prints_the_answers(bundle_factory, tmp_path):
     assert result["model"] == "laya-rl-agent-onnx"
     assert set(result["answers"]) == {"queue", "urgency", "refund"}
     assert result["answers"]["refund"]["abstention"] in {"passed", "abstained"}
+
+
+def test_the_question_table_states_the_limits_the_code_keeps():
+    """The question types' limits as the README states them are the ones the code keeps: no lower
+    bound above one (the library answers one option and one level, as laya does) and the
+    server's caps as its checks hold them."""
+    pytest.importorskip("aiohttp")
+    from laya_onnx.serve.validate import MAX_CHOICE_OPTIONS, MAX_SCORE_LEVELS
+
+    text = README.read_text(encoding="utf-8")
+    rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| `(choice|score)` \|.*$", text, re.M)}
+    assert set(rows) == {"choice", "score"}
+    for kind, cap in (("choice", MAX_CHOICE_OPTIONS), ("score", MAX_SCORE_LEVELS)):
+        stated = re.search(r"the server takes up to (\d+)", rows[kind])
+        assert stated is not None and int(stated.group(1)) == cap, rows[kind]
+        assert not re.search(r"\b[2-9] to \d+", rows[kind]), rows[kind]
+    assert "one is answered with certainty" in rows["choice"]
