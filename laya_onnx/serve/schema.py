@@ -117,9 +117,9 @@ class ScoreQuestion(TypedDict):
         list[NonNull],
         Field(
             min_length=1,
-            max_length=v.MAX_SCORE_LEVELS,
+            max_length=v.MAX_REQUEST_SCORE_LEVELS,
             description="Level descriptions, index 0 first; a null level is a 422, more than %d a 413."
-            % v.MAX_SCORE_LEVELS,
+            % v.MAX_REQUEST_SCORE_LEVELS,
         ),
     ]
     option_order: NotRequired[OptionOrder]

@@ -29,7 +29,9 @@ MAX_BATCH_STATES = 64
 #: TypeSafe Jev's documented cap (laya-serve's with LAYA_TOURNAMENT_GROUP): a choice over
 #: `core.tournament.MAX_ONE_PASS_CHOICE_OPTIONS` is answered by elimination.
 MAX_CHOICE_OPTIONS = 255
-MAX_SCORE_LEVELS = 32
+#: laya-serve's cap on one request's score levels (the typed-decision schema has its own,
+#: `core.structured.MAX_SCORE_LEVELS`).
+MAX_REQUEST_SCORE_LEVELS = 32
 MAX_TOTAL_OPTIONS = 512
 #: Row width a batch is planned with when the request sets no `max_len` (the english default).
 BATCH_ROW_TOKENS_ASSUMED = 512
@@ -121,9 +123,10 @@ def check_request_limits(state: Any, questions: Any) -> None:
                 )
         elif kind == "score" and isinstance(criteria, list):
             total += len(criteria)
-            if len(criteria) > MAX_SCORE_LEVELS:
+            if len(criteria) > MAX_REQUEST_SCORE_LEVELS:
                 raise ApiError(
-                    413, "too many score levels for %r (%d > %d)" % (qid, len(criteria), MAX_SCORE_LEVELS)
+                    413,
+                    "too many score levels for %r (%d > %d)" % (qid, len(criteria), MAX_REQUEST_SCORE_LEVELS),
                 )
             null = null_level(criteria)
             if null is not None:
