@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import functools
 import json
+import logging
 import socket
 import threading
 import time
@@ -200,6 +201,22 @@ async def served(agent=None, **settings):
     async with TestClient(TestServer(create_app(agent, **settings))) as client:
         client.agent = agent
         yield client
+
+
+def collecting_logger(name: str) -> tuple[logging.Logger, list[str]]:
+    """The logger `name`, made to keep its messages in the returned list (and to pass them on to
+    nothing else): what an access logger under test wrote."""
+    lines: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+
+    logger = logging.getLogger(name)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    logger.handlers = [Collect()]
+    return logger, lines
 
 
 async def post(client, path, body, **kw):

@@ -115,8 +115,8 @@ def test_nothing_points_outside_the_repository():
 @pytest.mark.parametrize(
     "text, found",
     [
-        ("see core.md §3", ["core.md"]),
-        ("(http.md §7.1 order)", ["http.md"]),
+        ("see notes.md §3", ["notes.md"]),
+        ("(wire.md §7.1 order)", ["wire.md"]),
         ("docs/semantics.md#rows-and-sequences", ["docs/semantics.md"]),
         ("[x](../docs/http-api.md#limits)", ["../docs/http-api.md"]),
         ("no file here: fmt.mdx or a.md5", []),

@@ -39,6 +39,7 @@ from tests.serve_support import (
     FakeAgent,
     Q,
     aio,
+    collecting_logger,
     exchange,
     listening,
     parse_responses,
@@ -52,23 +53,9 @@ pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("no_laya_env")]
 TEXT_LOG = ServerLimits(keepalive_timeout=5, header_read_timeout=2, access_log="text")
 
 
-def _collecting_logger(name: str):
-    lines: list[str] = []
-
-    class Collect(logging.Handler):
-        def emit(self, record):
-            lines.append(record.getMessage())
-
-    logger = logging.getLogger(name)
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-    logger.handlers = [Collect()]
-    return logger, lines
-
-
 @aio
 async def test_control_characters_in_a_path_are_escaped_in_the_text_access_log():
-    logger, lines = _collecting_logger("test.access.inject")
+    logger, lines = collecting_logger("test.access.inject")
     async with listening(FakeAgent(), TEXT_LOG, access_log=logger) as srv:
         raw, _ = await exchange(
             srv.port,
@@ -229,7 +216,7 @@ def _big_agent(size: int) -> FakeAgent:
 
 @aio
 async def test_a_client_that_stops_reading_is_cut_at_the_send_timeout_and_logged():
-    logger, lines = _collecting_logger("test.access.slow-reader")
+    logger, lines = collecting_logger("test.access.slow-reader")
     async with listening(_big_agent(8_000_000), TEXT_LOG, access_log=logger, send_timeout=1.0) as srv:
         sock = socket.create_connection(("127.0.0.1", srv.port))
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
@@ -249,7 +236,7 @@ async def test_a_client_that_stops_reading_is_cut_at_the_send_timeout_and_logged
 
 @aio
 async def test_a_reset_mid_answer_leaves_an_access_line_saying_so():
-    logger, lines = _collecting_logger("test.access.reset")
+    logger, lines = collecting_logger("test.access.reset")
     async with listening(_big_agent(8_000_000), TEXT_LOG, access_log=logger) as srv:
         reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
         writer.write(request("POST", URL, json.dumps(BODY).encode(), {"X-Request-Id": "reset-1"}))

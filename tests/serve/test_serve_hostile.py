@@ -41,6 +41,7 @@ from tests.serve_support import (
     URL,
     FakeAgent,
     aio,
+    collecting_logger,
     exchange,
     listening,
     parse_responses,
@@ -115,24 +116,10 @@ async def test_a_request_estimated_over_the_budget_is_a_413_before_any_pass(tiny
         assert r.status == 200, out
 
 
-def _collecting_logger(name: str):
-    lines: list[str] = []
-
-    class Collect(logging.Handler):
-        def emit(self, record):
-            lines.append(record.getMessage())
-
-    logger = logging.getLogger(name)
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-    logger.handlers = [Collect()]
-    return logger, lines
-
-
 @aio
 async def test_a_client_that_hangs_up_runs_no_further_pass_and_frees_its_slot(tiny):
     agent = _long_agent(tiny)
-    logger, lines = _collecting_logger("test.access.hangup")
+    logger, lines = collecting_logger("test.access.hangup")
     limits = ServerLimits(keepalive_timeout=30, header_read_timeout=10, access_log="text")
     async with listening(agent, limits, access_log=logger, max_concurrent=1) as srv:
         reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
@@ -343,7 +330,7 @@ async def test_the_bytes_of_bodies_being_read_are_bounded():
 @aio
 async def test_a_client_gone_mid_upload_is_cancelled_not_a_500(caplog):
     body = json.dumps(BODY).encode()
-    logger, lines = _collecting_logger("test.access.upload")
+    logger, lines = collecting_logger("test.access.upload")
     limits = ServerLimits(keepalive_timeout=30, header_read_timeout=10, access_log="text")
     with caplog.at_level(logging.ERROR, logger="laya_onnx"):
         async with listening(FakeAgent(), limits, access_log=logger) as srv:
