@@ -23,7 +23,7 @@ from laya_onnx.core.bundle import (
 from laya_onnx.core.calibration import Calibration, CallLogits, act_probabilities, empty_result
 from laya_onnx.core.calibration_file import apply_calibration, bundle_calibration, warn_if_other_checkpoint
 from laya_onnx.core.calibration_file import load_calibration as load_calibration_file
-from laya_onnx.core.errors import InvalidRequest, InvalidRequestType, StateTruncatedWarning
+from laya_onnx.core.errors import InvalidRequestType
 from laya_onnx.core.hooks import HookRegistry, PredictContext
 from laya_onnx.core.hub import fetch_bundle
 from laya_onnx.core.int8_kernel import choose_kernel, requested_kernel, resolve_graph
@@ -40,14 +40,15 @@ from laya_onnx.core.openvino_session import open_session
 from laya_onnx.core.options import CallOptions
 from laya_onnx.core.passes import DEFAULT_BUCKET_ROWS, plan_passes
 from laya_onnx.core.prepared import session_graph
+from laya_onnx.core.publish import push_bundle
 from laya_onnx.core.question_cache import QuestionCache
-from laya_onnx.core.questions import normalize_questions, require_questions_dict
-from laya_onnx.core.sequences import check_option_layout, collate, encode_state, option_spans
+from laya_onnx.core.questions import require_questions_dict
+from laya_onnx.core.sequences import check_option_layout, collate, encode_state
 from laya_onnx.core.session import FallbackEntry, ProviderSpec, RunTerminated, resolve_threads
 from laya_onnx.core.tokenizer import LayaTokenizer
-from laya_onnx.core.tournament import check_group_size, fitting_group_size, run_tournament
-from laya_onnx.core.windows import SCANNING
+from laya_onnx.core.tournament import questions_group_size, requested_group, run_tournament
 from laya_onnx.core.windows import predict_long as scan_long
+from laya_onnx.core.windows import warn_if_truncated
 from laya_onnx.core.work import CallStopped, PassClock, PassWork, current_limits
 
 State = str | dict | list | Any
@@ -151,7 +152,7 @@ class ONNXAgent(HookRegistry):
         #: The test preset this bundle's random weights come from (`tiny-english`, ...), None for a
         #: real checkpoint; shown by /health, /v1/models and the CLI.
         self.random_weights: str | None = random_weights_preset(self.cfg)
-        #: Whether a cut state was already reported (`_warn_if_truncated`: once per agent).
+        #: Whether a cut state was already reported (`windows.warn_if_truncated`: once per agent).
         self._truncation_reported = False
         if self.random_weights:
             warnings.warn(
@@ -218,6 +219,34 @@ class ONNXAgent(HookRegistry):
         payload = load_calibration_file(path)
         warn_if_other_checkpoint(payload, self.model_id_or_path, self.subfolder, self.cfg)
         self.calibration = apply_calibration(self.calibration, payload)
+
+    def push_to_hub(
+        self,
+        repo_id: str,
+        *,
+        private: bool = False,
+        revision: str | None = None,
+        commit_message: str | None = None,
+        allow_random_weights: bool = False,
+        license: str | None = None,
+        token: str | None = None,
+    ) -> str:
+        """Publish this agent's bundle as `repo_id` (`org/name`, or `org/name/subfolder`) in one
+        commit with a model card, as `laya-onnx push` does (`laya_onnx.core.publish.push_bundle`):
+        its files are hashed against the manifest first (a bundle altered since it was opened is
+        refused), random test weights are refused unless `allow_random_weights`, `private` applies
+        when the repo is created and `revision` names the branch (created when missing). Returns
+        the commit's URL; raises `PushError` when the Hub refuses or cannot be reached."""
+        return push_bundle(
+            self.bundle.root,
+            repo_id,
+            private=private,
+            revision=revision,
+            commit_message=commit_message,
+            allow_random_weights=allow_random_weights,
+            license=license,
+            token=token,
+        )
 
     # -- introspection ------------------------------------------------------------------------
     @property
@@ -291,28 +320,12 @@ class ONNXAgent(HookRegistry):
 
     system_one = predict
 
-    def _tournament_group(self, tournament: Any, questions: Any, head_max_len: int | None) -> int | None:
-        """The group size a `tournament` argument asks for, or None for one plain pass."""
-        if tournament is None or tournament is False:
-            return None
-        if tournament is True:
-            return self.tournament_group_size(questions, head_max_len)
-        try:
-            return check_group_size(tournament)
-        except ValueError:
-            raise InvalidRequest(
-                "tournament must be True, False/None, or a group size of at least 2, got %r" % (tournament,)
-            ) from None
-
     def tournament_group_size(self, questions: Any, head_max_len: int | None = None) -> int | None:
         """The group size `predict(..., tournament=True)` uses, or None when one pass reads every
-        choice without shrinking an option (see `tournament.fitting_group_size`)."""
-        qs = normalize_questions(questions)
-        budget = self.head_max_len if head_max_len is None else head_max_len
-        lengths = [
-            [len(span) for span in option_spans(self.tok, q)] for q in qs.values() if q.type == "choice"
-        ]
-        return fitting_group_size(lengths, budget)
+        choice without shrinking an option (`tournament.questions_group_size`)."""
+        return questions_group_size(
+            self.tok, questions, self.head_max_len if head_max_len is None else head_max_len
+        )
 
     def predict_batch(
         self,
@@ -370,7 +383,7 @@ class ONNXAgent(HookRegistry):
         """One call whose options are resolved (`laya_onnx.core.options`): its hook lifecycle
         around the inference, one `PredictContext` for all its states. A `tournament` that
         narrows runs per state instead, each round one such call."""
-        group = self._tournament_group(tournament, questions, head_max_len)
+        group = requested_group(self, tournament, questions, head_max_len)
         if group is not None:
             if isinstance(states, (str, bytes, dict)):
                 raise InvalidRequestType(
@@ -485,25 +498,9 @@ class ONNXAgent(HookRegistry):
             max_len=self.max_len if max_len is None else max_len,
             head_max_len=self.head_max_len if head_max_len is None else head_max_len,
         )
-        self._warn_if_truncated(results)
+        if not self._truncation_reported:  # once per agent
+            self._truncation_reported = warn_if_truncated(self.name, results, stacklevel=4)
         return results
-
-    def _warn_if_truncated(self, results: list[dict[str, Any]]) -> None:
-        """Once per agent: a state was cut to fit `max_len` (only `usage.truncated` said so),
-        naming `predict_long`, which reads a long state whole. Not inside `predict_long` itself."""
-        if self._truncation_reported or SCANNING.get():
-            return
-        usage = next((r["usage"] for r in results if (r.get("usage") or {}).get("truncated")), None)
-        if usage is None:
-            return
-        self._truncation_reported = True
-        warnings.warn(
-            "laya-onnx: bundle %r: a state of %d tokens was cut to fit max_len (%d tokens dropped; usage"
-            ".truncated); predict_long(state, questions) reads a long state whole, in overlapping windows"
-            % (self.name, usage["state_tokens"], usage["state_tokens_dropped"]),
-            StateTruncatedWarning,
-            stacklevel=4,
-        )
 
     def _infer(
         self,

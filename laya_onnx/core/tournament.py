@@ -51,8 +51,9 @@ from typing import Any
 from laya_onnx.core.errors import InvalidRequest, InvalidRequestType
 from laya_onnx.core.notices import brief
 from laya_onnx.core.protocol import DecisionAgent
-from laya_onnx.core.questions import check_question
-from laya_onnx.core.sequences import OPTION_SHRINK_BELOW
+from laya_onnx.core.questions import check_question, normalize_questions
+from laya_onnx.core.sequences import OPTION_SHRINK_BELOW, option_spans
+from laya_onnx.core.tokenizer import LayaTokenizer
 
 #: laya.shortlist.DEFAULT_TOURNAMENT_GROUP: the group size when nothing better is known.
 DEFAULT_GROUP_SIZE = 16
@@ -67,6 +68,23 @@ def check_group_size(group_size: Any) -> int:
     if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < MIN_GROUP_SIZE:
         raise InvalidRequest("group_size must be an integer of at least 2, got %r" % (group_size,))
     return group_size
+
+
+def requested_group(
+    agent: DecisionAgent, tournament: Any, questions: Any, head_max_len: int | None = None
+) -> int | None:
+    """The group size a call's `tournament` argument asks for (`ONNXAgent.predict`), or None for
+    one plain pass: True derives it (`DecisionAgent.tournament_group_size`), an int is checked."""
+    if tournament is None or tournament is False:
+        return None
+    if tournament is True:
+        return agent.tournament_group_size(questions, head_max_len)
+    try:
+        return check_group_size(tournament)
+    except ValueError:
+        raise InvalidRequest(
+            "tournament must be True, False/None, or a group size of at least 2, got %r" % (tournament,)
+        ) from None
 
 
 def choice_labels(qid: Any, criteria: Any) -> list[Any]:
@@ -123,6 +141,13 @@ def fitting_group_size(span_lengths: Iterable[list[int]], head_max_len: int) -> 
         g = max(MIN_GROUP_SIZE, g)
         bound = g if bound is None else min(bound, g)
     return bound
+
+
+def questions_group_size(tok: LayaTokenizer, questions: Any, head_max_len: int) -> int | None:
+    """`fitting_group_size` for the choices of `questions`, their options' spans as `tok` and one
+    pass of `head_max_len` tokens build them."""
+    spans = [option_spans(tok, q) for q in normalize_questions(questions).values() if q.type == "choice"]
+    return fitting_group_size([[len(span) for span in q_spans] for q_spans in spans], head_max_len)
 
 
 def _narrowed(qid: Any, question: dict[str, Any], labels: list[Any], warned: set) -> dict[str, Any]:

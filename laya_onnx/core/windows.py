@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from laya_onnx.core.calibration import MODEL_NAME
-from laya_onnx.core.errors import InvalidRequest, InvalidRequestType
+from laya_onnx.core.errors import InvalidRequest, InvalidRequestType, StateTruncatedWarning
 from laya_onnx.core.gate import apply_confidence_gate
 from laya_onnx.core.hooks import aggregate_usage
 from laya_onnx.core.options import CallOptions
@@ -282,8 +282,27 @@ def aggregate(
 
 
 #: True while `predict_long` runs its windows: a window cut to fit is part of the scan, not a state
-#: the caller should be told to scan (`ONNXAgent`'s truncation warning reads it).
+#: the caller should be told to scan (`warn_if_truncated` reads it).
 SCANNING: ContextVar[bool] = ContextVar("laya_onnx_scanning_windows", default=False)
+
+
+def warn_if_truncated(name: str, results: Sequence[Mapping[str, Any]], stacklevel: int = 1) -> bool:
+    """Warn that a state of `results` was cut to fit `max_len` (only its `usage.truncated` says so
+    otherwise), naming `predict_long`, which reads a long state whole; True when it warned. Silent
+    inside a window scan, whose windows are cut on purpose. `stacklevel` counts from the caller."""
+    if SCANNING.get():
+        return False
+    usage = next((r["usage"] for r in results if (r.get("usage") or {}).get("truncated")), None)
+    if usage is None:
+        return False
+    warnings.warn(
+        "laya-onnx: bundle %r: a state of %d tokens was cut to fit max_len (%d tokens dropped; usage"
+        ".truncated); predict_long(state, questions) reads a long state whole, in overlapping windows"
+        % (name, usage["state_tokens"], usage["state_tokens_dropped"]),
+        StateTruncatedWarning,
+        stacklevel=stacklevel + 1,
+    )
+    return True
 
 
 def predict_long(*args: Any, **kwargs: Any) -> dict[str, Any]:

@@ -1,7 +1,8 @@
 """Publishing a bundle (`laya_onnx.core.publish`, `laya-onnx push`) up to the network boundary.
 
-No Hub-compatible server installable here accepts uploads, so the push is checked up to what
-huggingface_hub would send: the model card, the commit's operations (huggingface_hub's own
+No Hub-compatible server installable here accepts uploads (olah, which the pull tests run, is
+read-only), so the push, from `laya-onnx push` and from `ONNXAgent.push_to_hub`, is checked up
+to what huggingface_hub would send: the model card, the commit's operations (huggingface_hub's own
 `CommitOperationAdd`, which hash the bytes they will upload), and the first request on the wire,
 recorded through huggingface_hub's client factory by a transport that answers none (every
 request fails to connect, as it would with the Hub unreachable).
@@ -143,3 +144,44 @@ def test_push_is_a_command(tiny_english):
         False,
     )
     assert Path(args.bundle) == tiny_english
+
+
+def test_an_agent_pushes_its_bundle_with_every_option(tiny_english_agent, monkeypatch):
+    from laya_onnx.core import agent as agent_module
+
+    sent = []
+    monkeypatch.setattr(agent_module, "push_bundle", lambda *a, **kw: sent.append((a, kw)) or "url")
+    options = dict(
+        private=True,
+        revision="dev",
+        commit_message="m",
+        allow_random_weights=True,
+        license="mit",
+        token="hf_test",
+    )
+    assert tiny_english_agent.push_to_hub("acme/laya-tiny/english", **options) == "url"
+    assert sent == [((tiny_english_agent.bundle.root, "acme/laya-tiny/english"), options)]
+
+
+def test_an_agent_push_goes_to_the_wire_after_the_same_checks(tiny_english, wire, monkeypatch, tmp_path):
+    from huggingface_hub import constants
+
+    from laya_onnx import ONNXAgent
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    copy = tmp_path / "bundle"
+    shutil.copytree(tiny_english, copy)
+    agent = ONNXAgent(copy, providers=["CPUExecutionProvider"])
+    with pytest.raises(InvalidRequest, match="random test weights .*allow_random_weights=True"):
+        agent.push_to_hub("acme/laya-tiny", token="hf_test")
+    with pytest.raises(PushError, match=r"could not publish .* as 'acme/laya-tiny' at https://"):
+        agent.push_to_hub("acme/laya-tiny", private=True, allow_random_weights=True, token="hf_test")
+    creates = [r for r in wire if r.url.path == "/api/repos/create"]
+    assert [json.loads(r.content)["visibility"] for r in creates] == ["private"]
+    # a file changed after the agent opened the bundle is refused before anything is sent
+    config = copy / "rl_agent_config.json"
+    config.write_text(config.read_text() + " ")
+    sent = len(wire)
+    with pytest.raises(BundleError, match="sha256 mismatch for 'rl_agent_config.json'"):
+        agent.push_to_hub("acme/laya-tiny", allow_random_weights=True, token="hf_test")
+    assert len(wire) == sent
