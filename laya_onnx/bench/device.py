@@ -45,9 +45,10 @@ from laya_onnx.core.session import CPU, CUDA
 
 #: The workloads timed (short, 3 questions, 32 states x 3 questions).
 TIMED = ("short-1x1", "readme-1x3", "batch-32x3")
-#: The fp32 bundle on CUDA, TF32 off, agrees with CPU within this max |d logit| (the export's
-#: validation tolerance against torch).
-FP32_LOGIT_TOLERANCE = 1e-4
+#: The fp32 bundle on CUDA, TF32 off, agrees with CPU within this max |d logit|. A GPU sums in
+#: another order than a CPU, so fp32 on CUDA sits a little further from the CPU than the export's
+#: 1e-4 against torch on the same CPU; TF32 is two orders of magnitude beyond it (docs/gpu.md).
+FP32_LOGIT_TOLERANCE = 5e-4
 
 
 def host_peak_rss_mib() -> float:

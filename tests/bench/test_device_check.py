@@ -73,3 +73,13 @@ def test_the_verdict_names_each_fault():
     assert any("torch was imported" in f for f in faults)
     tf32 = {**ok, "agreement": {"fp32": figures(max_abs_dlogit=10 * FP32_LOGIT_TOLERANCE)}}
     assert any("fp32 without TF32" in f for f in verdict(tf32, None))
+
+
+def test_fp32_on_a_gpu_passes_and_tf32_does_not():
+    """The figures of the full-size fp32 bundle on an H200 (docs/gpu.md): fp32 with TF32 off is
+    1.53e-4 from the CPU in logits, which is GPU summation order and no fault; TF32 on is 4.8e-2."""
+    run = {"device": "CUDAExecutionProvider", "torch_loaded": False}
+    fp32 = {**run, "agreement": {"fp32": figures(max_abs_dlogit=1.53e-4, max_abs_dp=1e-4)}}
+    assert verdict(fp32, None) == []
+    tf32 = {**run, "agreement": {"fp32": figures(max_abs_dlogit=4.84e-2, max_abs_dp=6.2e-3)}}
+    assert any("fp32 without TF32" in f for f in verdict(tf32, None))
