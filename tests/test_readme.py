@@ -67,7 +67,7 @@ def test_the_question_table_states_the_limits_the_code_keeps():
     bound above one (the library answers one option and one level, as laya does) and the
     server's caps as its checks hold them."""
     pytest.importorskip("aiohttp")
-    from laya_onnx.serve.validate import MAX_CHOICE_OPTIONS, MAX_REQUEST_SCORE_LEVELS
+    from laya_onnx.serve.schema import MAX_CHOICE_OPTIONS, MAX_REQUEST_SCORE_LEVELS
 
     text = README.read_text(encoding="utf-8")
     rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| `(choice|score)` \|.*$", text, re.M)}

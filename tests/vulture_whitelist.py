@@ -59,15 +59,14 @@ _.symbolic  # torch.autograd.Function: its ONNX export
 _._attn_implementation  # transformers: a model config's attention kernel
 _.reference_compile  # transformers: ModernBERT's torch.compile switch
 
-# -- pydantic: model configuration and fields, read by pydantic (serve/jev.py, serve/schema.py)
+# -- pydantic: model configuration and fields, read by pydantic (serve/schema.py, serve/openapi.py)
 _.model_config
-# the Jev profile's models (serve/jev.py)
+# the contract's models (serve/schema.py): bodies are checked and /openapi.json is generated from them
 _.noul
 _.output_tokens
 _.loc
 _.msg
 _.x_model_fallback
-# the served schema's TypedDicts (serve/schema.py): /openapi.json is generated from them
 _.false
 _.diagnostics
 _.act_probability

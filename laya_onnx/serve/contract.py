@@ -31,11 +31,11 @@ from typing import Any
 from laya_onnx.core import tournament
 from laya_onnx.core.errors import LayaInputError, PassTooLarge
 from laya_onnx.core.hooks import aggregate_usage
-from laya_onnx.core.questions import REQUEST_FIELDS, UnknownField, unknown_fields
+from laya_onnx.core.questions import UnknownField, unknown_fields
 from laya_onnx.core.work import CallStopped, CallTooLarge
 from laya_onnx.serve import jev
 from laya_onnx.serve import validate as v
-from laya_onnx.serve.errors import INFERENCE_FAILED, LONE_SURROGATE, NON_FINITE, ApiError
+from laya_onnx.serve.errors import INFERENCE_FAILED, NON_FINITE, ApiError
 from laya_onnx.serve.protocol import ServedAgent
 from laya_onnx.serve.routed import RoutedCheckpoints
 from laya_onnx.serve.settings import Settings
@@ -49,14 +49,6 @@ from laya_onnx.serve.wire import (
 
 log = logging.getLogger("laya_onnx.serve")
 
-#: The fields the batch route reads: the single route's, `states` for `state`, and its plan.
-BATCH_FIELDS = (
-    *(f for f in REQUEST_FIELDS if f != "state"),
-    "states",
-    "diagnostics",
-    "batch_size",
-    "sort_by_length",
-)
 #: Names the body's fields that nothing reads (docs/http-api.md#request-fields).
 UNKNOWN_FIELDS_HEADER = "X-Unknown-Fields"
 #: How many unknown fields a response names at most (the first ones, in the body's order).
@@ -175,7 +167,7 @@ class BatchDecision:
 
 
 def agent_controls(
-    body: dict[str, Any], checkpoint: ServedCheckpoints, settings: Settings
+    body: v.Body, checkpoint: ServedCheckpoints, settings: Settings
 ) -> tuple[dict[str, Any], ModelChoice]:
     """model → max_len → head_max_len → lang → lang_guess → min_confidence, in contract order.
 
@@ -184,21 +176,13 @@ def agent_controls(
     None to auto-route), `task` and `lang_guess` go to it too; one bundle has nothing to route,
     so they stop at the checks.
     """
-    model = checkpoint.check_model(body.get("model"))
-    cap = settings.max_token_budget
-    controls: dict[str, Any] = {}
-    for key in ("max_len", "head_max_len"):
-        value = v.budget(body, key, cap)
-        if value is not None:
-            controls[key] = value
-    lang = v.language(body, "lang")
-    lang_guess = v.language(body, "lang_guess")
-    if lang is not None:
-        controls["lang"] = lang
-    threshold = v.min_confidence(body)
-    if threshold is not None:
-        controls["min_confidence"] = threshold
-    controls.update(checkpoint.routing_controls(model.pinned, body.get("task"), lang_guess))
+    model = checkpoint.check_model(body.body.get("model"))
+    checked = {
+        k: body.control(k) for k in ("max_len", "head_max_len", "lang", "lang_guess", "min_confidence")
+    }
+    lang_guess = checked.pop("lang_guess")
+    controls = {k: value for k, value in checked.items() if value is not None}
+    controls.update(checkpoint.routing_controls(model.pinned, body.body.get("task"), lang_guess))
     return controls, model
 
 
@@ -208,20 +192,13 @@ def parse_systemone(
     """The `/v1/systemone` checks in the order of docs/http-api.md, "Refusals in order" on the raw body; the first failing wins."""
     del agent  # one signature for both routes; the single route plans nothing from the agent
     with jev.validation_stage(settings.jev):
-        body = v.parse_json(raw)
-        if settings.jev:
-            body = jev.validate(body, jev.SystemOneRequest)
-        if not isinstance(body, dict) or "questions" not in body:
-            raise ApiError(400, "request body must be an object with a 'questions' field")
-        state, questions = body.get("state"), body["questions"]
-        v.check_request_limits(state, questions)
-        v.refuse_hooks(body)
-        if v.has_lone_surrogate(body):
-            raise ApiError(400, LONE_SURROGATE)
+        body = v.Body(v.parse_json(raw), False, settings.jev, settings.max_token_budget)
+        body.limits()
+        body.refusals()
         controls, model = agent_controls(body, checkpoint, settings)
-        checkpoint.check_task(body.get("task"))
-    unknown = tuple(unknown_fields(body, REQUEST_FIELDS, most=UNKNOWN_FIELDS_NAMED))
-    return OneDecision(state, questions, controls, model.fallback, unknown)
+        checkpoint.check_task(body.body.get("task"))
+    unknown = tuple(unknown_fields(body.body, v.REQUEST_FIELDS, most=UNKNOWN_FIELDS_NAMED))
+    return OneDecision(body.body["state"], body.body["questions"], controls, model.fallback, unknown)
 
 
 def parse_batch(
@@ -229,23 +206,16 @@ def parse_batch(
 ) -> BatchDecision:
     """The `/v1/systemone/batch` checks in the order of docs/http-api.md, "Refusals in order", and the pass plan ("Batch")."""
     with jev.validation_stage(settings.jev):
-        body = v.parse_json(raw)
-        if settings.jev:
-            body = jev.validate(body, jev.BatchRequest)
-        if not isinstance(body, dict) or "questions" not in body or "states" not in body:
-            raise ApiError(400, "request body must be an object with 'states' and 'questions' fields")
-        states, questions = body["states"], body["questions"]
-        v.check_batch_limits(states, questions)
-        v.refuse_hooks(body)
-        v.refuse_out_parameters(body)
-        if v.has_lone_surrogate(body):
-            raise ApiError(400, LONE_SURROGATE)
+        body = v.Body(v.parse_json(raw), True, settings.jev, settings.max_token_budget)
+        body.limits()
+        body.refusals()
         controls, model = agent_controls(body, checkpoint, settings)
-        caller_size = v.batch_size(body)
+        caller_size = body.control("batch_size")
+        states, questions = body.body["states"], body.body["questions"]
         planned = v.chunk_plan(
             len(states),
             len(questions),
-            body.get("max_len"),
+            body.body.get("max_len"),
             settings.max_batch_tokens,
             memory=v.pass_memory_of(agent),
         )
@@ -253,10 +223,10 @@ def parse_batch(
             controls["batch_size"] = caller_size if planned is None else min(caller_size, planned)
         elif planned is not None:
             controls["batch_size"] = planned
-        if v.sort_by_length(body):
+        if body.control("sort_by_length"):
             controls["sort_by_length"] = True  # False is the agent's own default: not forwarded
-        checkpoint.check_task(body.get("task"))
-    unknown = tuple(unknown_fields(body, BATCH_FIELDS, most=UNKNOWN_FIELDS_NAMED))
+        checkpoint.check_task(body.body.get("task"))
+    unknown = tuple(unknown_fields(body.body, v.BATCH_FIELDS, most=UNKNOWN_FIELDS_NAMED))
     return BatchDecision(states, questions, controls, model.fallback, unknown)
 
 

@@ -1,4 +1,5 @@
-"""`/openapi.json` and `/docs`: the OpenAPI 3.1 document, generated from `schema.py`; and `GET /`,
+"""`/openapi.json` and `/docs`: the OpenAPI 3.1 document, generated from the models of
+`schema.py`; and `GET /`,
 the short index of the routes a server answers (`index_payload`).
 
 laya-serve (FastAPI) serves `/openapi.json`, `/docs` and `/redoc` only when LAYA_API_KEY is unset
@@ -14,14 +15,13 @@ import html
 import json
 from collections.abc import Iterable
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import TypeAdapter
-from pydantic.json_schema import JsonSchemaMode
+from pydantic import BaseModel, Field
+from pydantic.json_schema import GenerateJsonSchema, models_json_schema
 
 from laya_onnx import __version__
 from laya_onnx.core import settings
-from laya_onnx.serve import jev
 from laya_onnx.serve import schema as s
 from laya_onnx.serve.body import UNSUPPORTED_ENCODING, UNSUPPORTED_TRANSFER
 from laya_onnx.serve.errors import (
@@ -34,32 +34,105 @@ from laya_onnx.serve.errors import (
     UNAUTHORIZED,
 )
 
+# -- the other routes' answers (the decision routes' are in schema.py) -----------------------
+
+
+class FallbackCount(BaseModel):
+    count: s.Count
+    last_reason: str | None
+
+
+class Health(BaseModel):
+    """Always `status`; the rest only without LAYA_API_KEY or with the right bearer."""
+
+    model_config = s.OPEN
+    status: Literal["ok"]
+    loaded: list[str] = s.absent_field()
+    revisions: dict[str, str | None] = s.absent_field()
+    device: str = s.absent_field()
+    device_is_preference: bool = s.absent_field()
+    checkpoint_devices: dict[str, str] = s.absent_field()
+    cpu_fallbacks: dict[str, FallbackCount] = s.absent_field()
+    providers: dict[str, list[str]] = s.absent_field()
+    provider_fallbacks: dict[str, dict[str, dict[str, Any]]] = s.absent_field()
+    int8_kernels: dict[str, str] = s.absent_field(
+        "The integer GEMM (u8s8 or u8u8) each loaded int8 checkpoint runs here"
+    )
+
+
+class Probe(BaseModel):
+    """`/health/live` and `/health/ready`: one word."""
+
+    status: Literal["ok", "ready", "warming up", "draining", "unhealthy"]
+
+
+class ModelCard(BaseModel):
+    """One served checkpoint: Jev's three keys, then ours (x_, only for an authorized caller)."""
+
+    model_config = s.OPEN
+    name: str
+    description: str
+    release_date: str
+    x_aliases: list[str] = s.absent_field("Other `model` values this checkpoint answers to.")
+    x_revision: str | None = s.absent_field()
+    x_repo: str = s.absent_field()
+    x_graph_sha256: str | None = s.absent_field("sha256 of laya.onnx, from the bundle manifest")
+    x_manifest_sha256: str | None = s.absent_field("sha256 of manifest.json (pins every file)")
+    x_precision: str = s.absent_field()
+    x_providers: list[str] = s.absent_field()
+    x_int8_kernel: str = s.absent_field("An int8 bundle's integer GEMM here: u8s8 (CPUs with VNNI) or u8u8")
+
+
+class ModelList(BaseModel):
+    models: list[ModelCard]
+
+
+class Index(BaseModel):
+    """`GET /`: what answers here and where (LAYA_ROOT_PATH included in every path)."""
+
+    name: str
+    summary: str
+    version: str = s.absent_field(f"Only without {settings.API_KEY.env}.")
+    routes: dict[str, str] = Field(description='"METHOD /path" -> what the route does')
+    docs: str = s.absent_field("The HTML API page, where it is served.")
+    openapi: str = s.absent_field("The OpenAPI document, where it is served.")
+
+
 TITLE = "laya-onnx"
 SUMMARY = "Laya System-1 decisions over the TypeSafe Jev /v1/systemone protocol, on ONNX Runtime"
 REF = "#/components/schemas/{model}"
 
-#: The schema types the document names, by component name.
-COMPONENTS: dict[str, Any] = {
-    "DecisionRequest": s.DecisionRequest,
-    "BatchRequest": s.BatchRequest,
-    "DecisionResponse": s.DecisionResponse,
-    "BatchResponse": s.BatchResponse,
-    "Health": s.Health,
-    "ModelList": s.ModelList,
-    "Index": s.Index,
-    "Probe": s.Probe,
-    "Error": s.ErrorBody,
-}
-
-#: The Jev profile's types (LAYA_JEV_PROFILE=typesafe). Their component names, and the names of
-#: every type they refer to, carry this prefix: both profiles name types `Usage`, `ChoiceAnswer`...
-JEV_PREFIX = "Jev"
-JEV_COMPONENTS: dict[str, Any] = {
-    "SystemOneRequest": jev.SystemOneRequest,
-    "BatchRequest": jev.BatchRequest,
-    "SystemOneResponse": jev.SystemOneResponse,
-    "Error": jev.ErrorBody,
-    "ValidationError": jev.HTTPValidationError,
+#: The models the document names (each with the models they refer to), by profile: the Jev
+#: profile's decision routes take and answer its own (LAYA_JEV_PROFILE=typesafe).
+COMPONENTS = (
+    s.DecisionRequest,
+    s.BatchRequest,
+    s.DecisionResponse,
+    s.BatchResponse,
+    Health,
+    ModelList,
+    Index,
+    Probe,
+    s.Error,
+)
+JEV_COMPONENTS = (
+    s.JevSystemOneRequest,
+    s.JevBatchRequest,
+    s.JevSystemOneResponse,
+    s.JevBatchResponse,
+    s.JevError,
+    s.JevValidationError,
+)
+#: The decision routes' (request, answer, 422, other errors) by profile.
+_ROUTE_MODELS = {
+    False: {
+        "/v1/systemone": ("DecisionRequest", "DecisionResponse"),
+        "/v1/systemone/batch": ("BatchRequest", "BatchResponse"),
+    },
+    True: {
+        "/v1/systemone": ("JevSystemOneRequest", "JevSystemOneResponse"),
+        "/v1/systemone/batch": ("JevBatchRequest", "JevBatchResponse"),
+    },
 }
 
 _ANSWER_HEADERS = {
@@ -114,10 +187,7 @@ def _json(ref: str) -> dict[str, Any]:
 def _error(status: int, why: str, profile: bool = False) -> dict[str, Any]:
     """One error response; in the Jev profile a 422 is the validation list, the rest
     `{"detail": {"error_type", "message"}}`."""
-    if profile:
-        name = JEV_PREFIX + ("ValidationError" if status == 422 else "Error")
-    else:
-        name = "Error"
+    name = ("JevValidationError" if status == 422 else "JevError") if profile else "Error"
     response: dict[str, Any] = {"description": why, "content": _json(name)}
     if status == 503:
         response["headers"] = {
@@ -162,45 +232,33 @@ def _get(
     }
 
 
-def _components(kinds: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Every named type of `kinds` and the types they refer to, as JSON Schema 2020-12, each
-    named with `prefix`."""
-    schemas: dict[str, Any] = {}
-    template = REF.replace("{model}", prefix + "{model}")
-    for name, kind in kinds.items():
-        mode: JsonSchemaMode = "validation" if name.endswith("Request") else "serialization"
-        doc = TypeAdapter(kind).json_schema(mode=mode, ref_template=template)
-        for def_name, definition in doc.pop("$defs", {}).items():
-            schemas.setdefault(prefix + def_name, definition)
-        schemas[prefix + name] = doc
-    return schemas
+class _Schemas(GenerateJsonSchema):
+    """pydantic's JSON Schema, with a map whose keys follow a pattern written as `propertyNames`:
+    pydantic's `patternProperties` would let a key that breaks the pattern through."""
+
+    def dict_schema(self, schema: Any) -> dict[str, Any]:
+        out = super().dict_schema(schema)
+        patterns = out.pop("patternProperties", None)
+        if patterns:
+            ((pattern, values),) = patterns.items()
+            out["propertyNames"] = {"pattern": pattern}
+            out["additionalProperties"] = values
+        return out
 
 
-def _with_token_budget(schemas: dict[str, Any], budget: int) -> dict[str, Any]:
-    """`max_len` / `head_max_len` capped at this server's token budget (a schema type cannot
-    carry a value read from the environment)."""
-    for name in ("DecisionRequest", "BatchRequest"):
-        for control in ("max_len", "head_max_len"):
-            for branch in schemas[name]["properties"][control].get("anyOf", []):
-                if branch.get("type") == "integer":
-                    branch["maximum"] = budget
-    return schemas
-
-
-def _jev_components() -> dict[str, Any]:
-    """The Jev profile's types, plus its batch answer (laya's route, each result Jev-shaped)."""
-    schemas = _components(JEV_COMPONENTS, JEV_PREFIX)
-    schemas[JEV_PREFIX + "BatchResponse"] = {
-        "type": "object",
-        "required": ["results", "total_usage"],
-        "properties": {
-            "results": {
-                "type": "array",
-                "items": {"$ref": REF.format(model=JEV_PREFIX + "SystemOneResponse")},
-            },
-            "total_usage": {"$ref": REF.format(model=JEV_PREFIX + "Usage")},
-        },
-    }
+def _components(jev_profile: bool, budget: int) -> dict[str, Any]:
+    """The models' JSON Schemas (2020-12), each named by its model; `max_len` and `head_max_len`
+    capped at this server's token budget (a setting, read after the models are defined)."""
+    models = COMPONENTS + (JEV_COMPONENTS if jev_profile else ())
+    pairs = [(m, "validation" if m.__name__.endswith("Request") else "serialization") for m in models]
+    _, doc = models_json_schema(pairs, ref_template=REF, schema_generator=_Schemas)  # type: ignore[arg-type]
+    schemas = doc["$defs"]
+    for model in models:
+        for name, field in schemas[model.__name__].get("properties", {}).items():
+            if name in ("max_len", "head_max_len"):
+                for branch in field.get("anyOf", []):
+                    if branch.get("type") == "integer":
+                        branch["maximum"] = budget
     return schemas
 
 
@@ -233,8 +291,7 @@ def openapi_document(
             "/v1/systemone": _decision(
                 "Answer questions about one state",
                 "Every question is answered in one forward pass on the single inference worker.",
-                (JEV_PREFIX + "SystemOneRequest") if jev_profile else "DecisionRequest",
-                (JEV_PREFIX + "SystemOneResponse") if jev_profile else "DecisionResponse",
+                *_ROUTE_MODELS[jev_profile]["/v1/systemone"],
                 "systemone",
                 jev_profile,
             ),
@@ -242,8 +299,7 @@ def openapi_document(
                 "Answer one question set over many states",
                 "States are answered in input order; long batches are split into passes that fit "
                 f"{settings.MAX_BATCH_TOKENS.env}.",
-                (JEV_PREFIX + "BatchRequest") if jev_profile else "BatchRequest",
-                (JEV_PREFIX + "BatchResponse") if jev_profile else "BatchResponse",
+                *_ROUTE_MODELS[jev_profile]["/v1/systemone/batch"],
                 "systemone_batch",
                 jev_profile,
             ),
@@ -300,10 +356,7 @@ def openapi_document(
             ),
         },
         "components": {
-            "schemas": {
-                **_with_token_budget(_components(COMPONENTS), token_budget),
-                **(_jev_components() if jev_profile else {}),
-            },
+            "schemas": _components(jev_profile, token_budget),
             "securitySchemes": {
                 "bearer": {
                     "type": "http",

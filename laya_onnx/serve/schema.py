@@ -1,56 +1,127 @@
-"""The wire contract as typed schemas: the one source `/openapi.json` and `/docs` are built from.
+"""The wire contract of the decision routes as pydantic models, one set for both wire profiles
+(docs/http-api.md): every field, limit and description is written here once.
 
-These types describe what the server accepts and answers in its default (laya-serve) mode; they
-are not what validates a request. The handlers check bodies with `validate.py` and the core's
-question rules, in laya-serve's order and with its exact texts (docs/http-api.md, "Refusals in order"). The schema-driven
-fuzz test (tests/serve/test_serve_fuzz.py) is what keeps the two in step: it sends thousands of
-bodies generated from these schemas, valid and invalid, and fails on any answer that
-contradicts them.
+The models are what checks a body (`validate.Body` runs them and answers their errors in
+laya-serve's order and words, docs/http-api.md#refusals-in-order) and what `/openapi.json` and
+`/docs` are generated from (`openapi.py`). The laya-serve profile reads `DecisionRequest` and
+`BatchRequest`; the Jev profile (`LAYA_JEV_PROFILE=typesafe`) their `Jev` variants, where a
+question may leave `instructions` out and `questions` must not be empty.
 
 Rules a JSON Schema cannot state are written into the descriptions and answered with a
 documented 4xx: `option_order` must be a permutation, labels that render alike (`1`, `1.0`,
 `true`) collide, the options of all questions share one budget of 512, and the question rows
-must fit the model's token budgets.
-
-TypedDicts rather than models because an optional key that must not be `null` when present
-(`option_order`, `labels`, most answer keys) is `NotRequired` here, which a pydantic model
-field with a default cannot express without also advertising `null`.
+must fit the model's token budgets. A key that may be absent but must not be null when present
+(`option_order`, most answer keys) is an `absent_field()`: not required, no default shown.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field
-from typing_extensions import NotRequired, TypedDict
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    ValidationInfo,
+    WrapValidator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from laya_onnx.core import settings
+from laya_onnx.core.errors import InvalidRequest
+from laya_onnx.core.gate import check_min_confidence
 from laya_onnx.core.tournament import MAX_ONE_PASS_CHOICE_OPTIONS
-from laya_onnx.serve import validate as v
 
-#: Extra keys are ignored by the server (laya-serve walks them only for lone surrogates).
-_OPEN = ConfigDict(extra="allow")
+#: "Not blank" as the handlers judge it (`str.strip()`): at least one character Python does not
+#: count as whitespace. ECMA's `\S` is not that: it matches U+001C..U+001F, which `strip()`
+#: removes, so a document saying `\S` would promise to answer a question id the server refuses.
+NOT_BLANK = "[^%s]" % "".join("\\u%04x" % c for c in range(0x3001) if chr(c).isspace())  # U+3000 is the last
+
+MAX_QUESTIONS = 64
+MAX_STATE_CHARS = 50000
+MAX_BATCH_STATES = 64
+#: TypeSafe Jev's documented cap (laya-serve's with LAYA_TOURNAMENT_GROUP): a choice over
+#: `core.tournament.MAX_ONE_PASS_CHOICE_OPTIONS` is answered by elimination.
+MAX_CHOICE_OPTIONS = 255
+#: laya-serve's cap on one request's score levels (the typed-decision schema has its own,
+#: `core.structured.MAX_SCORE_LEVELS`).
+MAX_REQUEST_SCORE_LEVELS = 32
+#: The choice options and score levels of all questions of one request together.
+MAX_TOTAL_OPTIONS = 512
 
 
-def _no_labels(schema: dict[str, Any]) -> None:
-    schema.setdefault("properties", {})["labels"] = False
+def absent_field(description: str | None = None, unique: bool = False, **constraints: Any) -> Any:
+    """A key that may be absent but is never null: not required, and no `default: null` shown;
+    `unique`: a list whose items differ (documented; the question checks refuse a repeat)."""
+
+    def extra(schema: dict[str, Any]) -> None:
+        schema.pop("default", None)
+        schema.update({"uniqueItems": True} if unique else {})
+
+    return Field(None, description=description, json_schema_extra=extra, **constraints)
 
 
-#: A choice or score question may carry any extra key but `labels` (a noul's only: a 422).
-_OPEN_NO_LABELS = ConfigDict(extra="allow", json_schema_extra=_no_labels)
-
+OPEN = ConfigDict(extra="allow")
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 Count = Annotated[int, Field(ge=0)]
 #: A choice label: a scalar, returned as itself in `choice` and as its JSON text in the keys.
 Label = str | int | float | bool
-#: Any JSON value but null (instructions, descriptions and levels are rendered as JSON text).
-NonNull = str | float | bool | dict[str, Any] | list[Any]
+NonBlank = Annotated[str, Field(pattern=NOT_BLANK)]
 
 
-# -- requests -------------------------------------------------------------------------------
+# -- the state -------------------------------------------------------------------------------
+
+
+def state_length(state: Any) -> int:
+    """The state's size as the model reads it: a string as is, anything else as its JSON text;
+    -1 for a value JSON cannot write."""
+    if isinstance(state, str):
+        return len(state)
+    try:
+        return len(json.dumps(state, ensure_ascii=False))
+    except (TypeError, ValueError, RecursionError):
+        return -1
+
+
+def _required(value: Any) -> Any:
+    if value is None:
+        raise PydanticCustomError("missing", "state must not be null")
+    return value
+
+
+def _fits(value: Any) -> Any:
+    n = state_length(value)
+    if n < 0:
+        raise PydanticCustomError("json_type", "state must be JSON-serializable")
+    if n > MAX_STATE_CHARS:
+        raise PydanticCustomError(
+            "too_long", "at most {max_length} characters", {"max_length": MAX_STATE_CHARS}
+        )
+    return value
+
+
+State = Annotated[
+    Annotated[str, Field(max_length=MAX_STATE_CHARS)] | float | bool | dict[str, Any] | list[Any],
+    BeforeValidator(_required),
+    AfterValidator(_fits),
+    Field(
+        description="What the questions are about: text, or any JSON value but null (read as its JSON "
+        "text). At most %d characters measured that way (413 beyond)." % MAX_STATE_CHARS
+    ),
+]
+
+
+# -- questions -------------------------------------------------------------------------------
 
 Instructions = Annotated[
-    Annotated[str, Field(pattern=v.NOT_BLANK)]
+    NonBlank
     | Annotated[dict[str, Any], Field(min_length=1)]
     | Annotated[list[Any], Field(min_length=1)]
     | float
@@ -60,190 +131,262 @@ Instructions = Annotated[
         "(rendered as JSON text). A number or boolean is tolerated and rendered as JSON text, as laya does."
     ),
 ]
+OptionOrder = list[Annotated[int, Field(ge=0, le=MAX_CHOICE_OPTIONS - 1)]]
 
-ChoiceCriteria = Annotated[
-    Annotated[
-        dict[str, Any],
-        Field(
-            min_length=1,
-            max_length=v.MAX_CHOICE_OPTIONS,
-            description="label -> description (any JSON value; null means the label alone)",
-        ),
-    ]
-    | Annotated[
-        list[Label],
-        Field(
-            min_length=1,
-            max_length=v.MAX_CHOICE_OPTIONS,
-            json_schema_extra={"uniqueItems": True},
-            description="labels only; labels that are one dict key (1, 1.0 and true) are refused",
-        ),
-    ],
-    Field(
-        description="The options: at most %d (413 beyond); over %d they are answered by elimination "
-        "(the answer carries x_tournament)." % (v.MAX_CHOICE_OPTIONS, MAX_ONE_PASS_CHOICE_OPTIONS)
-    ),
-]
 
-OptionOrder = Annotated[
-    list[Annotated[int, Field(ge=0, le=v.MAX_CHOICE_OPTIONS - 1)]],
-    Field(
+def _options(value: Any, handler: Any) -> Any:
+    """A choice's criteria: an object or a list, not empty; a failure as the one error of the
+    form the value has, at the field itself rather than under a branch of the union."""
+    if not isinstance(value, (dict, list)):
+        raise PydanticCustomError("dict_type", "choice criteria must be an object of option -> description")
+    if not value:
+        raise PydanticCustomError("too_short", "a choice question needs at least one option")
+    try:
+        return handler(value)
+    except ValidationError as exc:
+        errors = exc.errors()
+        first = next((e for e in errors if str(e["loc"][0]).startswith(type(value).__name__)), errors[0])
+        raise PydanticCustomError(first["type"], first["msg"], first.get("ctx")) from None
+
+
+def _levels(value: Any) -> Any:
+    """A score's criteria: a list, not empty (the map form is refused by name)."""
+    if isinstance(value, dict):
+        raise PydanticCustomError(
+            "list_type",
+            "score criteria must be a list of level descriptions, index 0 first; "
+            'the map form {"0": ..., "1": ...} is not accepted',
+        )
+    if not isinstance(value, list):
+        raise PydanticCustomError("list_type", "score criteria must be a list of level descriptions")
+    if not value:
+        raise PydanticCustomError("too_short", "a score question needs at least one level")
+    return value
+
+
+def _distinct_keys(value: Any) -> Any:
+    """Labels that are one answer key (`true` and "true") would hide each other's probability."""
+    if isinstance(value, list):
+        keys: dict[str, Any] = {}
+        for label in value:
+            key = json.dumps({label: 0})
+            if key in keys and keys[key] != label:
+                raise PydanticCustomError(
+                    "value_error",
+                    "choice labels {first} and {second} are one answer key; give every option its own",
+                    {"first": repr(keys[key]), "second": repr(label)},
+                )
+            keys.setdefault(key, label)
+    return value
+
+
+def _no_labels(schema: dict[str, Any]) -> None:
+    schema.setdefault("properties", {})["labels"] = False
+
+
+def _described(level: Any) -> Any:
+    if level is None:
+        raise PydanticCustomError("null_level", "a score level must be described, not null")
+    return level
+
+
+class _Question(BaseModel):
+    model_config = ConfigDict(extra="allow", json_schema_extra=_no_labels)
+    instructions: Instructions
+    option_order: OptionOrder = absent_field(
+        "A permutation of range(number of options): the order the options are shown in (one entry "
+        "per option, each option once; any other list is a 422).",
+        unique=True,
         min_length=1,
-        max_length=v.MAX_CHOICE_OPTIONS,
-        json_schema_extra={"uniqueItems": True},
-        description="A permutation of range(number of options): the order the options are shown in "
-        "(one entry per option, each option once; any other list is a 422).",
-    ),
-]
+        max_length=MAX_CHOICE_OPTIONS,
+    )
 
 
-class ChoiceQuestion(TypedDict):
+_OPTIONS = Field(min_length=1, max_length=MAX_CHOICE_OPTIONS)
+_UNIQUE = Field(json_schema_extra={"uniqueItems": True})
+
+
+class ChoiceQuestion(_Question):
     """Pick one of the labelled options."""
 
-    __pydantic_config__ = _OPEN_NO_LABELS  # type: ignore[misc]
     type: Literal["choice"]
-    instructions: Instructions
-    criteria: ChoiceCriteria
-    option_order: NotRequired[OptionOrder]
+    criteria: Annotated[
+        Annotated[dict[str, Any], _OPTIONS, Field(description="label -> description (null: the label alone)")]
+        | Annotated[
+            list[Label], _OPTIONS, _UNIQUE, Field(description="labels only; 1, 1.0 and true are one")
+        ],
+        WrapValidator(_options),
+        AfterValidator(_distinct_keys),
+        Field(
+            description="The options: at most %d (413 beyond); over %d they are answered by elimination "
+            "(the answer carries x_tournament)." % (MAX_CHOICE_OPTIONS, MAX_ONE_PASS_CHOICE_OPTIONS)
+        ),
+    ]
 
 
-class ScoreQuestion(TypedDict):
+class ScoreQuestion(_Question):
     """Rate on an ordinal scale; level i is criteria[i]."""
 
-    __pydantic_config__ = _OPEN_NO_LABELS  # type: ignore[misc]
     type: Literal["score"]
-    instructions: Instructions
     criteria: Annotated[
-        list[NonNull],
+        list[Annotated[str | float | bool | dict[str, Any] | list[Any], BeforeValidator(_described)]],
+        BeforeValidator(_levels),
         Field(
             min_length=1,
-            max_length=v.MAX_REQUEST_SCORE_LEVELS,
+            max_length=MAX_REQUEST_SCORE_LEVELS,
             description="Level descriptions, index 0 first; a null level is a 422, more than %d a 413."
-            % v.MAX_REQUEST_SCORE_LEVELS,
+            % MAX_REQUEST_SCORE_LEVELS,
         ),
     ]
-    option_order: NotRequired[OptionOrder]
 
 
-class NoulLabels(TypedDict):
+class NoulLabels(BaseModel):
     """How a noul's two options are worded: distinct, non-blank strings."""
 
-    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
-
-    false: Annotated[str, Field(pattern=v.NOT_BLANK)]
-    true: Annotated[str, Field(pattern=v.NOT_BLANK)]
-
-
-NoulCriteria = Annotated[
-    dict[str, Any] | None,
-    Field(
-        json_schema_extra={"propertyNames": {"pattern": "^([Tt][Rr][Uu][Ee]|[Ff][Aa][Ll][Ss][Ee])$"}},
-        description="Optional descriptions of the 'true' and/or 'false' option (keys in any case).",
-    ),
-]
+    model_config = ConfigDict(extra="forbid")
+    false: NonBlank
+    true: NonBlank
 
 
-class NoulQuestion(TypedDict):
+def _needs_text(schema: dict[str, Any]) -> None:
+    """Without instructions a noul needs a described outcome (`_asks_something`)."""
+    described = {"type": "object", "minProperties": 1, "not": {"additionalProperties": {"type": "null"}}}
+    schema["anyOf"] = [
+        {"required": ["instructions"], "properties": {"instructions": {"not": {"type": "null"}}}},
+        {"required": ["criteria"], "properties": {"criteria": described}},
+    ]
+
+
+class NoulQuestion(_Question):
     """A yes/no probability: P(true)."""
 
-    __pydantic_config__ = _OPEN  # type: ignore[misc]
+    model_config = ConfigDict(extra="allow", json_schema_extra=None)
     type: Literal["noul"]
-    instructions: Instructions
-    criteria: NotRequired[NoulCriteria]
-    labels: NotRequired[NoulLabels]
-    option_order: NotRequired[OptionOrder]
+    criteria: Annotated[
+        dict[Annotated[str, Field(pattern="^([Tt][Rr][Uu][Ee]|[Ff][Aa][Ll][Ss][Ee])$")], Any] | None,
+        Field(description="Optional descriptions of the 'true' and/or 'false' option (keys in any case)."),
+    ] = None
+    labels: NoulLabels = absent_field()
+
+    @model_validator(mode="after")
+    def _asks_something(self) -> NoulQuestion:
+        described = isinstance(self.criteria, dict) and any(v is not None for v in self.criteria.values())
+        if self.instructions is None and not described:
+            raise PydanticCustomError(
+                "value_error", "a noul question needs instructions or criteria describing an outcome"
+            )
+        return self
 
 
-Question = Annotated[
-    ChoiceQuestion | ScoreQuestion | NoulQuestion,
-    Field(discriminator="type"),
-]
+_JEV_INSTRUCTIONS = Field(
+    None,
+    description="What to decide; optional in the Jev profile (the model then reads a neutral "
+    "question per type). Text with a non-blank character, a non-empty object or array (read as "
+    "its JSON text), a number or a boolean.",
+)
 
+
+# A Jev question may leave `instructions` out: the one field the Jev variants widen.
+
+
+class JevChoiceQuestion(ChoiceQuestion):
+    instructions: Instructions | None = _JEV_INSTRUCTIONS  # type: ignore[assignment]
+
+
+class JevScoreQuestion(ScoreQuestion):
+    instructions: Instructions | None = _JEV_INSTRUCTIONS  # type: ignore[assignment]
+
+
+class JevNoulQuestion(NoulQuestion):
+    model_config = ConfigDict(extra="allow", json_schema_extra=_needs_text)
+    instructions: Instructions | None = _JEV_INSTRUCTIONS  # type: ignore[assignment]
+
+
+_QUESTIONS_DOC = (
+    "question id (non-blank) -> question; at most %d (413 beyond), with at most %d options and "
+    "levels over all of them (413 beyond)" % (MAX_QUESTIONS, MAX_TOTAL_OPTIONS)
+)
 Questions = Annotated[
-    dict[str, Question],
-    Field(
-        max_length=v.MAX_QUESTIONS,
-        json_schema_extra={"propertyNames": {"pattern": v.NOT_BLANK}},
-        description="question id (non-blank) -> question; at most %d (413 beyond); {} is answered "
-        "with no answers" % v.MAX_QUESTIONS,
-    ),
+    dict[NonBlank, Annotated[ChoiceQuestion | ScoreQuestion | NoulQuestion, Field(discriminator="type")]],
+    Field(max_length=MAX_QUESTIONS, description=_QUESTIONS_DOC + "; {} is answered with no answers"),
+]
+JevQuestions = Annotated[
+    dict[
+        NonBlank,
+        Annotated[JevChoiceQuestion | JevScoreQuestion | JevNoulQuestion, Field(discriminator="type")],
+    ],
+    Field(min_length=1, max_length=MAX_QUESTIONS, description=_QUESTIONS_DOC),
 ]
 
-State = Annotated[
-    Annotated[str, Field(max_length=v.MAX_STATE_CHARS)] | float | bool | dict[str, Any] | list[Any],
-    Field(
-        description="What the questions are about: text, or any JSON value but null (read as its JSON "
-        "text). At most %d characters measured that way (413 beyond)." % v.MAX_STATE_CHARS
-    ),
-]
 
-MinConfidence = Annotated[
-    Probability
-    | Annotated[
-        dict[str, Probability],
+# -- controls --------------------------------------------------------------------------------
+
+
+def _within_budget(value: int | None, info: ValidationInfo) -> int | None:
+    cap = (info.context or {}).get("max_token_budget", settings.MAX_TOKEN_BUDGET.default)
+    if value is not None and value > cap:
+        raise PydanticCustomError("less_than_equal", "at most {le}", {"le": cap})
+    return value
+
+
+def _min_confidence(value: Any, handler: Any) -> Any:
+    """The core's check first, so a refusal carries its text (docs/semantics.md#the-confidence-gate)."""
+    if value is not None:
+        try:
+            check_min_confidence(value)
+        except InvalidRequest as exc:
+            raise PydanticCustomError("min_confidence", "{text}", {"text": str(exc)}) from None
+    return handler(value)
+
+
+Budget = Annotated[Annotated[StrictInt, Field(ge=1)] | None, AfterValidator(_within_budget)]
+Language = Annotated[str | None, Field(description="A language code such as 'de'; blank means no hint.")]
+HookRefusal = Annotated[None, Field(description="Refused with 422 unless null: hooks run inside the server.")]
+_BUCKET = r"^(default|(choice|score|noul):(2|3-5|6-10|11\+))$"
+
+
+class _Controls(BaseModel):
+    """What both routes take beside the state(s) and the questions, in the order they are checked."""
+
+    model_config = OPEN
+    hooks: HookRefusal = None
+    on_predict_start: HookRefusal = None
+    on_predict_end: HookRefusal = None
+    hooks_raise: HookRefusal = None
+    hooks_timeout: HookRefusal = None
+    model: Any = Field(
+        None,
+        description="Empty/absent, 'jev-latest', or this checkpoint's name, alias or Hub id: answered "
+        "here. Any other name (a typo, another Jev id): answered here too, with the X-Model-Fallback "
+        "header naming the checkpoint that answered. A path, an unpublished Hub id or another laya "
+        "checkpoint's name: 422.",
+    )
+    max_len: Budget = Field(
+        None,
+        description=f"Token budget per row, at most {settings.MAX_TOKEN_BUDGET.env} (the document's "
+        "`maximum`; a 422 above). An integer written without a fraction: 512.0 is a 422, as "
+        "laya-serve refuses it.",
+    )
+    head_max_len: Budget = Field(
+        None,
+        description=f"Token budget of the option head, at most {settings.MAX_TOKEN_BUDGET.env} "
+        "(a 422 above); 192.0 is a 422, as for max_len.",
+    )
+    lang: Language = None
+    lang_guess: Language = Field(None, description="Routing hint: a language code; blank means none.")
+    min_confidence: Annotated[
+        Probability
+        | Annotated[dict[Annotated[str, Field(pattern=_BUCKET)], Probability], Field(min_length=1)]
+        | None,
+        WrapValidator(_min_confidence),
         Field(
-            min_length=1,
-            json_schema_extra={
-                "propertyNames": {"pattern": r"^(default|(choice|score|noul):(2|3-5|6-10|11\+))$"}
-            },
+            description="Abstention threshold on answer_confidence: one number, or per bucket "
+            "('choice:3-5', ..., 'default'). Adds abstention keys to every answer."
         ),
-    ]
-    | None,
-    Field(
-        description="Abstention threshold on answer_confidence: one number, or per bucket "
-        "('choice:3-5', ..., 'default'). Adds abstention keys to every answer."
-    ),
-]
-
-#: Keys that name code running inside the server: accepted only as null (422 otherwise).
-HookRefusal = Annotated[None, Field(description="Refused with 422 unless null: hooks run server-side.")]
-
-
-class _Controls(TypedDict):
-    __pydantic_config__ = _OPEN  # type: ignore[misc]
-    model: NotRequired[
-        Annotated[
-            Any,
-            Field(
-                description="Empty/absent, 'jev-latest', or this checkpoint's name, alias or Hub id: "
-                "answered here. Any other name (a typo, another Jev id): answered here too, with the "
-                "X-Model-Fallback header naming the checkpoint that answered. A path, an unpublished "
-                "Hub id or another laya checkpoint's name: 422."
-            ),
-        ]
-    ]
-    task: NotRequired[
-        Annotated[str | None, Field(description="This checkpoint's name; anything else is a 422.")]
-    ]
-    max_len: NotRequired[
-        Annotated[
-            Annotated[int, Field(ge=1)] | None,
-            Field(
-                description=f"Token budget per row, at most {settings.MAX_TOKEN_BUDGET.env} (the "
-                "document's `maximum`; a 422 above). An integer written without a fraction: 512.0 is "
-                "a 422, as laya-serve refuses it."
-            ),
-        ]
-    ]
-    head_max_len: NotRequired[
-        Annotated[
-            Annotated[int, Field(ge=1)] | None,
-            Field(
-                description=f"Token budget of the option head, at most {settings.MAX_TOKEN_BUDGET.env} "
-                "(the document's `maximum`; a 422 above); 192.0 is a 422, as for max_len."
-            ),
-        ]
-    ]
-    lang: NotRequired[Annotated[str | None, Field(description="Language hint passed to the model.")]]
-    lang_guess: NotRequired[
-        Annotated[str | None, Field(description="Routing hint; validated, unused (one checkpoint).")]
-    ]
-    min_confidence: NotRequired[MinConfidence]
-    hooks: NotRequired[HookRefusal]
-    on_predict_start: NotRequired[HookRefusal]
-    on_predict_end: NotRequired[HookRefusal]
-    hooks_raise: NotRequired[HookRefusal]
-    hooks_timeout: NotRequired[HookRefusal]
+    ] = None
+    task: str | None = Field(
+        None, description="A checkpoint's name, or typed_decisions; anything else is a 422."
+    )
 
 
 class DecisionRequest(_Controls):
@@ -253,117 +396,127 @@ class DecisionRequest(_Controls):
     questions: Questions
 
 
-class BatchRequest(_Controls):
+class _Batch(_Controls):
+    states: Annotated[list[State], Field(min_length=1, max_length=MAX_BATCH_STATES)]
+    diagnostics: None = Field(None, description="Refused with 422 unless null: an in-process out-parameter.")
+    batch_size: Annotated[StrictInt, Field(ge=1)] | None = Field(
+        None,
+        description=f"States per forward pass; capped by the server's {settings.MAX_BATCH_TOKENS.env} plan.",
+    )
+    sort_by_length: StrictBool | None = None
+
+
+class BatchRequest(_Batch):
     """`POST /v1/systemone/batch`: one question set over many states."""
 
-    states: Annotated[list[State], Field(min_length=1, max_length=v.MAX_BATCH_STATES)]
     questions: Questions
-    batch_size: NotRequired[
-        Annotated[
-            Annotated[int, Field(ge=1)] | None,
-            Field(
-                description=f"States per forward pass; capped by the server's {settings.MAX_BATCH_TOKENS.env} plan."
-            ),
-        ]
-    ]
-    sort_by_length: NotRequired[bool | None]
-    diagnostics: NotRequired[
-        Annotated[None, Field(description="Refused with 422 unless null: an in-process out-parameter.")]
-    ]
 
 
-# -- responses ------------------------------------------------------------------------------
+class JevSystemOneRequest(_Controls):
+    """`POST /v1/systemone` in the Jev profile."""
+
+    state: State
+    questions: JevQuestions
 
 
-class Action(TypedDict):
+class JevBatchRequest(_Batch):
+    """`POST /v1/systemone/batch` in the Jev profile (laya's route; Jev has no batch)."""
+
+    questions: JevQuestions
+
+
+# -- answers ---------------------------------------------------------------------------------
+
+_STRICT = f"Absent under {settings.JEV_STRICT.env}."
+_GATE = "Only when the request set min_confidence."
+
+
+class Action(BaseModel):
     act_probability: Probability
 
 
-class Tournament(TypedDict):
-    __pydantic_config__ = _OPEN  # type: ignore[misc]
+class Tournament(BaseModel):
+    model_config = OPEN
     finalists: list[Any]
     rounds: Count
 
 
-_GATE_DOC = "Only when the request set min_confidence."
-
-
-class _Gate(TypedDict):
-    abstention: NotRequired[
-        Annotated[Literal["passed", "abstained", "unevaluated"], Field(description=_GATE_DOC)]
-    ]
-    abstention_threshold: NotRequired[Annotated[Probability, Field(description=_GATE_DOC)]]
-    low_confidence: NotRequired[Annotated[Literal[True], Field(description="Only on abstained answers.")]]
-
-
-_STRICT_DOC = f"Absent under {settings.JEV_STRICT.env}."
-
-
-class ChoiceAnswer(_Gate):
-    __pydantic_config__ = _OPEN  # type: ignore[misc]
+class JevChoiceAnswer(BaseModel):
+    model_config = OPEN
     type: Literal["choice"]
-    choice: Annotated[Label, Field(description="The most probable label, as the request spelled it.")]
-    probabilities: Annotated[
-        dict[str, Probability], Field(description="label (as JSON text) -> probability, in criteria order")
-    ]
-    confidence: Annotated[Probability, Field(description="1 - H(p)/log k (laya's entropy confidence)")]
-    answer_confidence: NotRequired[Annotated[Probability, Field(description=_STRICT_DOC)]]
-    action: NotRequired[Annotated[Action, Field(description=_STRICT_DOC)]]
-    x_jev_confidence: NotRequired[
-        Annotated[Probability, Field(description="TypeSafe's (max p - 1/n)/(1 - 1/n). " + _STRICT_DOC)]
-    ]
-    x_tournament: NotRequired[Tournament]
-
-
-class ScoreAnswer(_Gate):
-    __pydantic_config__ = _OPEN  # type: ignore[misc]
-    type: Literal["score"]
-    score: Annotated[float, Field(ge=0.0, description="Expected level index, sum of i * p_i.")]
-    legend: Annotated[dict[str, Any], Field(description='"i" -> the level as the request gave it')]
-    probabilities: dict[str, Probability]
+    choice: Label = Field(description="The most probable label, as the request spelled it.")
     confidence: Probability
-    answer_confidence: NotRequired[Annotated[Probability, Field(description=_STRICT_DOC)]]
-    action: NotRequired[Annotated[Action, Field(description=_STRICT_DOC)]]
-    x_jev_confidence: NotRequired[
-        Annotated[Probability, Field(description="TypeSafe's distance confidence. " + _STRICT_DOC)]
-    ]
+    probabilities: dict[str, Probability] = Field(
+        description="label (as JSON text) -> probability, in criteria order"
+    )
 
 
-class NoulAnswer(_Gate):
-    __pydantic_config__ = _OPEN  # type: ignore[misc]
+class JevScoreAnswer(BaseModel):
+    model_config = OPEN
+    type: Literal["score"]
+    score: float = Field(ge=0.0, description="Expected level index, sum of i * p_i.")
+    confidence: Probability
+    legend: dict[str, Any] = Field(description='"i" -> the level as the request gave it')
+    probabilities: dict[str, Probability]
+
+
+class JevNoulAnswer(BaseModel):
+    model_config = OPEN
     type: Literal["noul"]
-    noul: Annotated[Probability, Field(description="P(true)")]
-    confidence: NotRequired[Annotated[Probability, Field(description="max(p, 1 - p). " + _STRICT_DOC)]]
-    answer_confidence: NotRequired[Annotated[Probability, Field(description=_STRICT_DOC)]]
-    action: NotRequired[Annotated[Action, Field(description=_STRICT_DOC)]]
+    noul: Probability = Field(description="P(true)")
 
 
-Answer = Annotated[ChoiceAnswer | ScoreAnswer | NoulAnswer, Field(discriminator="type")]
+class _Laya(BaseModel):
+    """laya's keys beside the Jev contract's, on each answer of the laya-serve profile."""
+
+    answer_confidence: Probability = absent_field(_STRICT)
+    action: Action = absent_field(_STRICT)
+    abstention: Literal["passed", "abstained", "unevaluated"] = absent_field(_GATE)
+    abstention_threshold: Probability = absent_field(_GATE)
+    low_confidence: Literal[True] = absent_field("Only on abstained answers.")
 
 
-class OptionSpans(TypedDict):
-    total: Count
-    distinct: Count
-    tokens_per_option: Annotated[
-        Count | None,
-        Field(description="The cap each option span was cut to, or null when none was (laya's common.py)."),
-    ]
+class ChoiceAnswer(_Laya, JevChoiceAnswer):
+    confidence: Probability = Field(description="1 - H(p)/log k (laya's entropy confidence)")
+    x_jev_confidence: Probability = absent_field("TypeSafe's (max p - 1/n)/(1 - 1/n). " + _STRICT)
+    x_tournament: Tournament = absent_field()
 
 
-class Usage(TypedDict):
-    """Token counts; everything but the two Jev counts is absent under LAYA_JEV_STRICT."""
+class ScoreAnswer(_Laya, JevScoreAnswer):
+    x_jev_confidence: Probability = absent_field("TypeSafe's distance confidence. " + _STRICT)
 
-    __pydantic_config__ = _OPEN  # type: ignore[misc]
+
+class NoulAnswer(_Laya, JevNoulAnswer):
+    confidence: Probability = absent_field("max(p, 1 - p). " + _STRICT)
+
+
+class Tokens(BaseModel):
+    """Token counts; in a laya-serve answer's `usage` more keys follow (`Usage`)."""
+
+    model_config = OPEN
     input_tokens: Count
     output_tokens: Count
-    state_tokens: NotRequired[Count]
-    state_tokens_dropped: NotRequired[Count]
-    truncated: NotRequired[bool]
-    truncated_questions: NotRequired[list[Any]]
-    options: NotRequired[dict[str, OptionSpans]]
 
 
-class Routing(TypedDict):
+class OptionSpans(BaseModel):
+    total: Count
+    distinct: Count
+    tokens_per_option: Count | None = Field(
+        description="The cap each option span was cut to, or null when none was (laya's common.py)."
+    )
+
+
+class Usage(Tokens):
+    """Token counts; everything but the two Jev counts is absent under LAYA_JEV_STRICT."""
+
+    state_tokens: Count = absent_field()
+    state_tokens_dropped: Count = absent_field()
+    truncated: bool = absent_field()
+    truncated_questions: list[Any] = absent_field()
+    options: dict[str, OptionSpans] = absent_field()
+
+
+class Routing(BaseModel):
     """Which checkpoint answered; with one bundle always this one (reason 'served bundle')."""
 
     model: str
@@ -373,95 +526,71 @@ class Routing(TypedDict):
     workflow: str | None
 
 
-class DecisionResponse(TypedDict):
-    __pydantic_config__ = _OPEN  # type: ignore[misc]
+class DecisionResponse(BaseModel):
+    model_config = OPEN
     model: str
-    answers: Annotated[dict[str, Answer], Field(description="question id -> answer, one per question")]
+    answers: dict[str, Annotated[ChoiceAnswer | ScoreAnswer | NoulAnswer, Field(discriminator="type")]] = (
+        Field(description="question id -> answer, one per question")
+    )
     usage: Usage
-    routing: NotRequired[Annotated[Routing, Field(description=_STRICT_DOC)]]
+    routing: Routing = absent_field(_STRICT)
 
 
-class TotalUsage(TypedDict):
-    input_tokens: Count
-    output_tokens: Count
+class BatchResponse(BaseModel):
+    results: list[DecisionResponse] = Field(description="one result per state, in order")
+    total_usage: Tokens
 
 
-class BatchResponse(TypedDict):
-    results: Annotated[list[DecisionResponse], Field(description="one result per state, in order")]
-    total_usage: TotalUsage
+class ModelFallback(BaseModel):
+    requested: str = Field(description="The body's `model`, which names no checkpoint here.")
+    answered_by: str = Field(description="The checkpoint that answered instead.")
 
 
-class FallbackCount(TypedDict):
-    count: Count
-    last_reason: str | None
-
-
-class Health(TypedDict):
-    """Always `status`; the rest only without LAYA_API_KEY or with the right bearer."""
-
-    __pydantic_config__ = _OPEN  # type: ignore[misc]
-    status: Literal["ok"]
-    loaded: NotRequired[list[str]]
-    revisions: NotRequired[dict[str, str | None]]
-    device: NotRequired[str]
-    device_is_preference: NotRequired[bool]
-    checkpoint_devices: NotRequired[dict[str, str]]
-    cpu_fallbacks: NotRequired[dict[str, FallbackCount]]
-    providers: NotRequired[dict[str, list[str]]]
-    provider_fallbacks: NotRequired[dict[str, dict[str, dict[str, Any]]]]
-    int8_kernels: NotRequired[
-        Annotated[
-            dict[str, str],
-            Field(description="The integer GEMM (u8s8 or u8u8) each loaded int8 checkpoint runs here"),
-        ]
+class JevSystemOneResponse(BaseModel):
+    model_config = OPEN
+    model: str
+    answers: dict[
+        str, Annotated[JevChoiceAnswer | JevScoreAnswer | JevNoulAnswer, Field(discriminator="type")]
     ]
+    usage: Tokens
+    x_model_fallback: ModelFallback = absent_field(
+        "Only when the body's `model` named no checkpoint this server knows and the request was "
+        "answered anyway (also in the X-Model-Fallback header)."
+    )
 
 
-class Probe(TypedDict):
-    """`/health/live` and `/health/ready`: one word."""
-
-    status: Literal["ok", "ready", "warming up", "draining", "unhealthy"]
-
-
-class ModelCard(TypedDict):
-    """One served checkpoint: Jev's three keys, then ours (x_, only for an authorized caller)."""
-
-    __pydantic_config__ = _OPEN  # type: ignore[misc]
-    name: str
-    description: str
-    release_date: str
-    x_aliases: NotRequired[
-        Annotated[list[str], Field(description="Other `model` values this checkpoint answers to.")]
-    ]
-    x_revision: NotRequired[str | None]
-    x_repo: NotRequired[str]
-    x_graph_sha256: NotRequired[
-        Annotated[str | None, Field(description="sha256 of laya.onnx, from the bundle manifest")]
-    ]
-    x_manifest_sha256: NotRequired[
-        Annotated[str | None, Field(description="sha256 of manifest.json (pins every file)")]
-    ]
-    x_precision: NotRequired[str]
-    x_providers: NotRequired[list[str]]
-    x_int8_kernel: NotRequired[
-        Annotated[str, Field(description="An int8 bundle's integer GEMM here: u8s8 (CPUs with VNNI) or u8u8")]
-    ]
+class JevBatchResponse(BaseModel):
+    results: list[JevSystemOneResponse]
+    total_usage: Tokens
 
 
-class ModelList(TypedDict):
-    models: list[ModelCard]
+# -- errors ----------------------------------------------------------------------------------
 
 
-class Index(TypedDict):
-    """`GET /`: what answers here and where (LAYA_ROOT_PATH included in every path)."""
+class Error(BaseModel):
+    """laya-serve's refusal."""
 
-    name: str
-    summary: str
-    version: NotRequired[Annotated[str, Field(description=f"Only without {settings.API_KEY.env}.")]]
-    routes: Annotated[dict[str, str], Field(description='"METHOD /path" -> what the route does')]
-    docs: NotRequired[Annotated[str, Field(description="The HTML API page, where it is served.")]]
-    openapi: NotRequired[Annotated[str, Field(description="The OpenAPI document, where it is served.")]]
-
-
-class ErrorBody(TypedDict):
     detail: str
+
+
+class JevValidationErrorItem(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class JevValidationError(BaseModel):
+    """The Jev profile's 422: one entry per fault of the body."""
+
+    detail: list[JevValidationErrorItem]
+
+
+class JevErrorDetail(BaseModel):
+    error_type: str
+    message: str
+
+
+class JevError(BaseModel):
+    """The Jev profile's other refusals."""
+
+    detail: JevErrorDetail

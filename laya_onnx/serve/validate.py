@@ -1,8 +1,11 @@
-"""Request checks for the decision routes, in the order laya-serve 0.4.15 runs them (docs/http-api.md, "Refusals in order").
+"""laya-serve's refusals of a decision body, in its order and words (docs/http-api.md,
+"Refusals in order"), read off the errors of the contract's models (`schema.py`); the checks no
+model states (JSON, unpaired surrogates, the options of all questions together); the batch plan.
 
-Everything here is pure: a function takes parsed JSON and either returns the value to forward
-or raises `ApiError`. The handlers call them in contract order, so the first failing check is
-the one a caller hears about.
+The models say what a body may hold; `Body` runs them once and asks their errors in laya-serve's
+order, so the first failing check is the one a caller hears about, with laya-serve's status and
+text. In the Jev profile, the errors of the Jev schema (the shape of the state and the questions)
+come first, as the 422 list (docs/http-api.md#the-jev-profile); laya-serve's checks follow.
 """
 
 from __future__ import annotations
@@ -11,39 +14,35 @@ import json
 import re
 from typing import Any
 
-from laya_onnx.core.errors import InvalidRequest
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
+
 from laya_onnx.core.gate import check_min_confidence
-from laya_onnx.core.questions import null_level
+from laya_onnx.serve import jev, schema
 from laya_onnx.serve.body import MAX_BODY_BYTES  # noqa: F401 (the cap's name where the limits are)
-from laya_onnx.serve.errors import INVALID_JSON, ApiError
+from laya_onnx.serve.errors import INVALID_JSON, LONE_SURROGATE, ApiError
 
-#: JSON Schema `pattern` for "not blank" as the handlers judge it (`str.strip()`): at least one
-#: character Python does not count as whitespace. ECMA's `\S` is not that: it matches the
-#: separators U+001C..U+001F, which `strip()` removes, so a schema saying `\S` would promise to
-#: answer a question id the handlers refuse.
-NOT_BLANK = "[^%s]" % "".join("\\u%04x" % c for c in range(0x3001) if chr(c).isspace())  # U+3000 is the last
-
-MAX_QUESTIONS = 64
-MAX_STATE_CHARS = 50000
-MAX_BATCH_STATES = 64
-#: TypeSafe Jev's documented cap (laya-serve's with LAYA_TOURNAMENT_GROUP): a choice over
-#: `core.tournament.MAX_ONE_PASS_CHOICE_OPTIONS` is answered by elimination.
-MAX_CHOICE_OPTIONS = 255
-#: laya-serve's cap on one request's score levels (the typed-decision schema has its own,
-#: `core.structured.MAX_SCORE_LEVELS`).
-MAX_REQUEST_SCORE_LEVELS = 32
-MAX_TOTAL_OPTIONS = 512
 #: Row width a batch is planned with when the request sets no `max_len` (the english default).
 BATCH_ROW_TOKENS_ASSUMED = 512
-
-#: Controls that name a callable or how the operator's callables run: never from a body.
-HOOK_KEYS = ("hooks", "on_predict_start", "on_predict_end", "hooks_raise", "hooks_timeout")
-#: Out-parameters a remote caller could never read back (batch route only).
-OUT_PARAMETERS = ("diagnostics",)
-
-#: How many values the state-size probe inspects before leaving the verdict to `json.dumps`.
-_PROBE_VALUES = 256
+#: The keys a body may send only as null: hooks name code running in the server; the batch's
+#: out-parameters could never be read back (the models' null-only fields).
+HOOK_KEYS = tuple(k for k, f in schema.DecisionRequest.model_fields.items() if f.annotation is type(None))
+OUT_PARAMETERS = tuple(
+    k
+    for k, f in schema.BatchRequest.model_fields.items()
+    if f.annotation is type(None) and k not in HOOK_KEYS
+)
+#: The fields each route reads (`contract.unknown_fields_headers` names the others).
+REQUEST_FIELDS = tuple(schema.DecisionRequest.model_fields)
+BATCH_FIELDS = tuple(schema.BatchRequest.model_fields)
+_MODELS: dict[tuple[bool, bool], type[BaseModel]] = {
+    (False, False): schema.DecisionRequest,
+    (False, True): schema.JevSystemOneRequest,
+    (True, False): schema.BatchRequest,
+    (True, True): schema.JevBatchRequest,
+}
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_TOO_LONG = ("too_long", "string_too_long")
 
 
 def parse_json(raw: bytes) -> Any:
@@ -55,131 +54,163 @@ def parse_json(raw: bytes) -> Any:
         raise ApiError(400, INVALID_JSON) from None
 
 
-# -- size limits ---------------------------------------------------------------------------
+def _jev_schema(error: ErrorDetails) -> bool:
+    """Whether an error is the Jev schema's (the state's and the questions' shape): every other
+    one is a check laya-serve runs in its own place (limits, each state of a batch, controls)."""
+    loc, kind = error["loc"], error["type"]
+    if not loc:
+        return True
+    if loc[0] == "state":
+        return kind == "missing"
+    if loc[0] == "states":
+        return len(loc) == 1 and kind != "too_long"
+    return loc[0] == "questions" and kind not in (*_TOO_LONG, "null_level")
 
 
-def _length_lower_bound(state: Any, cap: int) -> int:
-    """A lower bound on `len(json.dumps(state))`, returned only once it proves the state is over
-    `cap`; 0 means "not proven" and sends the state on to the exact measurement.
+class Body:
+    """A decision body and its model's errors, asked in laya-serve's order by the methods below."""
 
-    Each string serializes to at least its length plus two quotes, each container to at least
-    its two brackets, each other scalar to at least one character, and all those parts are
-    disjoint, so the sum never overstates. It spares a near-2 MiB body the full encode just to be
-    refused, and it lets the 413 quote a number that was measured rather than invented.
-    """
-    bound = 0
-    stack = [state]
-    for _ in range(_PROBE_VALUES):
-        if not stack:
-            return 0
-        item = stack.pop()
-        if isinstance(item, str):
-            bound += len(item) + 2
-        elif isinstance(item, dict):
-            bound += 2
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            bound += 2
-            stack.extend(item)
-        else:
-            bound += 1
-        if bound > cap:
-            return bound
-    return 0
-
-
-def state_length(state: Any) -> int:
-    """The state's size as the model reads it: a string as is, anything else as its JSON text."""
-    if isinstance(state, str):
-        return len(state)
-    over = _length_lower_bound(state, MAX_STATE_CHARS)
-    if over:
-        return over
-    try:
-        return len(json.dumps(state, ensure_ascii=False))
-    except (TypeError, ValueError, RecursionError):
-        raise ApiError(400, "'state' must be JSON-serializable") from None
-
-
-def check_request_limits(state: Any, questions: Any) -> None:
-    """The pre-tokenization guards for one state and its questions (400/413/422)."""
-    if state is None:
-        raise ApiError(400, "'state' is required")
-    if not isinstance(questions, dict):
-        raise ApiError(400, "'questions' must be an object")
-    if len(questions) > MAX_QUESTIONS:
-        raise ApiError(413, "too many questions (%d > %d)" % (len(questions), MAX_QUESTIONS))
-    total = 0
-    for qid, question in questions.items():
-        if not isinstance(question, dict):
-            continue
-        kind, criteria = question.get("type"), question.get("criteria")
-        if kind == "choice" and isinstance(criteria, (dict, list)):
-            total += len(criteria)
-            if len(criteria) > MAX_CHOICE_OPTIONS:
-                raise ApiError(
-                    413, "too many choice options for %r (%d > %d)" % (qid, len(criteria), MAX_CHOICE_OPTIONS)
+    def __init__(self, body: Any, batch: bool, jev_profile: bool, max_token_budget: int):
+        self.body = body
+        self.batch = batch
+        try:
+            _MODELS[batch, jev_profile].model_validate(body, context={"max_token_budget": max_token_budget})
+            self.errors: list[ErrorDetails] = []
+        except ValidationError as exc:
+            self.errors = exc.errors(include_url=False)
+        if jev_profile:
+            listed = [e for e in self.errors if _jev_schema(e)]
+            if listed:
+                raise jev.JevValidationError(
+                    [{"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]} for e in listed]
                 )
-        elif kind == "score" and isinstance(criteria, list):
-            total += len(criteria)
-            if len(criteria) > MAX_REQUEST_SCORE_LEVELS:
+            self.body = {**body, "questions": jev.with_default_instructions(body["questions"])}
+        fields = ("states", "questions") if batch else ("questions",)
+        if not isinstance(body, dict) or any(f not in body for f in fields):
+            raise ApiError(
+                400,
+                "request body must be an object with 'states' and 'questions' fields"
+                if batch
+                else "request body must be an object with a 'questions' field",
+            )
+
+    def _at(self, *loc: Any) -> list[ErrorDetails]:
+        return [e for e in self.errors if e["loc"][: len(loc)] == loc]
+
+    def limits(self) -> None:
+        """Step 6 of docs/http-api.md#refusals-in-order: the state(s), the questions, the sizes."""
+        if not self.batch:
+            if self.body.get("state") is None:
+                raise ApiError(400, "'state' is required")
+            self._questions()
+            self._size(self.body["state"], ("state",))
+            return
+        states = self.body["states"]
+        for e in self._at("states"):
+            if len(e["loc"]) == 1 and e["type"] == "too_long":
                 raise ApiError(
-                    413,
-                    "too many score levels for %r (%d > %d)" % (qid, len(criteria), MAX_REQUEST_SCORE_LEVELS),
+                    413, "too many states in batch (%d > %d)" % (len(states), e["ctx"]["max_length"])
                 )
-            null = null_level(criteria)
-            if null is not None:
+            if len(e["loc"]) == 1:
+                raise ApiError(400, "'states' must be a non-empty list")
+        for i, state in enumerate(states):  # each state as a request of its own: the questions once
+            if state is None:
+                raise ApiError(400, "'state' is required").at_item(i)
+            if i == 0:
+                self._questions()
+            try:
+                self._size(state, ("states", i))
+            except ApiError as exc:
+                raise exc.at_item(i) from None
+
+    def _size(self, state: Any, loc: tuple[Any, ...]) -> None:
+        errors = self._at(*loc)
+        if any(e["type"] == "json_type" for e in errors):
+            raise ApiError(400, "'state' must be JSON-serializable")
+        if any(e["type"] in _TOO_LONG for e in errors):
+            n = schema.state_length(state)
+            raise ApiError(413, "state too large (%d > %d chars)" % (n, schema.MAX_STATE_CHARS))
+
+    def _questions(self) -> None:
+        questions = self.body["questions"]
+        for e in self._at("questions"):
+            loc, kind = e["loc"], e["type"]
+            if loc == ("questions",) and kind == "dict_type":
+                raise ApiError(400, "'questions' must be an object")
+            if loc == ("questions",) and kind == "too_long":
+                raise ApiError(413, "too many questions (%d > %d)" % (len(questions), e["ctx"]["max_length"]))
+        for e in self._at("questions"):
+            loc, kind = e["loc"], e["type"]
+            if kind == "too_long" and loc[3:] == ("criteria",):
+                what = "choice options" if loc[2] == "choice" else "score levels"
+                n, cap = len(e["input"]), e["ctx"]["max_length"]
+                raise ApiError(413, "too many %s for %r (%d > %d)" % (what, loc[1], n, cap))
+            if kind == "null_level":
                 # A hole in the rubric would come back as `legend: {"i": null}`, which a Jev
-                # client cannot parse. The core refuses it too, later and in laya's words;
-                # here it is refused among the limits, in laya-serve's.
+                # client cannot parse. The core refuses it too, later and in laya's words.
                 raise ApiError(
                     422,
-                    "score question %r has a null level at index %d; give every "
-                    "level a description" % (qid, null),
+                    "score question %r has a null level at index %s; give every level a description"
+                    % (loc[1], loc[4]),
                 )
-    if total > MAX_TOTAL_OPTIONS:
-        raise ApiError(413, "too many answer options across questions (%d > %d)" % (total, MAX_TOTAL_OPTIONS))
-    n = state_length(state)
-    if n > MAX_STATE_CHARS:
-        raise ApiError(413, "state too large (%d > %d chars)" % (n, MAX_STATE_CHARS))
+        total = sum(_options(q) for q in questions.values())
+        if total > schema.MAX_TOTAL_OPTIONS:
+            raise ApiError(
+                413, "too many answer options across questions (%d > %d)" % (total, schema.MAX_TOTAL_OPTIONS)
+            )
+
+    def refusals(self) -> None:
+        """Steps 7-8: hook keys (the batch's out-parameters next), then unpaired surrogates."""
+        given = sorted(e["loc"][0] for e in self.errors if e["loc"][0] in HOOK_KEYS)
+        if given:
+            raise ApiError(
+                422,
+                "%s run inside the server process and cannot be sent to this endpoint; "
+                "install them where laya-serve runs, or drop them" % ", ".join(given),
+            )
+        given = sorted(e["loc"][0] for e in self.errors if e["loc"][0] in OUT_PARAMETERS)
+        if given:
+            raise ApiError(
+                422,
+                "%s is filled in place for an in-process caller and cannot be returned "
+                "over HTTP; read the per-group report from the CLI or a local Router" % ", ".join(given),
+            )
+        if has_lone_surrogate(self.body):
+            raise ApiError(400, LONE_SURROGATE)
+
+    def control(self, key: str) -> Any:
+        """A control's value once its model field took it (None when absent), or its refusal."""
+        for e in self._at(key):
+            raise ApiError(422, _control_text(key, e))
+        value = self.body.get(key)
+        return check_min_confidence(value) if key == "min_confidence" and value is not None else value
 
 
-def check_batch_limits(states: Any, questions: Any) -> None:
-    if not isinstance(states, list) or not states:
-        raise ApiError(400, "'states' must be a non-empty list")
-    if len(states) > MAX_BATCH_STATES:
-        raise ApiError(413, "too many states in batch (%d > %d)" % (len(states), MAX_BATCH_STATES))
-    for i, state in enumerate(states):
-        try:
-            check_request_limits(state, questions)
-        except ApiError as exc:
-            if "state" in exc.detail.split(" ", 1)[0]:  # 'state' is required / state too large / ...
-                raise exc.at_item(i) from None
-            raise
+def _options(question: Any) -> int:
+    """The options a question counts toward `schema.MAX_TOTAL_OPTIONS` (a noul's are not counted)."""
+    if not isinstance(question, dict):
+        return 0
+    kind, criteria = question.get("type"), question.get("criteria")
+    counted = (dict, list) if kind == "choice" else (list,) if kind == "score" else ()
+    return len(criteria) if isinstance(criteria, counted) else 0
 
 
-# -- refusals ------------------------------------------------------------------------------
-
-
-def refuse_hooks(body: dict[str, Any]) -> None:
-    given = sorted(k for k in HOOK_KEYS if body.get(k) is not None)
-    if given:
-        raise ApiError(
-            422,
-            "%s run inside the server process and cannot be sent to this endpoint; "
-            "install them where laya-serve runs, or drop them" % ", ".join(given),
+def _control_text(key: str, error: ErrorDetails) -> str:
+    """laya-serve's words for a control its model field refused, by the kind of fault."""
+    kind = error["type"]
+    if kind == "int_type":
+        return "%s must be an integer" % key
+    if kind == "greater_than_equal":
+        return "%s must be a positive integer" % key + (
+            ", got %r" % (error["input"],) if key == "batch_size" else ""
         )
-
-
-def refuse_out_parameters(body: dict[str, Any]) -> None:
-    given = sorted(k for k in OUT_PARAMETERS if body.get(k) is not None)
-    if given:
-        raise ApiError(
-            422,
-            "%s is filled in place for an in-process caller and cannot be returned "
-            "over HTTP; read the per-group report from the CLI or a local Router" % ", ".join(given),
-        )
+    if kind == "less_than_equal":
+        return "%s exceeds server limit (%d > %d)" % (key, error["input"], error["ctx"]["le"])
+    if kind == "string_type":
+        return '%s must be a language code string such as "de", or null' % key
+    if kind == "bool_type":
+        return "%s must be a boolean" % key
+    return error["msg"]  # min_confidence: the core's own text
 
 
 def has_lone_surrogate(value: Any) -> bool:
@@ -200,63 +231,6 @@ def has_lone_surrogate(value: Any) -> bool:
         elif isinstance(item, list):
             stack.extend(item)
     return False
-
-
-# -- controls ------------------------------------------------------------------------------
-
-
-def budget(body: dict[str, Any], key: str, cap: int) -> int | None:
-    """`max_len` / `head_max_len`: a positive int no larger than the server's cap, or None."""
-    value = body.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ApiError(422, "%s must be an integer" % key)
-    if value <= 0:
-        raise ApiError(422, "%s must be a positive integer" % key)
-    if value > cap:
-        raise ApiError(422, "%s exceeds server limit (%d > %d)" % (key, value, cap))
-    return value
-
-
-def language(body: dict[str, Any], key: str) -> str | None:
-    value = body.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise ApiError(422, '%s must be a language code string such as "de", or null' % key)
-    return value
-
-
-def min_confidence(body: dict[str, Any]):
-    """The threshold in the core's validated form, refused with the core's own text."""
-    value = body.get("min_confidence")
-    if value is None:
-        return None
-    try:
-        return check_min_confidence(value)
-    except InvalidRequest as exc:
-        raise ApiError(422, str(exc)) from None
-
-
-def batch_size(body: dict[str, Any]) -> int | None:
-    value = body.get("batch_size")
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ApiError(422, "batch_size must be an integer")
-    if value < 1:
-        raise ApiError(422, "batch_size must be a positive integer, got %r" % (value,))
-    return value
-
-
-def sort_by_length(body: dict[str, Any]) -> bool | None:
-    value = body.get("sort_by_length")
-    if value is None:
-        return None
-    if not isinstance(value, bool):
-        raise ApiError(422, "sort_by_length must be a boolean")
-    return value
 
 
 def pass_memory_of(agent: Any) -> tuple[Any, int] | None:

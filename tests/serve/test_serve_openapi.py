@@ -284,7 +284,7 @@ def test_not_blank_means_what_the_handlers_strip():
     import re
     import sys
 
-    from laya_onnx.serve.validate import NOT_BLANK
+    from laya_onnx.serve.schema import NOT_BLANK
 
     pattern = re.compile(NOT_BLANK)
     disagree = [
