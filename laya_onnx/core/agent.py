@@ -19,11 +19,11 @@ from laya_onnx.core.bundle import (
     Bundle,
     RandomWeightsWarning,
     ReducedPrecisionWarning,
+    weights_verified,
 )
 from laya_onnx.core.calibration import Calibration, CallLogits, act_probabilities, empty_result
 from laya_onnx.core.calibration_file import apply_calibration, bundle_calibration, warn_if_other_checkpoint
 from laya_onnx.core.calibration_file import load_calibration as load_calibration_file
-from laya_onnx.core.errors import InvalidRequestType
 from laya_onnx.core.hooks import HookRegistry, PredictContext
 from laya_onnx.core.hub import fetch_bundle
 from laya_onnx.core.int8_kernel import choose_kernel, requested_kernel, resolve_graph
@@ -43,13 +43,19 @@ from laya_onnx.core.prepared import session_graph
 from laya_onnx.core.publish import push_bundle
 from laya_onnx.core.question_cache import QuestionCache
 from laya_onnx.core.questions import require_questions_dict
-from laya_onnx.core.sequences import check_option_layout, collate, encode_state
+from laya_onnx.core.sequences import (
+    check_option_layout,
+    checked_states,
+    collate,
+    encode_state,
+    require_state_sequence,
+)
 from laya_onnx.core.session import FallbackEntry, ProviderSpec, RunTerminated, resolve_threads
 from laya_onnx.core.tokenizer import LayaTokenizer
 from laya_onnx.core.tournament import questions_group_size, requested_group, run_tournament
 from laya_onnx.core.windows import predict_long as scan_long
 from laya_onnx.core.windows import warn_if_truncated
-from laya_onnx.core.work import CallStopped, PassClock, PassWork, current_limits
+from laya_onnx.core.work import CallStopped, PassClock, PassWork, current_limits, timed_pass
 
 State = str | dict | list | Any
 DEFAULT_MAX_LEN = 512
@@ -120,9 +126,11 @@ class ONNXAgent(HookRegistry):
         )
         # A local directory, or a bundle published on the Hub (`org/name[/subfolder]`, pinned with
         # `revision` or $LAYA_REVISION; HF_HUB_OFFLINE=1 reads the local cache only), pulled by
-        # its manifest and hashed as it arrives, so Bundle.open need not hash it again.
+        # its manifest and hashed as it arrives, so Bundle.open need not hash it again. Every file
+        # a load parses is hashed first; the graph's external weights while the session opens.
         located = fetch_bundle(bundle, revision=revision, token=token, verify=verify)
-        self.bundle = Bundle.open(located.path, verify=verify and not located.verified)
+        verifying = verify and not located.verified
+        self.bundle = Bundle.open(located.path, verify=verifying, defer_weights=verifying)
         #: The bundle's one name: /health, /v1/models, `routing.model` and every warning use it
         #: (the results' `model` names the runtime, `laya-rl-agent-onnx`, as laya's ONNX agent does).
         self.name: str = name or self.bundle.source.name or self.bundle.root.resolve().name
@@ -142,12 +150,15 @@ class ONNXAgent(HookRegistry):
         #: Intra-op threads: the `threads` argument, else $LAYA_THREADS, else None (onnxruntime's
         #: default). Read once, here.
         self.threads = resolve_threads(threads)
-        self._open_graph_session(providers, int8_kernel, strict_providers, io_binding)
+        with weights_verified(self.bundle if verifying else None) as verified:
+            self._open_graph_session(providers, int8_kernel, strict_providers, io_binding, verified)
         #: Peak bytes of one pass as a function of (rows, padded length): measured at export.
         self.memory_model = PassMemoryModel.for_bundle(self.bundle.manifest)
         #: Seconds of one pass as a function of (rows, padded length): the architecture's
         #: operations at the speed this process measures (`laya_onnx.core.work`).
-        self.pass_clock = PassClock(PassWork.for_bundle(self.bundle.manifest), probe=self._probe_pass)
+        self.pass_clock = PassClock(
+            PassWork.for_bundle(self.bundle.manifest), probe=lambda *shape: timed_pass(self.session, *shape)
+        )
         self.revision: str | None = located.revision or source.revision
         #: The test preset this bundle's random weights come from (`tiny-english`, ...), None for a
         #: real checkpoint; shown by /health, /v1/models and the CLI.
@@ -169,10 +180,12 @@ class ONNXAgent(HookRegistry):
         int8_kernel: str | None,
         strict_providers: bool,
         io_binding: bool | None,
+        verified: Any,
     ) -> None:
         """Open the session on the graph this bundle runs here: its precision, an int8 bundle's
         kernel for this CPU, the providers, and the pass budget the device's memory leaves; a
-        graph below fp32 is announced with its measured agreement."""
+        graph below fp32 is announced with its measured agreement. `verified()` returns once the
+        bundle's weights are checked (`prepared.session_graph`)."""
         #: "fp32", "fp16", "int8" or "bf16" (`laya-onnx export --precision`); `precision_record`
         #: holds its gate and the agreement with fp32 torch measured at export.
         self.precision_record: PrecisionRecord = self.bundle.precision
@@ -188,7 +201,12 @@ class ONNXAgent(HookRegistry):
             # the shipped graph, or its form prepared for this CPU when $LAYA_SESSION_CACHE is set
             str(
                 session_graph(
-                    self.session_graph, self.bundle.manifest, self.precision, providers, self.threads
+                    self.session_graph,
+                    self.bundle.manifest,
+                    self.precision,
+                    providers,
+                    self.threads,
+                    verified,
                 )
             ),
             self.precision,
@@ -385,10 +403,7 @@ class ONNXAgent(HookRegistry):
         narrows runs per state instead, each round one such call."""
         group = requested_group(self, tournament, questions, head_max_len)
         if group is not None:
-            if isinstance(states, (str, bytes, dict)):
-                raise InvalidRequestType(
-                    "predict_batch expects a list of states; pass a single state to predict()/system_one()."
-                )
+            require_state_sequence(states)
 
             def one_round(state: State, round_questions: Any) -> dict[str, Any]:
                 budgets: dict[str, Any] = dict(lang=lang, max_len=max_len, head_max_len=head_max_len)
@@ -474,21 +489,12 @@ class ONNXAgent(HookRegistry):
         self, ctx: PredictContext, *, lang, batch_size, sort_by_length
     ) -> list[dict[str, Any]]:
         """Type checks on what survived the start hooks, then inference."""
-        states, questions = ctx.states, ctx.questions
-        max_len, head_max_len = ctx.max_len, ctx.head_max_len
-        if isinstance(states, (str, bytes, dict)):
-            raise InvalidRequestType(
-                "predict_batch expects a list of states; pass a single state to predict()/system_one()."
-            )
+        questions, max_len, head_max_len = ctx.questions, ctx.max_len, ctx.head_max_len
+        require_state_sequence(ctx.states)
         require_questions_dict(questions)
-        for name, value in (("max_len", max_len), ("head_max_len", head_max_len), ("batch_size", batch_size)):
-            # Any int goes through as laya takes it (a budget too small is refused with the marker
-            # diagnosis); a non-integer would otherwise fail deep inside slicing.
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                raise InvalidRequestType("%s must be an integer or None, got %r" % (name, value))
-        states = list(states)
-        if any(s is None for s in states):
-            raise InvalidRequestType("state must not be None; pass a string, dict, or list")
+        states = checked_states(
+            ctx.states, dict(max_len=max_len, head_max_len=head_max_len, batch_size=batch_size)
+        )
         results = self._infer(
             states,
             questions,
@@ -578,15 +584,6 @@ class ONNXAgent(HookRegistry):
             gathered.add(refs, logits, act_probabilities(act_logits))
         with tracing.span("laya.decode"):
             return gathered.decode(encoded, self.calibration, lang)
-
-    def _probe_pass(self, rows: int, length: int) -> float:
-        """Seconds of one pass of synthetic rows (after one short pass that warms the session up),
-        for the speed `pass_clock` estimates with. Never cut short by a cancel: every later
-        estimate needs its measured speed."""
-        self.session.run(probe_feeds(1, 8))
-        started = time.perf_counter()
-        self.session.run(probe_feeds(rows, length))
-        return time.perf_counter() - started
 
     def __repr__(self) -> str:
         extra = "" if self.precision == "fp32" else f", precision={self.precision!r}"

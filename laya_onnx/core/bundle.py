@@ -20,7 +20,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -264,9 +264,13 @@ class Bundle:
         return self.manifest.source or SourceRecord()
 
     @classmethod
-    def open(cls, root: os.PathLike, verify: bool = True) -> Bundle:
+    def open(cls, root: os.PathLike, verify: bool = True, *, defer_weights: bool = False) -> Bundle:
         """Open a bundle. `verify=True` checks every sha256 the manifest lists before any file is
-        parsed, so a corrupted or swapped graph is refused instead of answering wrongly."""
+        parsed, so a corrupted or swapped graph is refused instead of answering wrongly.
+
+        `defer_weights=True` leaves out the graph's external data (raw tensor bytes, which nothing
+        parses: the verified graph says where each tensor lies): the caller checks it with
+        `verify_weights` (or `weights_verified`) before anything answers."""
         root = Path(root)
         if not root.is_dir():
             raise BundleError(f"bundle {str(root)!r} is not a directory")
@@ -294,12 +298,40 @@ class Bundle:
             raise BundleError(str(exc)) from None
         check_graph_data(root, manifest)
         if verify:
-            verify_files(root, manifest.files)
+            later = set(manifest.external_data) if defer_weights else set()
+            verify_files(root, {name: e for name, e in manifest.files.items() if name not in later})
         for need in (GRAPH_FILE, CONFIG_FILE, TOKENIZER_DIR + "/tokenizer.json"):
             if not (root / need).exists():
                 raise BundleError(f"bundle {str(root)!r} has no {need}; is it a laya-onnx export?")
         config = read_json_object(root / CONFIG_FILE, f"bundle {str(root)!r}", BundleError)
         return cls(root=root, manifest=manifest, config=config)
+
+    def verify_weights(self) -> None:
+        """Check the graph's external data against the manifest (what `open(defer_weights=True)`
+        left unchecked)."""
+        verify_files(self.root, {name: self.manifest.files[name] for name in self.manifest.external_data})
+
+
+@contextmanager
+def weights_verified(bundle: Bundle | None) -> Iterator[Callable[[], None]]:
+    """For the time of the block, hash `bundle`'s external data in a thread (`verify_weights`;
+    hashing and onnxruntime's session set-up both release the GIL, so opening a session inside
+    the block overlaps them). Yields `wait`, which blocks until the hash is checked and raises
+    its `BundleError`. Leaving the block always waits, and a mismatch is raised in place of what
+    the block raised: a session that failed on a corrupted file names the file. None: no-op."""
+    if bundle is None or not bundle.manifest.external_data:
+        yield lambda: None
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1, thread_name_prefix="laya-verify") as pool:
+        checked = pool.submit(bundle.verify_weights)
+        try:
+            yield checked.result
+        except BaseException:
+            checked.result()  # a BundleError replaces the block's failure (chained to it)
+            raise
+        checked.result()
 
 
 def read_manifest_quietly(root: Path) -> Manifest | None:

@@ -22,7 +22,7 @@ import os
 import shutil
 import tempfile
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -97,12 +97,18 @@ def _make(source: Path, folder: Path, threads: int | None) -> None:
             raise ValueError(f"its answers differ from the shipped graph's on a {rows} x {length} pass")
 
 
-def prepared_graph(graph: Path, identity: str, threads: int | None, cache: str) -> Path | None:
+def prepared_graph(
+    graph: Path, identity: str, threads: int | None, cache: str, verified: Callable[[], None] | None = None
+) -> Path | None:
     """The prepared form of `graph` in the cache folder `cache`, made now if missing; None (with a
-    `PreparedGraphWarning`) when it cannot be made or does not answer as `graph` does."""
+    `PreparedGraphWarning`) when it cannot be made or does not answer as `graph` does.
+    `verified` is called before one is made and raises when the graph's files are not the ones
+    `identity` names: a prepared graph is made only from verified bytes, as its key says."""
     target = Path(cache).expanduser() / cache_key(identity)
     if (target / PREPARED_GRAPH).is_file():
         return target / PREPARED_GRAPH
+    if verified is not None:
+        verified()
     work: Path | None = None
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -138,9 +144,11 @@ def session_graph(
     precision: str,
     providers: Sequence[Any] | Any | None,
     threads: int | None,
+    verified: Callable[[], None] | None = None,
 ) -> Path:
     """The graph file a session should open: the prepared one when `$LAYA_SESSION_CACHE` names a
-    folder and the session runs on onnxruntime's CPU provider alone, else `graph` itself."""
+    folder and the session runs on onnxruntime's CPU provider alone, else `graph` itself
+    (`verified`: see `prepared_graph`)."""
     cache = settings.SESSION_CACHE.read()
     identity = graph_identity(manifest, graph.name) if cache else None
     if not cache or identity is None or precision == "bf16":
@@ -156,4 +164,4 @@ def session_graph(
             p for p in ort.get_available_providers() if p not in (CPU_PROVIDER, "AzureExecutionProvider")
         ]:
             return graph  # an accelerator may run it: its graph is not the CPU's
-    return prepared_graph(graph, identity, threads, cache) or graph
+    return prepared_graph(graph, identity, threads, cache, verified) or graph

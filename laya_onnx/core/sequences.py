@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from laya_onnx.core.bundle import GRAPH_INPUTS, MIN_MARKER_COLUMNS
-from laya_onnx.core.errors import InvalidRequest, caller_value
+from laya_onnx.core.errors import InvalidRequest, InvalidRequestType, caller_value
 from laya_onnx.core.questions import Question, noul_labels, render_criterion
 from laya_onnx.core.tokenizer import OPTION_MAX_TOKENS, LayaTokenizer
 
@@ -34,6 +34,28 @@ OPTION_FLOOR = 4
 _NOUL_DEFAULTS = ("no, the statement does not hold", "yes, the statement holds")
 #: The option layout rows are built in (laya's default); the exported graph is traced for it.
 OPTION_LAYOUT = "sequential"
+
+
+def require_state_sequence(states: Any) -> None:
+    """A batch call's states must be a sequence of states, not one state."""
+    if isinstance(states, (str, bytes, dict)):
+        raise InvalidRequestType(
+            "predict_batch expects a list of states; pass a single state to predict()/system_one()."
+        )
+
+
+def checked_states(states: Sequence[Any], budgets: Mapping[str, Any]) -> list[Any]:
+    """A call's states as a list, none of them None, once each of its `budgets` (`max_len`,
+    `head_max_len`, `batch_size`) is checked to be an integer or None. Any int goes through as
+    laya takes it (a budget too small is refused with the marker diagnosis); a non-integer would
+    otherwise fail deep inside slicing."""
+    for name, value in budgets.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise InvalidRequestType("%s must be an integer or None, got %r" % (name, value))
+    listed = list(states)
+    if any(s is None for s in listed):
+        raise InvalidRequestType("state must not be None; pass a string, dict, or list")
+    return listed
 
 
 def check_option_layout(cfg: Mapping[str, Any], source: str) -> None:

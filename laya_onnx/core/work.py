@@ -119,6 +119,18 @@ class PassWork:
         return cls.of(LARGEST_ARCHITECTURE, "the largest Laya encoder (no record)")
 
 
+def timed_pass(session: Any, rows: int, length: int) -> float:
+    """A `PassClock` probe: seconds of one pass of synthetic rows on `session` (a
+    `GraphSession`), after one short pass that warms it up. Never cut short by a cancel: every
+    later estimate needs its measured speed."""
+    from laya_onnx.core.memory import probe_feeds
+
+    session.run(probe_feeds(1, 8))
+    started = time.perf_counter()
+    session.run(probe_feeds(rows, length))
+    return time.perf_counter() - started
+
+
 class PassClock:
     """Seconds of a pass at this process's measured speed (thread-safe).
 

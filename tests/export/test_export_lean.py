@@ -135,6 +135,64 @@ def test_runtime_verifies_the_data_file(external_bundle, bundle_factory, tmp_pat
     assert ours == ONNXAgent(bundle_factory("tiny-english")).predict(state, questions)["answers"]
 
 
+def test_the_data_file_is_hashed_while_the_session_opens(external_bundle, monkeypatch):
+    """The weights' hash and the session's set-up overlap: the hash below waits for the session
+    to start opening, which a load that hashed everything first would never do."""
+    import threading
+
+    from laya_onnx.core import agent as agent_module
+
+    opening, hashed = threading.Event(), []
+    real_open, real_verify = agent_module.open_session, Bundle.verify_weights
+
+    def open_session(*args, **kwargs):
+        opening.set()
+        return real_open(*args, **kwargs)
+
+    def verify_weights(bundle):
+        assert opening.wait(60), "the weights were hashed before the session began to open"
+        real_verify(bundle)
+        hashed.append(threading.current_thread().name)
+
+    monkeypatch.setattr(agent_module, "open_session", open_session)
+    monkeypatch.setattr(Bundle, "verify_weights", verify_weights)
+    agent = agent_module.ONNXAgent(external_bundle)
+    assert len(hashed) == 1 and hashed[0] != threading.current_thread().name
+    assert agent.predict("hi", {"q": {"type": "noul", "instructions": "Hi?"}})["answers"]["q"]
+    # the files a load parses are still hashed before anything reads them
+    opened = []
+    monkeypatch.setattr(
+        "laya_onnx.core.bundle.sha256_file", lambda path: opened.append(Path(path).name) or "0" * 64
+    )
+    with pytest.raises(BundleError, match="sha256 mismatch for 'laya.onnx'"):
+        Bundle.open(external_bundle, defer_weights=True)
+    assert GRAPH_DATA_FILE not in opened
+
+
+def test_a_damaged_data_file_is_named_whatever_the_session_says(external_bundle, tmp_path, monkeypatch):
+    """A data file cut short makes onnxruntime fail too; the load names the file that differs,
+    and no prepared graph is made from bytes that were not verified."""
+    from laya_onnx.core.agent import ONNXAgent
+
+    cut = tmp_path / "cut"
+    shutil.copytree(external_bundle, cut)
+    data = cut / GRAPH_DATA_FILE
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 3])
+    with pytest.raises(BundleError, match="sha256 mismatch for 'laya.onnx.data'"):
+        ONNXAgent(cut, providers=["CPUExecutionProvider"])
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("LAYA_SESSION_CACHE", str(cache))
+    flipped = tmp_path / "flipped"
+    shutil.copytree(external_bundle, flipped)
+    raw = bytearray((flipped / GRAPH_DATA_FILE).read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    (flipped / GRAPH_DATA_FILE).write_bytes(bytes(raw))
+    with pytest.raises(BundleError, match="sha256 mismatch for 'laya.onnx.data'"):
+        ONNXAgent(flipped, providers=["CPUExecutionProvider"])
+    assert not list(cache.glob("*/prepared.onnx"))
+
+
 def test_weights_are_folded_and_streamed(external_bundle):
     """No Transpose is left in front of an initializer (the fold torch's constant folding did,
     done one weight at a time), and every initializer is a torch weight or its transpose."""
