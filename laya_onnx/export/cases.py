@@ -154,10 +154,12 @@ def encode_calls(
 def trace_feeds(
     tokenizer_dir: Path, max_len: int, head_max_len: int, min_length: int
 ) -> dict[str, np.ndarray]:
-    """A small batch for tracing: >= 2 rows, >= 2 markers, padding, longer than `min_length`."""
+    """A small batch for tracing: >= 2 rows, >= 2 markers, padding, longer than `min_length`.
+    One state asked two questions of different lengths: the trace runs the model once, on these
+    rows, so they are as few as those conditions allow (a full-size trace pays for every token)."""
     words = 40
     while True:
-        call = Call("trace", [_long_text(words), _SHORT[2]], ["team", "refund"])
+        call = Call("trace", [_long_text(words)], ["team", "refund"])
         feeds = encode_calls(tokenizer_dir, max_len, head_max_len, [call])[0]["feeds"]
         mask = feeds["attention_mask"]
         if mask.shape[1] > min_length or mask.shape[1] >= max_len:
