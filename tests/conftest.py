@@ -42,6 +42,30 @@ TINY_PRESETS = ("tiny-english", "tiny-multilingual", "tiny-typed-decisions")
 # the presets whose session bundle carries a measured memory model (tests/core/test_memory.py's)
 MEASURED_PRESETS = ("tiny-english",)
 PREBUILT_BUNDLES_ENV = "LAYA_ONNX_TEST_BUNDLES"
+#: The modules that take the full tier longest, longest first by their time there (`--durations`
+#: of `bash tests/run`), except the second: it needs no bundle at first, so one worker starts
+#: without waiting for the other's first export. pytest_collection_modifyitems runs them before
+#: every other module.
+LONGEST_MODULES = (
+    "tests/core/test_structured.py",
+    "tests/export/test_export_all.py",
+    "tests/export/test_export.py",
+    "tests/bench/test_bench_agent.py",
+    "tests/core/test_long.py",
+    "tests/serve/test_serve_hostile.py",
+    "tests/serve/test_serve_fuzz.py",
+    "tests/export/test_precision.py",
+    "tests/bench/test_plot.py",
+    "tests/core/test_tournament.py",
+    "tests/serve/test_serve_reference.py",
+    "tests/core/test_calibration_file.py",
+    "tests/export/test_constant_shapes.py",
+    "tests/bench/test_device_check.py",
+    "tests/serve/test_serve_drain.py",
+    "tests/core/test_hub_server.py",
+    "tests/core/test_memory.py",
+    "tests/checkpoints/test_checkpoints.py",
+)
 # Read once, here: the serve tests' no_laya_env fixture unsets every LAYA_* variable per test.
 PREBUILT_BUNDLES = os.environ.get(PREBUILT_BUNDLES_ENV)
 
@@ -67,6 +91,12 @@ def _missing(modules: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def pytest_collection_modifyitems(config, items):
+    # the longest modules first (a stable sort: every other test keeps its place, and each module
+    # its own order): tests/run's full tier hands whole modules to its pytest-xdist workers in this
+    # order (--dist loadfile), so the last ones handed out are short and no worker waits long
+    # for the other at the end
+    longest_first = {module: rank for rank, module in enumerate(LONGEST_MODULES)}
+    items.sort(key=lambda item: longest_first.get(item.nodeid.split("::")[0], len(longest_first)))
     unmarked = [
         item.nodeid
         for item in items
