@@ -23,6 +23,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from laya_onnx.serve import schema
 from laya_onnx.serve.errors import ApiError
 from laya_onnx.serve.wire import jev_confidence, strict_projection
 
@@ -99,14 +100,15 @@ def with_default_instructions(questions: dict[str, Any]) -> dict[str, Any]:
 
 # -- response shaping ----------------------------------------------------------------------
 
-#: The Jev contract's keys per answer type, in the order TypeSafe's schema lists them.
+#: The Jev contract's keys per answer type, in the order TypeSafe's schema lists them: the fields
+#: of the Jev answer models (`schema.py`); every other key of an answer is an `x_` one.
 CONTRACT = {
-    "choice": ("type", "choice", "confidence", "probabilities"),
-    "score": ("type", "score", "confidence", "legend", "probabilities"),
-    "noul": ("type", "noul"),
+    "choice": tuple(schema.JevChoiceAnswer.model_fields),
+    "score": tuple(schema.JevScoreAnswer.model_fields),
+    "noul": tuple(schema.JevNoulAnswer.model_fields),
 }
-USAGE_KEYS = ("input_tokens", "output_tokens")
-ROOT_KEYS = ("model", "answers", "usage")
+USAGE_KEYS = tuple(schema.Tokens.model_fields)
+ROOT_KEYS = tuple(k for k in schema.JevSystemOneResponse.model_fields if not k.startswith("x_"))
 
 
 def _extra(key: str) -> str:

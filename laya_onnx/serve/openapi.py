@@ -1,6 +1,6 @@
 """`/openapi.json` and `/docs`: the OpenAPI 3.1 document, generated from the models of
-`schema.py`; and `GET /`,
-the short index of the routes a server answers (`index_payload`).
+`schema.py` (and of the other routes' answers, below); and `GET /`, the short index of the routes
+a server answers (`index_payload`).
 
 laya-serve (FastAPI) serves `/openapi.json`, `/docs` and `/redoc` only when LAYA_API_KEY is unset
 (docs/http-api.md, "Routes"); with a key they do not exist (404). This server does the same with `/openapi.json`
@@ -33,6 +33,38 @@ from laya_onnx.serve.errors import (
     NOT_JSON_FROM_A_PAGE,
     UNAUTHORIZED,
 )
+
+# -- the error bodies (`contract.error_body`) ------------------------------------------------
+
+
+class Error(BaseModel):
+    """laya-serve's refusal."""
+
+    detail: str
+
+
+class JevValidationErrorItem(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class JevValidationError(BaseModel):
+    """The Jev profile's 422: one entry per fault of the body."""
+
+    detail: list[JevValidationErrorItem]
+
+
+class JevErrorDetail(BaseModel):
+    error_type: str
+    message: str
+
+
+class JevError(BaseModel):
+    """The Jev profile's other refusals."""
+
+    detail: JevErrorDetail
+
 
 # -- the other routes' answers (the decision routes' are in schema.py) -----------------------
 
@@ -113,15 +145,15 @@ COMPONENTS = (
     ModelList,
     Index,
     Probe,
-    s.Error,
+    Error,
 )
 JEV_COMPONENTS = (
     s.JevSystemOneRequest,
     s.JevBatchRequest,
     s.JevSystemOneResponse,
     s.JevBatchResponse,
-    s.JevError,
-    s.JevValidationError,
+    JevError,
+    JevValidationError,
 )
 #: The decision routes' (request, answer, 422, other errors) by profile.
 _ROUTE_MODELS = {
@@ -164,9 +196,9 @@ _DECISION_ERRORS = {
     401: "%r: %s is set and Authorization is not exactly 'Bearer <key>'." % (UNAUTHORIZED, _API_KEY),
     408: "%r: the body took longer than %s." % (BODY_TIMEOUT, settings.BODY_READ_TIMEOUT.env),
     413: "%r (over 2 MiB, raw or decoded), or too many questions, options, score levels or "
-    "states, a state over 50 000 characters, a row over %s, or passes estimated to take longer "
-    "than %s (the text gives the estimate)."
-    % (BODY_TOO_LARGE, settings.MAX_PASS_MEMORY.env, settings.MAX_REQUEST_SECONDS.env),
+    "states (the schemas' limits), a state over %d characters, a row over %s, or passes estimated "
+    "to take longer than %s (the text gives the estimate)."
+    % (BODY_TOO_LARGE, s.MAX_STATE_CHARS, settings.MAX_PASS_MEMORY.env, settings.MAX_REQUEST_SECONDS.env),
     415: "%r; or %r (a browser's request, which names its Origin, with another Content-Type)."
     % (UNSUPPORTED_ENCODING, NOT_JSON_FROM_A_PAGE),
     422: "A question the model cannot answer (its text names the question and the fix), a control "

@@ -73,7 +73,18 @@ Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 Count = Annotated[int, Field(ge=0)]
 #: A choice label: a scalar, returned as itself in `choice` and as its JSON text in the keys.
 Label = str | int | float | bool
-NonBlank = Annotated[str, Field(pattern=NOT_BLANK)]
+
+
+def _blank(value: Any, handler: Any) -> Any:
+    try:
+        return handler(value)
+    except ValidationError as exc:
+        if exc.errors()[0]["type"] == "string_pattern_mismatch":  # pydantic's text quotes the pattern
+            raise PydanticCustomError("string_pattern_mismatch", "must not be blank") from None
+        raise
+
+
+NonBlank = Annotated[str, Field(pattern=NOT_BLANK), WrapValidator(_blank)]
 
 
 # -- the state -------------------------------------------------------------------------------
@@ -90,13 +101,11 @@ def state_length(state: Any) -> int:
         return -1
 
 
-def _required(value: Any) -> Any:
+def _state(value: Any) -> Any:
+    """Not null, and not over the size limit as sent (before a long numeric text could be read
+    as a number)."""
     if value is None:
         raise PydanticCustomError("missing", "state must not be null")
-    return value
-
-
-def _fits(value: Any) -> Any:
     n = state_length(value)
     if n < 0:
         raise PydanticCustomError("json_type", "state must be JSON-serializable")
@@ -109,8 +118,7 @@ def _fits(value: Any) -> Any:
 
 State = Annotated[
     Annotated[str, Field(max_length=MAX_STATE_CHARS)] | float | bool | dict[str, Any] | list[Any],
-    BeforeValidator(_required),
-    AfterValidator(_fits),
+    BeforeValidator(_state),
     Field(
         description="What the questions are about: text, or any JSON value but null (read as its JSON "
         "text). At most %d characters measured that way (413 beyond)." % MAX_STATE_CHARS
@@ -120,12 +128,27 @@ State = Annotated[
 
 # -- questions -------------------------------------------------------------------------------
 
+
+def _one_branch(value: Any, handler: Any) -> Any:
+    """A union's failure as one error at the field itself (one fault, one entry in the Jev list):
+    the error of the branch of the value's own type, else of a branch that took its type."""
+    try:
+        return handler(value)
+    except ValidationError as exc:
+        errors = exc.errors()
+        named = [e for e in errors if str(e["loc"][0]).startswith(type(value).__name__)]
+        took = [e for e in errors if not e["type"].endswith(("_type", "_parsing"))]
+        first = (named or took or errors)[0]
+        raise PydanticCustomError(first["type"], first["msg"], first.get("ctx")) from None
+
+
 Instructions = Annotated[
     NonBlank
     | Annotated[dict[str, Any], Field(min_length=1)]
     | Annotated[list[Any], Field(min_length=1)]
     | float
     | bool,
+    WrapValidator(_one_branch),
     Field(
         description="What the model should answer: non-blank text, or a non-empty object or array "
         "(rendered as JSON text). A number or boolean is tolerated and rendered as JSON text, as laya does."
@@ -135,18 +158,12 @@ OptionOrder = list[Annotated[int, Field(ge=0, le=MAX_CHOICE_OPTIONS - 1)]]
 
 
 def _options(value: Any, handler: Any) -> Any:
-    """A choice's criteria: an object or a list, not empty; a failure as the one error of the
-    form the value has, at the field itself rather than under a branch of the union."""
+    """A choice's criteria: an object or a list, and not empty."""
     if not isinstance(value, (dict, list)):
         raise PydanticCustomError("dict_type", "choice criteria must be an object of option -> description")
     if not value:
         raise PydanticCustomError("too_short", "a choice question needs at least one option")
-    try:
-        return handler(value)
-    except ValidationError as exc:
-        errors = exc.errors()
-        first = next((e for e in errors if str(e["loc"][0]).startswith(type(value).__name__)), errors[0])
-        raise PydanticCustomError(first["type"], first["msg"], first.get("ctx")) from None
+    return _one_branch(value, handler)
 
 
 def _levels(value: Any) -> Any:
@@ -562,35 +579,3 @@ class JevSystemOneResponse(BaseModel):
 class JevBatchResponse(BaseModel):
     results: list[JevSystemOneResponse]
     total_usage: Tokens
-
-
-# -- errors ----------------------------------------------------------------------------------
-
-
-class Error(BaseModel):
-    """laya-serve's refusal."""
-
-    detail: str
-
-
-class JevValidationErrorItem(BaseModel):
-    loc: list[str | int]
-    msg: str
-    type: str
-
-
-class JevValidationError(BaseModel):
-    """The Jev profile's 422: one entry per fault of the body."""
-
-    detail: list[JevValidationErrorItem]
-
-
-class JevErrorDetail(BaseModel):
-    error_type: str
-    message: str
-
-
-class JevError(BaseModel):
-    """The Jev profile's other refusals."""
-
-    detail: JevErrorDetail

@@ -42,7 +42,7 @@ _MODELS: dict[tuple[bool, bool], type[BaseModel]] = {
     (True, True): schema.JevBatchRequest,
 }
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_TOO_LONG = ("too_long", "string_too_long")
+_TOO_LONG = ("too_long",)
 
 
 def parse_json(raw: bytes) -> Any:

@@ -219,34 +219,25 @@ def with_jev_confidence(result: dict[str, Any]) -> dict[str, Any]:
     return {**result, "answers": out}
 
 
+#: The keys `LAYA_JEV_STRICT` keeps of each answer type, in laya-serve's order (the Jev contract's
+#: keys, `schema.JevChoiceAnswer`...; laya-serve lists a score's probabilities before its legend).
+STRICT_KEYS = {
+    "choice": ("type", "choice", "confidence", "probabilities"),
+    "score": ("type", "score", "confidence", "probabilities", "legend"),
+    "noul": ("type", "noul"),
+}
+
+
 def strict_projection(result: dict[str, Any]) -> dict[str, Any]:
     """`LAYA_JEV_STRICT`: exactly the Jev contract's keys; nothing is recomputed.
 
-    A typed answer missing its own value key raises KeyError, which the handler reports as the
+    A typed answer missing one of its keys raises KeyError, which the handler reports as the
     500 it is (the agent broke the contract), as laya-serve does.
     """
     answers = {}
     for qid, a in (result.get("answers") or {}).items():
-        kind = a.get("type") if isinstance(a, dict) else None
-        if kind == "choice":
-            answers[qid] = {
-                "type": "choice",
-                "choice": a["choice"],
-                "confidence": a["confidence"],
-                "probabilities": a["probabilities"],
-            }
-        elif kind == "score":
-            answers[qid] = {
-                "type": "score",
-                "score": a["score"],
-                "confidence": a["confidence"],
-                "probabilities": a["probabilities"],
-                "legend": a["legend"],
-            }
-        elif kind == "noul":
-            answers[qid] = {"type": "noul", "noul": a["noul"]}
-        else:
-            answers[qid] = a
+        keys = STRICT_KEYS.get(str(a.get("type"))) if isinstance(a, dict) else None
+        answers[qid] = a if keys is None else {k: a[k] for k in keys}
     usage = result.get("usage") or {}
     return {
         "model": result["model"],

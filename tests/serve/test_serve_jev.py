@@ -180,6 +180,31 @@ async def test_invalid_requests_are_a_422_list_and_never_reach_the_model(body, l
         assert c.agent.calls == []
 
 
+@aio
+async def test_every_fault_the_jev_document_states_is_an_entry_at_its_place():
+    """One schema checks and documents a Jev body: a question the document refuses (blank
+    instructions, an option_order index below 0, a blank id) is one list entry per fault, at the
+    field, never one text at the body; and the laya-serve profile still answers it in laya's
+    words, from the question checks."""
+    from laya_onnx.serve.openapi import openapi_document
+    from tests.serve.test_serve_openapi import validator
+
+    q = {"type": "choice", "instructions": " ", "criteria": ["a", "b"], "option_order": [-1, 0]}
+    body = {"state": "x", "questions": {"q": q, " ": Q["refund"]}}
+    assert not validator(openapi_document(jev_profile=True), "JevSystemOneRequest").is_valid(body)
+    async with served(**JEV) as c:
+        r, out = await post(c, URL, body)
+        assert r.status == 422 and c.agent.calls == []
+    assert [(e["loc"], e["type"]) for e in out["detail"]] == [
+        (["body", "questions", "q", "choice", "instructions"], "string_pattern_mismatch"),
+        (["body", "questions", "q", "choice", "option_order", 0], "greater_than_equal"),
+        (["body", "questions", " ", "[key]"], "string_pattern_mismatch"),
+    ]
+    async with served(FakeAgent(error=InvalidRequest("question 'q': 'instructions' must not be empty"))) as c:
+        r, out = await post(c, URL, body)
+    assert (r.status, out) == (422, {"detail": "question 'q': 'instructions' must not be empty"})
+
+
 @pytest.mark.parametrize("raw", [b"not json", b"", b"\xff\xfe\xfa", b'{"state": ', b"[" * 100000])
 @aio
 async def test_malformed_json_is_a_422_list(raw):
