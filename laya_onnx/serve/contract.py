@@ -37,15 +37,9 @@ from laya_onnx.serve import jev
 from laya_onnx.serve import validate as v
 from laya_onnx.serve.errors import INFERENCE_FAILED, NON_FINITE, ApiError
 from laya_onnx.serve.protocol import ServedAgent
-from laya_onnx.serve.routed import RoutedCheckpoints
+from laya_onnx.serve.served import ModelChoice, Served
 from laya_onnx.serve.settings import Settings
-from laya_onnx.serve.wire import (
-    Checkpoint,
-    ModelChoice,
-    NonFiniteNumber,
-    render,
-    shape,
-)
+from laya_onnx.serve.wire import NonFiniteNumber, render, shape
 
 log = logging.getLogger("laya_onnx.serve")
 
@@ -54,16 +48,14 @@ UNKNOWN_FIELDS_HEADER = "X-Unknown-Fields"
 #: How many unknown fields a response names at most (the first ones, in the body's order).
 UNKNOWN_FIELDS_NAMED = 16
 
-#: What answers a request: one bundle (`wire.Checkpoint`), or a Router's (`routed.RoutedCheckpoints`).
-ServedCheckpoints = Checkpoint | RoutedCheckpoints
+#: What answers a request: a Router's checkpoints, or one bundle as a Router of one (`served.py`).
+ServedCheckpoints = Served
 
 #: On a decision answered although its `model` named no checkpoint served here: the checkpoints
 #: that answered instead (laya-serve auto-routes such a name without a word).
 MODEL_FALLBACK_HEADER = "X-Model-Fallback"
 #: The Jev profile's body field for the same (extra fields there are `x_` fields).
 MODEL_FALLBACK_FIELD = "x_model_fallback"
-#: /health's status (with a 503) once a checkpoint's device keeps failing passes.
-UNHEALTHY = "unhealthy"
 
 
 # -- auth --------------------------------------------------------------------
@@ -118,7 +110,7 @@ class OneDecision:
     questions: Any
     #: Only the controls the caller sent (`agent_controls`).
     controls: dict[str, Any] = field(default_factory=dict)
-    #: The body's `model` when it named no checkpoint here (`wire.ModelChoice.fallback`).
+    #: The body's `model` when it named no checkpoint here (`served.ModelChoice.fallback`).
     fallback: str | None = None
     #: Fields of the body and its questions that nothing reads (`unknown_fields_headers`).
     unknown: tuple[UnknownField, ...] = ()
@@ -144,7 +136,7 @@ class BatchDecision:
     questions: Any
     #: The caller's controls plus the planned `batch_size` / `sort_by_length`.
     controls: dict[str, Any] = field(default_factory=dict)
-    #: The body's `model` when it named no checkpoint here (`wire.ModelChoice.fallback`).
+    #: The body's `model` when it named no checkpoint here (`served.ModelChoice.fallback`).
     fallback: str | None = None
     #: Fields of the body and its questions that nothing reads (`unknown_fields_headers`).
     unknown: tuple[UnknownField, ...] = ()
@@ -172,9 +164,8 @@ def agent_controls(
     """model → max_len → head_max_len → lang → lang_guess → min_confidence, in contract order.
 
     Returns only the controls the caller sent (absent/null are never forwarded, so the bundle's
-    own budgets stay in charge), and how `model` was taken. Behind a Router, `model` (resolved,
-    None to auto-route), `task` and `lang_guess` go to it too; one bundle has nothing to route,
-    so they stop at the checks.
+    own budgets stay in charge), and how `model` was taken. The Router is told what to route by
+    (`model` resolved, None to auto-route; `task`, `lang_guess`); one bundle pins its checkpoint.
     """
     model = checkpoint.check_model(body.body.get("model"))
     checked = {

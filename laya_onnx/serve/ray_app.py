@@ -88,7 +88,7 @@ class LayaModel:
 
             agent = ONNXAgent(bundle, providers=providers, threads=threads)
         self.served = Served.of(agent)
-        self.agent, self.checkpoint = self.served.agent, self.served.checkpoint
+        self.agent, self.checkpoint = self.served.agent, self.served
         # one pass at a time per replica, off the replica's event loop (as the aiohttp app's worker)
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="laya-infer")
         self.batches = {"batches": 0, "requests": 0, "largest": 0}
@@ -105,8 +105,7 @@ class LayaModel:
         return dict(self.batches)
 
     async def health(self, full: bool) -> tuple[int, Any]:
-        payload = self.served.health(full)
-        return (503 if payload["status"] == contract.UNHEALTHY else 200), payload
+        return self.served.health(full)
 
     async def models(self, full: bool) -> Any:
         """`/v1/models`: the aiohttp app's listing (the x_ keys only when `full`)."""

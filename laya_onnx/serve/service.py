@@ -455,8 +455,7 @@ class LocalDecider:
         return refused
 
     async def health(self, full: bool) -> tuple[int, Any]:
-        payload = self.served.health(full)
-        return (503 if payload["status"] == contract.UNHEALTHY else 200), payload
+        return self.served.health(full)
 
     async def models(self, full: bool) -> Any:
         return self.served.listing(full)
@@ -490,7 +489,7 @@ class LocalDecider:
         )
         served.mark()  # admitted: the idle window restarts
         parse = contract.parse_systemone if route == "systemone" else contract.parse_batch
-        decision = parse(raw, served.agent, served.checkpoint, settings)
+        decision = parse(raw, served.agent, served, settings)
         del raw
         queued = time.perf_counter()
         if self.batcher is not None and isinstance(decision, contract.OneDecision):
@@ -502,7 +501,7 @@ class LocalDecider:
                 limits.cancel(ABANDONED)
                 raise
             if outcome.error is not None:
-                raise contract.pass_refusal(outcome.error, decision.what, served.checkpoint.name)
+                raise contract.pass_refusal(outcome.error, decision.what, served.name)
             self.on_wait(ROUTE_PATHS[route], (outcome.started - queued) * 1000.0)
             result, started, ended = outcome.result, outcome.started, outcome.ended
             group = outcome.group_size
@@ -513,18 +512,18 @@ class LocalDecider:
             )
             group = 1
         body = contract.render_payload(
-            partial(decision.payload, result, served.checkpoint, settings),
+            partial(decision.payload, result, served, settings),
             decision.what,
-            served.checkpoint.name,
+            served.name,
         )
         return Decided(
             body,
-            contract.answer_headers(decision, result, served.checkpoint),
+            contract.answer_headers(decision, result, served),
             inference_ms=(ended - started) * 1000.0,
             queue_ms=(started - queued) * 1000.0,
             result=result,
             work=work_done(result),
-            served=Answered(contract.metrics_checkpoint(result, served.checkpoint), limits.passes, group),
+            served=Answered(contract.metrics_checkpoint(result, served), limits.passes, group),
         )
 
     async def _infer(
@@ -547,7 +546,7 @@ class LocalDecider:
             if started is not None:
                 self.on_wait(ROUTE_PATHS[route], (started - queued) * 1000.0)
                 tracing.record("laya.queue", queued, started)
-            raise contract.pass_refusal(exc, decision.what, self.served.checkpoint.name) from None
+            raise contract.pass_refusal(exc, decision.what, self.served.name) from None
         assert started is not None  # the worker ran `timed`
         self.on_wait(ROUTE_PATHS[route], (started - queued) * 1000.0)
         tracing.record("laya.queue", queued, started)

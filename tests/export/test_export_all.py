@@ -79,7 +79,7 @@ def test_export_all_without_a_source_never_names_a_test_bundle_after_a_real_chec
 
     from laya_onnx.core.router import Router
     from laya_onnx.export.models_dir import export_models_dir
-    from laya_onnx.serve.routed import RoutedCatalog
+    from laya_onnx.serve.served import Served
 
     out = tmp_path / "models"
     export_models_dir(out, verbose=False, measure_memory=False)
@@ -92,7 +92,7 @@ def test_export_all_without_a_source_never_names_a_test_bundle_after_a_real_chec
         "Mein Konto wurde zweimal belastet", {"r": {"type": "noul", "instructions": "Refund?"}}
     )
     assert (result["routing"]["model"], result["routing"]["repo"]) == ("multilingual", "tiny-multilingual")
-    listing = RoutedCatalog(router).listing(None, full=True)["models"]
+    listing = Served.of(router).listing(full=True)["models"]
     assert [m["name"] for m in listing] == ["english", "multilingual", "typed-decisions"]
     for entry in listing:
         assert entry["x_random_weights"] == "tiny-" + entry["name"] and entry["x_repo"] is None

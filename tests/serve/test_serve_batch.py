@@ -86,15 +86,13 @@ async def test_batch_controls_split_and_validation():
             "lang": "en",
             "lang_guess": "en",
         }
-        r, _ = await post(c, BATCH, body)
+        r, out = await post(c, BATCH, body)
         assert r.status == 200
-        assert kwargs_of(c.agent) == {
-            "max_len": 256,
-            "lang": "en",
-            "min_confidence": 0.8,
-            "batch_size": 2,
-            "sort_by_length": True,
-        }
+        # the Router in front of the bundle applies the gate and keeps `lang` for an agent with
+        # per-language temperatures (the fake has none): both answer as the agent would
+        assert kwargs_of(c.agent) == {"max_len": 256, "batch_size": 2, "sort_by_length": True}
+        answers = [a for item in out["results"] for a in item["answers"].values()]
+        assert {a["abstention_threshold"] for a in answers} == {0.8}
         r, _ = await post(c, BATCH, {"states": ["a"], "questions": Q, "sort_by_length": False})
         assert kwargs_of(c.agent) == {}
         for value, detail in [

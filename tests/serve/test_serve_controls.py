@@ -211,8 +211,9 @@ async def test_lang_controls_and_min_confidence():
                 '%s must be a language code string such as "de", or null' % key,
             )
         r, body = await post(c, URL, {**BODY, "min_confidence": 0.0})
-        assert kwargs_of(c.agent) == {"min_confidence": 0.0}
+        assert kwargs_of(c.agent) == {}  # the gate is the Router's, in front of the bundle
         assert {a["abstention"] for a in body["answers"].values()} == {"passed"}
+        assert {a["abstention_threshold"] for a in body["answers"].values()} == {0.0}
         r, body = await post(c, URL, {**BODY, "min_confidence": 0.7})
         assert body["answers"]["queue"]["low_confidence"] is True
         assert body["answers"]["refund"]["abstention"] == "passed"

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("aiohttp")
 
 from laya_onnx.core.manifest import Manifest
-from laya_onnx.serve.catalog import UNKNOWN_RELEASE_DATE
+from laya_onnx.serve.served import UNKNOWN_RELEASE_DATE
 from tests.serve_support import BODY, URL, FakeAgent, aio, post, served
 
 pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("no_laya_env")]

@@ -39,7 +39,8 @@ def check_call(state: Any, questions: Any) -> None:
 
 
 def _budgets(ctx: PredictContext) -> dict[str, int]:
-    """The token budgets a start hook left set (an agent attached by hand may take neither)."""
+    """The token budgets a start hook left set (an agent attached by hand may take neither; an
+    unset control is not passed, so the agent's own default stays in charge)."""
     return {k: v for k, v in (("max_len", ctx.max_len), ("head_max_len", ctx.head_max_len)) if v is not None}
 
 
@@ -74,7 +75,8 @@ def answer(
                 if scan is not None:
                     result = scan(ctx, lang)
                 else:
-                    result = agent.predict(ctx.states[0], ctx.questions, lang=lang, **_budgets(ctx))
+                    langs = {"lang": lang} if lang is not None else {}
+                    result = agent.predict(ctx.states[0], ctx.questions, **langs, **_budgets(ctx))
             if scan is not None:
                 result.setdefault("routing", dict(decision))
             else:
@@ -146,12 +148,11 @@ def answer_batch(
             for items, kwargs in _passes(agent, indices, started, requests, decisions):
                 if sort_by_length:
                     kwargs["sort_by_length"] = True
+                if batch_size is not None:
+                    kwargs["batch_size"] = batch_size
                 with skipping_default_hooks():
                     answers = agent.predict_batch(
-                        [ctx.states[0] for _, ctx in items],
-                        items[0][1].questions,
-                        batch_size=batch_size,
-                        **kwargs,
+                        [ctx.states[0] for _, ctx in items], items[0][1].questions, **kwargs
                     )
                 if len(answers) != len(items):
                     raise RuntimeError(
