@@ -154,10 +154,23 @@ class Proofs(Soak):
             "rss_mib_before": before.get("rss_mib"),
             "rss_mib_after": after.get("rss_mib"),
             ("peak_rss_mib" if reset else "peak_rss_mib_since_start"): after.get("peak_rss_mib"),
-            "access_log_cancelled": self._cancelled_lines() - cancelled,
+            "access_log_cancelled": await self._settled_cancelled_lines() - cancelled,
         }
         figures["load_average_before_after"] = [round(load_before[0], 2), round(os.getloadavg()[0], 2)]
         return figures
+
+    async def _settled_cancelled_lines(self, quiet_s: float = 0.5, most_s: float = 5.0) -> int:
+        """The `cancelled` count once the server has stopped adding to it: it writes a cut
+        request's line when it notices the cut, which can come after the client has gone."""
+        count, waited = self._cancelled_lines(), 0.0
+        while waited < most_s:
+            await asyncio.sleep(quiet_s)
+            waited += quiet_s
+            now = self._cancelled_lines()
+            if now == count:
+                return now
+            count = now
+        return count
 
     def _cancelled_lines(self) -> int:
         try:
