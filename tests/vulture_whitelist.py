@@ -23,6 +23,7 @@ _.loaded_revisions  # Router: which revision each loaded checkpoint runs
 _.set_default_hooks  # laya_onnx.hooks: the process-wide default hooks
 _.add_default_hook
 _.clear_default_hooks
+_.push_to_hub  # ONNXAgent: publish its bundle to the Hub (docs/hub.md)
 _.remove_hook  # HookRegistry
 _.HookArg  # laya_onnx.hooks' type aliases for the hooks= / on_predict_*= arguments
 _.PredictHookArg
