@@ -1,7 +1,8 @@
 """Request grouping: decisions that ask the same thing of the model, answered in one forward.
 
-Decisions group when they share the questions and the controls that change the pass or its
-decoding (`group_key`: max_len, head_max_len, lang, min_confidence). A group runs as one
+Decisions group when they share the questions and the controls that change the pass, its
+decoding or, behind a Router, the checkpoint that answers (`group_key`: max_len, head_max_len,
+lang, min_confidence, model, task, lang_guess). A group runs as one
 `predict_batch` (`run_group`) and each member gets its own result, in order: the answer its
 request alone would get (the rows are the same; only the padding of the pass differs, which
 moves the last float bits, within the parity rule). Whatever goes wrong stays per member: when
@@ -25,8 +26,9 @@ from laya_onnx.core.protocol import DecisionAgent
 from laya_onnx.core.question_cache import question_key
 from laya_onnx.core.work import CallLimits, call_limits
 
-#: Controls that change the pass or the decoding: requests group only when they agree on all.
-GROUPED_CONTROLS = ("max_len", "head_max_len", "lang", "min_confidence")
+#: Controls that change the pass, the decoding or the routing: requests group only when they
+#: agree on all (a Router's `predict_batch` routes each member as it would route it alone).
+GROUPED_CONTROLS = ("max_len", "head_max_len", "lang", "min_confidence", "model", "task", "lang_guess")
 
 
 def group_key(questions: Any, controls: dict[str, Any]) -> Hashable | None:

@@ -30,6 +30,7 @@ def test_group_keys_split_on_questions_and_pass_controls():
     assert group_key(Q, {"max_len": 256}) != base
     assert group_key(Q, {"min_confidence": 0.5}) != group_key(Q, {"min_confidence": 0.6})
     assert group_key(Q, {"lang": "de"}) != base
+    assert group_key(Q, {"model": "english"}) != group_key(Q, {"model": "multilingual"}) != base
     assert group_key(Q, {"batch_size": 2}) is None  # not a single decision's control: alone
 
 
@@ -179,3 +180,34 @@ async def test_bench_http_drives_a_running_server_at_each_client_count():
         assert run["statuses"].get("200", 0) > 0 and run["latency_ms_200"]["p50"] is not None
     # with four clients in a 20 ms window, some requests shared a pass
     assert any(name == "predict_batch" for name, *_ in agent.calls)
+
+
+@aio
+async def test_a_router_groups_requests_by_the_model_they_name():
+    from tests.serve.test_serve_router import DE, EN, router, serving
+
+    r = router()
+    async with serving(r, batch_window_ms=200) as c:
+        bodies = [
+            {"state": "en1", "questions": Q, "model": "english"},
+            {"state": "ml1", "questions": Q, "model": "multilingual"},
+            {"state": "en2", "questions": Q, "model": "english"},
+            {"state": "ml2", "questions": Q, "model": "ml"},
+            {"state": EN, "questions": Q},
+            {"state": DE, "questions": Q},
+        ]
+        answers = await _concurrently(c, bodies)
+        assert [r.status for r, _ in answers] == [200] * 6
+        routed = [body["routing"]["model"] for _, body in answers]
+        assert routed == ["english", "multilingual", "english", "multilingual", "english", "multilingual"]
+        seen = {name: agent.calls for name, agent in r.resident().items()}
+    # every pass ran on the checkpoint each of its requests named or was routed to, and the
+    # requests that named the same checkpoint shared one pass
+    for name, calls in seen.items():
+        for _, states, _, _ in calls:
+            for state in [states] if isinstance(states, str) else states:
+                assert routed[[b["state"] for b in bodies].index(state)] == name
+    batched = sorted(
+        tuple(states) for name, states, _, _ in sum(seen.values(), []) if name == "predict_batch"
+    )
+    assert ("en1", "en2") in batched and ("ml1", "ml2") in batched
