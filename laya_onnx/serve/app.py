@@ -23,6 +23,7 @@ from aiohttp.abc import AbstractAccessLogger
 
 from laya_onnx.core.router import Router
 from laya_onnx.serve import contract
+from laya_onnx.serve.contract import render
 from laya_onnx.serve.drain import Drain
 from laya_onnx.serve.errors import BODY_UNDECODABLE, UNSUPPORTED_VERSION, ApiError
 from laya_onnx.serve.keys import INFERENCE_MS, PASS_RESULT, QUEUE_WAIT_MS, TRACE_ID
@@ -40,7 +41,6 @@ from laya_onnx.serve.protocol import ServedAgent
 from laya_onnx.serve.served import Served
 from laya_onnx.serve.service import Call, DecisionService, LocalDecider
 from laya_onnx.serve.settings import Settings
-from laya_onnx.serve.wire import render
 
 log = logging.getLogger("laya_onnx.serve")
 

@@ -46,9 +46,9 @@ from aiohttp.http import HttpVersion10, HttpVersion11
 
 from laya_onnx.core import settings
 from laya_onnx.serve.app import HANDLER_ARGS, error_body, json_response
+from laya_onnx.serve.contract import render
 from laya_onnx.serve.errors import HEADERS_TIMEOUT, TOO_MANY_CONNECTIONS
 from laya_onnx.serve.logs import REQUEST_ID_HEADER, new_request_id
-from laya_onnx.serve.wire import render
 
 log = logging.getLogger("laya_onnx.serve")
 

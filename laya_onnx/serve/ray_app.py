@@ -41,13 +41,13 @@ from laya_onnx.core.errors import ConfigError
 from laya_onnx.core.grouping import group_key, run_group
 from laya_onnx.serve import contract
 from laya_onnx.serve.body import BodyBuffer
+from laya_onnx.serve.contract import render
 from laya_onnx.serve.errors import BUSY, ApiError
 from laya_onnx.serve.metrics import RequestMetrics, work_done
 from laya_onnx.serve.served import Served
 from laya_onnx.serve.server import is_models_dir
 from laya_onnx.serve.service import Call, Decided, DecisionService
 from laya_onnx.serve.settings import Settings
-from laya_onnx.serve.wire import render
 
 log = logging.getLogger("laya_onnx.serve")
 

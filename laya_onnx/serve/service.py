@@ -44,6 +44,7 @@ from laya_onnx.core import tracing
 from laya_onnx.core.work import CallLimits, call_limits
 from laya_onnx.serve import contract
 from laya_onnx.serve.body import BodyBuffer, page_refusal, read_body
+from laya_onnx.serve.contract import render
 from laya_onnx.serve.drain import Drain, WorkerLock
 from laya_onnx.serve.errors import BUSY, TOO_MANY_CONNECTIONS, UNAUTHORIZED, ApiError
 from laya_onnx.serve.logs import REQUEST_ID_HEADER, accept_request_id, current_request_id
@@ -53,7 +54,6 @@ from laya_onnx.serve.openapi import docs_html, index_payload, openapi_json
 from laya_onnx.serve.rss import MemoryKeeper
 from laya_onnx.serve.served import Served
 from laya_onnx.serve.settings import Settings
-from laya_onnx.serve.wire import render
 
 log = logging.getLogger("laya_onnx.serve")
 

@@ -1,24 +1,22 @@
-"""laya-serve's refusals of a decision body, in its order and words (docs/http-api.md,
-"Refusals in order"), read off the errors of the contract's models (`schema.py`); the checks no
-model states (JSON, unpaired surrogates, the options of all questions together); the batch plan.
-
-The models say what a body may hold; `Body` runs them once and asks their errors in laya-serve's
-order, so the first failing check is the one a caller hears about, with laya-serve's status and
-text. In the Jev profile, the errors of the Jev schema (the shape of the state and the questions)
-come first, as the 422 list (docs/http-api.md#the-jev-profile); laya-serve's checks follow.
+"""The refusals of a decision body in laya-serve's order and words (docs/http-api.md#refusals-in-order),
+read off the errors of the request models (`schema.py`), in both wire profiles
+(docs/http-api.md#the-jev-profile); the checks no model states (JSON, unpaired surrogates, the
+options of all questions together); the batch plan (docs/http-api.md#batch).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from laya_onnx.core.gate import check_min_confidence
-from laya_onnx.serve import jev, schema
+from laya_onnx.serve import schema
 from laya_onnx.serve.body import MAX_BODY_BYTES  # noqa: F401 (the cap's name where the limits are)
 from laya_onnx.serve.errors import INVALID_JSON, LONE_SURROGATE, ApiError
 
@@ -43,6 +41,52 @@ _MODELS: dict[tuple[bool, bool], type[BaseModel]] = {
 }
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _TOO_LONG = ("too_long",)
+#: What the model reads for a Jev question without `instructions` (docs/http-api.md#the-jev-profile).
+DEFAULT_INSTRUCTIONS = {
+    "choice": "Which option applies?",
+    "score": "Which level applies?",
+    "noul": "Which outcome holds?",
+}
+
+
+class JevValidationError(ApiError):
+    """A 422 whose body is the Jev list of `{loc, msg, type}` entries."""
+
+    def __init__(self, errors: list[dict[str, Any]]):
+        super().__init__(422, "; ".join(e["msg"] for e in errors) or "invalid request")
+        self.errors = errors
+
+
+def body_error(detail: str, kind: str = "value_error") -> JevValidationError:
+    return JevValidationError([{"loc": ["body"], "msg": detail, "type": kind}])
+
+
+@contextlib.contextmanager
+def validation_stage(jev: bool) -> Iterator[None]:
+    """Inside, a 400/422 refusal of the body is re-raised as the Jev 422 list when `jev`."""
+    try:
+        yield
+    except JevValidationError:
+        raise
+    except ApiError as exc:
+        if not jev or exc.status not in (400, 422):
+            raise
+        kind = "json_invalid" if exc.status == 400 and "valid JSON" in exc.detail else "value_error"
+        refusal = body_error(exc.detail, kind)
+        if exc.item is not None:  # a batch item at fault: its place in the list, and the header
+            refusal.errors[0]["loc"] = ["body", "states", exc.item]
+            refusal.at_item(exc.item)
+        raise refusal from None
+
+
+def with_default_instructions(questions: dict[str, Any]) -> dict[str, Any]:
+    """The questions as sent, each without `instructions` given its type's neutral one."""
+    out = {}
+    for qid, q in questions.items():
+        if isinstance(q, dict) and q.get("instructions") is None and q.get("type") in DEFAULT_INSTRUCTIONS:
+            q = {**q, "instructions": DEFAULT_INSTRUCTIONS[q["type"]]}
+        out[qid] = q
+    return out
 
 
 def parse_json(raw: bytes) -> Any:
@@ -81,10 +125,10 @@ class Body:
         if jev_profile:
             listed = [e for e in self.errors if _jev_schema(e)]
             if listed:
-                raise jev.JevValidationError(
+                raise JevValidationError(
                     [{"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]} for e in listed]
                 )
-            self.body = {**body, "questions": jev.with_default_instructions(body["questions"])}
+            self.body = {**body, "questions": with_default_instructions(body["questions"])}
         fields = ("states", "questions") if batch else ("questions",)
         if not isinstance(body, dict) or any(f not in body for f in fields):
             raise ApiError(

@@ -356,7 +356,7 @@ def test_every_error_type_the_package_defines_is_classified():
     # raised inside the server and answered as HTTP (or never leave their module)
     internal = {
         "laya_onnx.serve.errors.ApiError",
-        "laya_onnx.serve.wire.NonFiniteNumber",
+        "laya_onnx.serve.contract.NonFiniteNumber",
         "laya_onnx.core.question_cache._Uncacheable",
         "laya_onnx.core.work.CallStopped",  # only under limits a server puts around a call
         "laya_onnx.core.session.RunTerminated",  # a stopped pass: the agent raises CallStopped

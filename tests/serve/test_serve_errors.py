@@ -12,7 +12,7 @@ import pytest
 
 from laya_onnx.core.agent import ONNXAgent
 from laya_onnx.core.errors import InvalidRequest, InvalidRequestType
-from laya_onnx.serve.wire import NonFiniteNumber, render
+from laya_onnx.serve.contract import NonFiniteNumber, render
 from tests.serve_support import BATCH, BODY, URL, FakeAgent, Q, aio, post, served
 
 pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("no_laya_env")]

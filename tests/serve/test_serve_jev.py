@@ -16,9 +16,9 @@ pytest.importorskip("aiohttp")
 pytest.importorskip("pydantic")
 
 from laya_onnx.core.errors import ConfigError, InvalidRequest
-from laya_onnx.serve import create_app, jev
+from laya_onnx.serve import create_app, validate
 from laya_onnx.serve import settings as serve_settings
-from laya_onnx.serve.wire import jev_confidence
+from laya_onnx.serve.contract import jev_confidence
 from tests.serve_support import BATCH, BODY, URL, FakeAgent, Q, aio, post, served
 
 pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("no_laya_env")]
@@ -270,10 +270,10 @@ async def test_questions_without_instructions_get_a_neutral_one():
         assert r.status == 200 and list(out["answers"]) == ["n", "m", "c", "s"]
         sent = c.agent.calls[0][2]
     assert {qid: q["instructions"] for qid, q in sent.items()} == {
-        "n": jev.DEFAULT_INSTRUCTIONS["noul"],
-        "m": jev.DEFAULT_INSTRUCTIONS["noul"],
-        "c": jev.DEFAULT_INSTRUCTIONS["choice"],
-        "s": jev.DEFAULT_INSTRUCTIONS["score"],
+        "n": validate.DEFAULT_INSTRUCTIONS["noul"],
+        "m": validate.DEFAULT_INSTRUCTIONS["noul"],
+        "c": validate.DEFAULT_INSTRUCTIONS["choice"],
+        "s": validate.DEFAULT_INSTRUCTIONS["score"],
     }
     assert sent["n"]["criteria"] == questions["n"]["criteria"]  # everything else as sent
 

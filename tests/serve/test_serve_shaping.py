@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from laya_onnx.serve.wire import jev_confidence
+from laya_onnx.serve.contract import jev_confidence
 from tests.serve_support import BATCH, BODY, URL, FakeAgent, Q, aio, kwargs_of, post, served
 
 pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("no_laya_env")]
