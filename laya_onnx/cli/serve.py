@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
             "give a bundle to serve (or a models directory, or --model NAME=BUNDLE), or --ray CONFIG"
         )
     from laya_onnx.serve import run_server
-    from laya_onnx.serve.routed import parse_model_option
+    from laya_onnx.serve.served import parse_model_option
 
     for option in args.model:
         parse_model_option(option)  # refused before anything binds or loads

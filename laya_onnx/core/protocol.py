@@ -1,6 +1,6 @@
 """What the front ends need from the agent they answer with: `DecisionAgent`.
 
-`ONNXAgent` implements it, and so does the Router behind the server (`serve.routed.RoutedAgent`);
+`ONNXAgent` implements it, and so does the Router behind the server (`serve.served.Served`);
 the request grouping (`core.grouping`), the elimination plan (`core.tournament.plan_group`), the
 server and `laya-onnx score` read nothing else, so a change to the agent that breaks them is a
 type error rather than a `getattr` that quietly answers with a default. The server's own

@@ -16,12 +16,12 @@ from typing import Any
 from laya_onnx.core import tournament
 from laya_onnx.core.errors import LayaInputError, PassTooLarge
 from laya_onnx.core.hooks import aggregate_usage
+from laya_onnx.core.protocol import DecisionAgent
 from laya_onnx.core.questions import UnknownField, unknown_fields
 from laya_onnx.core.work import CallStopped, CallTooLarge
 from laya_onnx.serve import schema
 from laya_onnx.serve import validate as v
 from laya_onnx.serve.errors import INFERENCE_FAILED, NON_FINITE, ApiError
-from laya_onnx.serve.protocol import ServedAgent
 from laya_onnx.serve.served import ModelChoice, Served
 from laya_onnx.serve.settings import Settings
 
@@ -100,7 +100,7 @@ class OneDecision:
 
     what = "inference"
 
-    def run(self, agent: ServedAgent, settings: Settings) -> dict[str, Any]:
+    def run(self, agent: DecisionAgent, settings: Settings) -> dict[str, Any]:
         return tournament.predict_as_planned(
             agent, self.state, self.questions, settings.tournament_group, **self.controls
         )
@@ -121,7 +121,7 @@ class BatchDecision:
 
     what = "batch inference"
 
-    def run(self, agent: ServedAgent, settings: Settings) -> list[dict[str, Any]]:
+    def run(self, agent: DecisionAgent, settings: Settings) -> list[dict[str, Any]]:
         return tournament.predict_batch_as_planned(
             agent, self.states, self.questions, settings.tournament_group, **self.controls
         )
@@ -147,7 +147,7 @@ def agent_controls(body: v.Body, checkpoint: Served) -> tuple[dict[str, Any], Mo
     return controls, model
 
 
-def parse_systemone(raw: bytes, agent: ServedAgent, checkpoint: Served, settings: Settings) -> OneDecision:
+def parse_systemone(raw: bytes, agent: DecisionAgent, checkpoint: Served, settings: Settings) -> OneDecision:
     """The checks of docs/http-api.md#post-v1systemone in order; the first failing one is raised."""
     del agent  # one signature for both routes; the single route plans nothing from the agent
     with v.validation_stage(settings.jev):
@@ -160,7 +160,7 @@ def parse_systemone(raw: bytes, agent: ServedAgent, checkpoint: Served, settings
     return OneDecision(body.body["state"], body.body["questions"], controls, model.fallback, unknown)
 
 
-def parse_batch(raw: bytes, agent: ServedAgent, checkpoint: Served, settings: Settings) -> BatchDecision:
+def parse_batch(raw: bytes, agent: DecisionAgent, checkpoint: Served, settings: Settings) -> BatchDecision:
     """The checks of docs/http-api.md#post-v1systemonebatch in order, and the pass plan
     (docs/http-api.md#batch)."""
     with v.validation_stage(settings.jev):

@@ -26,7 +26,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from laya_onnx.core import settings
-from laya_onnx.serve.protocol import ServedAgent
+from laya_onnx.serve.served import Served
 
 PREFIX = "laya_onnx"
 #: Seconds. Covers a loopback health probe (~1 ms) up to a long batch on a CPU (tens of s).
@@ -77,7 +77,7 @@ class ProviderFallbacks(Collector):
     startup counts there too, so the series starts at 1 for it rather than at 0.
     """
 
-    def __init__(self, agent: ServedAgent):
+    def __init__(self, agent: Served):
         self.agent = agent
 
     def collect(self) -> Iterable[Metric]:
@@ -86,7 +86,7 @@ class ProviderFallbacks(Collector):
             "Passes (or session builds) an execution provider failed and handed to the next one.",
             labels=["provider"],
         )
-        for provider, entry in sorted(self.agent.fallbacks.items()):  # a snapshot (ServedAgent)
+        for provider, entry in sorted(self.agent.fallbacks.items()):  # a snapshot
             family.add_metric([provider], entry["count"])
         yield family
 
@@ -206,7 +206,7 @@ class Metrics(RequestMetrics):
     """The aiohttp app's metrics: the edge's, and its single worker's queue, admission limit and
     the agent's provider fallbacks."""
 
-    def __init__(self, agent: ServedAgent, max_concurrent: int, queue_depth: Callable[[], int]):
+    def __init__(self, agent: Served, max_concurrent: int, queue_depth: Callable[[], int]):
         super().__init__()
         r = self.registry
         self.queue_wait = Histogram(

@@ -80,7 +80,7 @@ class LayaModel:
         agent: Any
         if models or is_models_dir(bundle):
             # several checkpoints: the Router `laya-onnx serve` runs (LAYA_* from the runtime_env)
-            from laya_onnx.serve.routed import build_router
+            from laya_onnx.serve.served import build_router
 
             agent = build_router(bundle, models or (), providers=providers)
         else:

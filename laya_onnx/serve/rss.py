@@ -1,15 +1,9 @@
-"""Memory given back after requests, judged by what the process holds (RSS), not by a pass estimate.
-
-A request can leave the process holding far more than at idle without any large pass: the
-parsed body of a 2 MiB request, a 1.9 MB instruction tokenized once, a batch's encoded rows.
-Python frees those objects, but glibc keeps the freed pages (its mmap threshold grows after big
-blocks are freed, so later big blocks land on the heap) and the process's RSS stays at its peak.
+"""Memory given back after requests, judged by the process's RSS (serve/README.md#memory).
 
 `MemoryKeeper.after_request()` runs after every decision request: when the RSS is more than
-`RELEASE_MARGIN` above the idle RSS the app started with, it collects garbage and trims the C
-heap (`malloc_trim`) in a thread — at most once every `RELEASE_INTERVAL` seconds, and once more
-that long after the last request if the RSS is still up then, so a process left high by a burst
-comes back down while idle. Linux only (elsewhere: no-op).
+`RELEASE_MARGIN` above the RSS the app started with, a thread collects garbage and trims the C
+heap, at most once every `RELEASE_INTERVAL` seconds, and once more that long after the last
+request if the RSS is still up. Linux only (elsewhere: no-op).
 """
 
 from __future__ import annotations
@@ -17,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import os
+import resource
 
+from laya_onnx.core.memory import process_memory
 from laya_onnx.core.session import trim_heap
 
 log = logging.getLogger("laya_onnx.serve")
@@ -27,16 +22,17 @@ log = logging.getLogger("laya_onnx.serve")
 RELEASE_MARGIN = 64 * 1024 * 1024
 #: Seconds between two releases at most (each collects garbage: a few ms to tens of ms).
 RELEASE_INTERVAL = 5.0
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-def resident_bytes() -> int | None:
-    """This process's RSS from /proc/self/statm, or None where there is none."""
+def process_rss() -> dict[str, int | None]:
+    """This process's resident memory now and at its peak, in bytes (/proc; peak from getrusage
+    where /proc is missing)."""
     try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * _PAGE
-    except (OSError, ValueError, IndexError):
-        return None
+        memory = process_memory()
+    except OSError:
+        memory = {}
+    peak = memory.get("VmHWM") or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {"rss_bytes": memory.get("VmRSS"), "peak_rss_bytes": peak}
 
 
 def release() -> None:
@@ -58,13 +54,13 @@ class MemoryKeeper:
         self._later: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
-        self.baseline = resident_bytes()
+        self.baseline = process_rss()["rss_bytes"]
 
     def after_request(self) -> None:
         """Release when the RSS is up by the margin; if one ran too recently, look again later."""
         if self.baseline is None or (self._task is not None and not self._task.done()):
             return
-        now = resident_bytes()
+        now = process_rss()["rss_bytes"]
         if now is None or now - self.baseline <= self.margin:
             return
         loop = asyncio.get_running_loop()
@@ -82,5 +78,5 @@ class MemoryKeeper:
 
     async def _release(self, before: int) -> None:
         await asyncio.to_thread(release)
-        after = resident_bytes() or before
+        after = process_rss()["rss_bytes"] or before
         log.info("gave memory back after a request: RSS %d -> %d MiB", before >> 20, after >> 20)

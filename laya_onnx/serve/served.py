@@ -1,29 +1,27 @@
 """What a server serves: a `laya_onnx.Router`, over a models folder or over one bundle.
 
-`Served.of(router_or_agent)` gives the decision path one object: the agent the worker calls
-(`routed.RoutedAgent`), how a body's `model` and `task` are taken, the `routing` block, `/health`
-and `/v1/models`, the idle-unload window and the warm-up a server runs before it is ready.
-
-One bundle is served as a Router of one (`OneBundle`): the same path, with the bytes the
-single-bundle wire has always had, all decided in that one class — its checkpoint's name in
-place of the Router's, a `model` or `task` naming another laya checkpoint refused (nothing here
-could answer it), the `routing` block saying `served bundle`, `/health` without the Router's
-process keys, and `/v1/models` with the bundle's digests.
+`Served` is the one agent the worker calls (each call answered by `Router.predict` /
+`predict_batch`), how a body's `model` and `task` are taken (docs/http-api.md#the-model-field),
+the `routing` block, `/health` (docs/http-api.md#health), `/v1/models`, LAYA_IDLE_UNLOAD_SECONDS
+and the warm-up (serve/README.md#several-checkpoints-serve-models_dir). One bundle is a Router of
+one (`OneBundle`): the same path, with the bytes of the single-bundle wire.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
-import resource
+import os
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from laya_onnx.core import settings
 from laya_onnx.core.bundle import GRAPH_FILE, MANIFEST_FILE, Bundle, bundle_origin
-from laya_onnx.core.errors import InvalidRequest
+from laya_onnx.core.errors import ConfigError, InvalidRequest
 from laya_onnx.core.hooks import BaseHook, PredictContext
-from laya_onnx.core.memory import process_memory
 from laya_onnx.core.names import (
     BUNDLE_REPO,
     PUBLISHED_CHECKPOINTS,
@@ -32,10 +30,10 @@ from laya_onnx.core.names import (
     canonical_name,
     published_name,
 )
-from laya_onnx.core.router import Router
-from laya_onnx.core.session import FallbackEntry
+from laya_onnx.core.router import Router, bundles_in
+from laya_onnx.core.session import FallbackEntry, resolve_threads
 from laya_onnx.serve.errors import ApiError
-from laya_onnx.serve.routed import ROUTER_NAME, IdleUnload, RoutedAgent, published_ids
+from laya_onnx.serve.rss import process_rss
 
 log = logging.getLogger("laya_onnx.serve")
 
@@ -45,12 +43,71 @@ UNHEALTHY = "unhealthy"
 UNKNOWN_RELEASE_DATE = "unknown"
 #: One bundle's `routing.reason`: nothing was routed, the one checkpoint answered.
 ROUTING_REASON = "served bundle"
+#: What a Router's `Served.name` reports in log lines (no single checkpoint answers every request).
+ROUTER_NAME = "router"
 #: `model` values that ask for whatever this server answers with (TypeSafe's "latest" id): not
 #: a fallback to report, unlike a name this server does not know.
 GENERIC_MODEL_IDS = frozenset({"jev-latest"})
+#: The controls of one batch item, as laya-serve copies them into every request of the batch.
+ITEM_CONTROLS = ("model", "task", "lang", "lang_guess", "max_len", "head_max_len")
 #: Row lengths the warm-up runs one pass at (each at most the bundle's own max_len): the shapes
 #: onnxruntime meets first in real traffic, so the first requests do not pay for them.
 WARM_LENGTHS = (32, 64, 128, 256, 512)
+
+
+def parse_model_option(text: str) -> tuple[str, str]:
+    """`--model NAME=BUNDLE` -> (NAME, BUNDLE)."""
+    name, sep, bundle = text.partition("=")
+    if not sep or not name.strip() or not bundle.strip():
+        raise ConfigError("--model takes NAME=BUNDLE (a bundle folder or a Hub id), got %r" % (text,))
+    return name.strip(), bundle.strip()
+
+
+def build_router(
+    models_dir: str | os.PathLike | None = None,
+    named: Sequence[str] = (),
+    providers: Sequence[Any] | None = None,
+    strict_providers: bool = False,
+    threads: int | None = None,
+) -> Router:
+    """The Router `laya-onnx serve MODELS_DIR` runs, from a models directory, `--model NAME=BUNDLE`
+    options and laya-serve's variables (serve/README.md#several-checkpoints-serve-models_dir;
+    `threads` overrides LAYA_THREADS). Refusals are ConfigError, before any bundle is loaded."""
+    models: dict[str, Any] = dict(bundles_in(models_dir)) if models_dir is not None else {}
+    for option in named:
+        name, bundle = parse_model_option(option)
+        models[name] = bundle
+    models.update(settings.EXTRA_MODELS.read())
+    options: dict[str, Any] = {"auto_task_detection": settings.AUTO_TASK.read()}
+    max_loaded = settings.MAX_LOADED.read()
+    if max_loaded is not None:
+        options["max_loaded"] = max_loaded
+    agent_kwargs: dict[str, Any] = {"strict_providers": True} if strict_providers else {}
+    threads = resolve_threads(threads)
+    if threads is not None:
+        agent_kwargs["threads"] = threads
+    if agent_kwargs:
+        options["agent_kwargs"] = agent_kwargs
+    try:
+        router = Router(models, providers=providers, **options)
+        default = settings.DEFAULT_MODEL.read()
+        if default is not None:
+            try:
+                router.default = router.resolve(default)
+            except ValueError as exc:
+                raise settings.DEFAULT_MODEL.invalid(default, str(exc)) from None
+        names = settings.MODELS.read()
+        for name in names or ():
+            router.resolve(name)  # an unknown name refuses the start, not the first request
+    except ConfigError:
+        raise
+    except (ValueError, TypeError, OSError) as exc:
+        raise ConfigError(str(exc)) from None
+    if not any(router.models.values()):
+        raise ConfigError("no bundle to serve: give a models directory or --model NAME=BUNDLE")
+    if settings.PRELOAD.read():
+        router.preload(names)
+    return router
 
 
 class ModelChoice(NamedTuple):
@@ -58,8 +115,7 @@ class ModelChoice(NamedTuple):
 
     #: The checkpoint it pins (None: the router chooses).
     pinned: str | None = None
-    #: Its text when it named no checkpoint this server knows and was answered anyway (laya-serve
-    #: routes such a name silently; this server says so: `contract.model_fallback_headers`).
+    #: Its text when it named no checkpoint here and was answered anyway (`X-Model-Fallback`).
     fallback: str | None = None
 
 
@@ -70,19 +126,17 @@ def fallback_choice(text: str) -> ModelChoice:
 
 def names_a_path(text: str) -> bool:
     """A filesystem path or a Hub repo id rather than a checkpoint name."""
-    if not text:
-        return False
-    return text[0] in ".~" or "/" in text or "\\" in text
+    return bool(text) and (text[0] in ".~" or "/" in text or "\\" in text)
 
 
 class Served:
-    """A Router's checkpoints on the wire (module docstring); `OneBundle` for one bundle."""
+    """A Router's checkpoints on the wire and the agent the worker calls (module docstring)."""
 
     name = ROUTER_NAME
+    revision: str | None = None
 
-    def __init__(self, router: Router, agent: RoutedAgent, idle: IdleUnload | None = None):
+    def __init__(self, router: Router, idle: IdleUnload | None = None):
         self.router = router
-        self.agent = agent
         self.idle = idle
         #: Each checkpoint's provider fallbacks when it loaded (`cpu_fallbacks`).
         self.baselines: dict[str, dict[str, int]] = {}
@@ -93,20 +147,67 @@ class Served:
         if not isinstance(served, Router):
             return OneBundle(served)
         seconds = settings.IDLE_UNLOAD_SECONDS.read()
-        idle = IdleUnload(served, seconds) if seconds else None
-        this = cls(served, RoutedAgent(served, on_call=idle.mark if idle else None), idle)
+        this = cls(served, IdleUnload(served, seconds) if seconds else None)
         served.add_hook(ColdStarts(served, this.baselines))
         for name, agent in served.resident().items():  # preloaded before the hook existed
             this.baselines[name] = fallback_baseline(agent.fallbacks)
             log.info("loaded checkpoint %s in %.2fs", name, served.load_seconds.get(name, 0.0))
         return this
 
+    # -- the agent the worker calls -------------------------------------------------------------
+
+    @property
+    def agent(self) -> Served:
+        """What the worker calls: this object, whose every call the Router answers."""
+        return self
+
+    def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        self.mark()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self.mark()  # on the worker, after the pass, failed or not (the idle clock)
+
+    def predict(self, state: Any, questions: Any, **controls: Any) -> dict[str, Any]:
+        return self._call(self.router.predict, state, questions, **controls)
+
+    def predict_batch(self, states: Sequence[Any], questions: Any, **controls: Any) -> list[dict[str, Any]]:
+        """laya-serve's batch: the item controls copied into every state's request."""
+        item = {k: controls.pop(k) for k in ITEM_CONTROLS if k in controls}
+        requests = [{"state": s, "questions": questions, **item} for s in states]
+        return self._call(self.router.predict_batch, requests, **controls)
+
+    def tournament_group_size(self, questions: Any, head_max_len: int | None = None) -> int | None:
+        """The smallest group any resident checkpoint needs (its options then fit every head)."""
+        sizes = [a.tournament_group_size(questions, head_max_len) for a in self.resident().values()]
+        known = [s for s in sizes if s is not None]
+        return min(known) if known else None
+
+    @property
+    def providers(self) -> list[str]:
+        for agent in self.resident().values():
+            return list(agent.providers)
+        return self.requested_providers
+
+    @property
+    def requested_providers(self) -> list[str]:
+        return [p if isinstance(p, str) else p[0] for p in (self.router.providers or [])]
+
+    @property
+    def fallbacks(self) -> dict[str, FallbackEntry]:
+        """Every resident checkpoint's provider fallbacks, summed per provider."""
+        total: dict[str, FallbackEntry] = {}
+        for agent in self.resident().values():
+            for provider, entry in agent.fallbacks.items():
+                seen = total.setdefault(provider, {"count": 0, "last_reason": None})
+                seen["count"] += entry["count"]
+                seen["last_reason"] = entry["last_reason"] or seen["last_reason"]
+        return total
+
     # -- a decision's model, task and routing ---------------------------------------------------
 
     def check_model(self, model: Any) -> ModelChoice:
-        """laya-serve's `_resolve_model`: auto-route for no model, the bundle repo or any other
-        miss (the miss reported as a fallback); the checkpoint for a name, alias or published
-        id; 422 for a path or Hub id (docs/http-api.md, "The model field")."""
+        """laya-serve's `_resolve_model` (docs/http-api.md#the-model-field)."""
         if not model:
             return ModelChoice()
         text = str(model).strip()
@@ -126,7 +227,7 @@ class Served:
         """`task` reaches the Router, which refuses an unknown one (422) when it routes."""
 
     def routing_controls(self, model: str | None, task: Any, lang_guess: str | None) -> dict[str, Any]:
-        """What the Router is asked to route by (`RoutedAgent` passes it on)."""
+        """What the Router is asked to route by."""
         controls: dict[str, Any] = {"model": model}
         if task is not None:
             controls["task"] = task
@@ -138,7 +239,7 @@ class Served:
         return result  # the Router's own block, already last
 
     def mark(self) -> None:
-        """A decision request was admitted: the idle window restarts."""
+        """A decision request was admitted, or a pass ended: the idle window restarts."""
         if self.idle is not None:
             self.idle.mark()
 
@@ -148,18 +249,13 @@ class Served:
         """{name on the wire: agent} of the loaded checkpoints."""
         return self.router.resident()
 
-    def requested_providers(self) -> list[str]:
-        return [p if isinstance(p, str) else p[0] for p in (self.router.providers or [])]
-
     def unhealthy(self) -> list[str]:
-        """The loaded checkpoints whose device failed pass after pass (`ONNXAgent.healthy`): the
-        process needs a restart, which /health and /health/live ask for with a 503."""
+        """The loaded checkpoints whose device failed pass after pass (`ONNXAgent.healthy`)."""
         return [name for name, each in self.resident().items() if not getattr(each, "healthy", True)]
 
     def health(self, full: bool) -> tuple[int, dict[str, Any]]:
-        """`/health`'s status and payload: liveness for anyone; the full payload only when `full`
-        (no key, or its bearer). Reads attributes and the agents' fallback snapshots, never a
-        pass, so it answers while a pass is running."""
+        """`/health`'s status and payload (docs/http-api.md#health), the full one only when `full`.
+        Reads attributes and fallback snapshots, never a pass, so it answers while one runs."""
         sick = self.unhealthy()
         payload: dict[str, Any] = self._health() if full else {"status": "ok"}
         if sick:
@@ -183,7 +279,7 @@ class Served:
             "status": "ok",
             "loaded": list(resident),
             "revisions": {name: getattr(agent, "revision", None) for name, agent in resident.items()},
-            "device": measured or preferred_device(self.requested_providers()),
+            "device": measured or preferred_device(self.requested_providers),
             "device_is_preference": measured is None,
             "checkpoint_devices": devices,
             "cpu_fallbacks": {
@@ -211,14 +307,11 @@ class Served:
     # -- /v1/models -------------------------------------------------------------------------------
 
     def listing(self, full: bool) -> dict[str, Any]:
-        """`/v1/models`: every checkpoint with a bundle (Jev's keys; `x_` keys when `full`).
-        Auth follows /health: never a 401; with LAYA_API_KEY set, the `x_` keys only for its
-        bearer (docs/http-api.md, "Health")."""
-        resident = self.router.resident()
+        """`/v1/models` (serve/README.md#v1models): every checkpoint with a bundle, Jev's keys, and
+        the `x_` keys when `full` (no key set, or its bearer)."""
+        resident = self.resident()
         models = []
-        for name, source in self.router.models.items():
-            if source is None and name not in resident:
-                continue
+        for name, source in self._listed().items():
             loaded = resident.get(name)
             random = getattr(loaded, "random_weights", None) if loaded else bundle_random_weights(source)
             entry: dict[str, Any] = {
@@ -227,18 +320,27 @@ class Served:
                 "release_date": UNKNOWN_RELEASE_DATE,
             }
             if full:
-                # A test checkpoint's bundle answers to the route's name, never to a Hub id
-                entry.update(
-                    {
-                        "x_aliases": aliases_of(name) + ([] if random else published_repos(name)),
-                        "x_repo": None if random else self.router.repo(name),
-                        "x_loaded": name in resident,
-                        "x_revision": getattr(loaded, "revision", None),
-                    }
-                )
-                entry.update(_optional(random, getattr(loaded, "int8_kernel", None)))
+                entry.update(self._card(name, loaded, random))
+                if random:
+                    entry["x_random_weights"] = random
+                if (kernel := getattr(loaded, "int8_kernel", None)) is not None:
+                    entry["x_int8_kernel"] = kernel
             models.append(entry)
         return {"models": models}
+
+    def _listed(self) -> dict[str, Any]:
+        """{name: bundle source} of the checkpoints listed: those with a bundle, and the loaded."""
+        resident = self.resident()
+        return {n: s for n, s in self.router.models.items() if s is not None or n in resident}
+
+    def _card(self, name: str, loaded: Any, random: str | None) -> dict[str, Any]:
+        """A listing entry's `x_` keys (a test checkpoint's bundle answers to no Hub id)."""
+        return {
+            "x_aliases": aliases_of(name) + ([] if random else published_repos(name)),
+            "x_repo": None if random else self.router.repo(name),
+            "x_loaded": loaded is not None,
+            "x_revision": getattr(loaded, "revision", None),
+        }
 
     # -- the warm-up --------------------------------------------------------------------------------
 
@@ -248,7 +350,7 @@ class Served:
         from laya_onnx.core.memory import probe_feeds
         from laya_onnx.core.work import PROBE_LENGTH
 
-        for agent in self.router.resident().values():
+        for agent in self.resident().values():
             clock, session = getattr(agent, "pass_clock", None), getattr(agent, "session", None)
             if clock is None or session is None:
                 continue
@@ -260,28 +362,10 @@ class Served:
             log.info("warmed up %s", getattr(agent, "name", "the checkpoint"))
 
 
-class ColdStarts(BaseHook):
-    """Logs every load of a Router's checkpoint with its time and keeps its fallback baseline."""
-
-    def __init__(self, router: Router, baselines: dict[str, dict[str, int]]):
-        self.router = router
-        self.baselines = baselines
-
-    def on_load(self, ctx: PredictContext) -> None:
-        name = str(ctx.model)
-        self.baselines[name] = fallback_baseline(getattr(ctx.agent, "fallbacks", {}))
-        log.info("loaded checkpoint %s in %.2fs", name, self.router.load_seconds.get(name, 0.0))
-
-    def on_evict(self, ctx: PredictContext) -> None:
-        log.info("unloaded checkpoint %s", ctx.model)
-
-
 class OneBundle(Served):
-    """One loaded agent served as a Router of one, with the single-bundle wire (module docstring).
-
-    laya-serve fronts a Router over several checkpoints; here every request is pinned to the one
-    checkpoint, so its name, its `routing` block and its refusals are this class's.
-    """
+    """One loaded agent served as a Router of one, every call pinned to it by its `model`
+    control; its name, `routing` block, refusals, /health and /v1/models are the single-bundle
+    wire's (docs/http-api.md#the-model-field)."""
 
     def __init__(self, agent: Any):
         router = Router()
@@ -291,35 +375,28 @@ class OneBundle(Served):
         except InvalidRequest:  # a name the Router cannot register: the wire still shows it
             key = "served"
             router.attach(key, agent)
-        super().__init__(router, RoutedAgent(router, lone=agent, pin=key))
+        super().__init__(router)
         self.lone = agent
         self.key = key
         self.name: str = agent.name  # the checkpoint's, not ROUTER_NAME
-        self.repo = bundle_source(agent.bundle) or agent.name
+        self.revision = agent.revision
+        # what the batch route's pass plan reads of its agent (`validate.pass_memory_of`)
+        self.memory_model = getattr(agent, "memory_model", None)
+        self.max_pass_memory = getattr(agent, "max_pass_memory", None)
+        self.repo = bundle_origin(agent.bundle.manifest, agent.bundle.root) or agent.name
         self.baselines[self.name] = fallback_baseline(agent.fallbacks)
-        random = getattr(agent, "random_weights", None)
-        # A test checkpoint's bundle is never listed under the published checkpoints' Hub ids;
-        # the bundle repo means "auto" and so lands here too (one checkpoint), listed last.
-        hub_ids = [] if random else [*published_repos(self.name), BUNDLE_REPO]
-        self.card = {
-            "aliases": aliases_of(self.name) + hub_ids,
-            # laya.onnx's digest as the manifest lists it (verified when the bundle was opened)
-            "graph_sha256": agent.bundle.manifest.digest(GRAPH_FILE),
-            "manifest_sha256": manifest_sha256(agent.bundle),
-            "precision": agent.bundle.precision.precision,
-        }
+        #: laya.onnx's digest as the manifest lists it (verified when the bundle was opened), and
+        #: manifest.json's own, which pins every file of the bundle
+        self.digests = (agent.bundle.manifest.digest(GRAPH_FILE), manifest_sha256(agent.bundle))
 
     def _unknown(self, value: Any) -> str:
         aliases = aliases_of(self.name)
         return "unknown model %r; choose one of %s (or an alias: %s)" % (value, [self.name], aliases)
 
     def check_model(self, model: Any) -> ModelChoice:
-        """Falsy, the bundle id, this checkpoint's name/alias/published id, and any other name
-        (a Jev id like `jev-1`, a typo) are answered by this checkpoint — the last kind as a
-        reported fallback. A path or an unpublished Hub id is a 422: the caller named a
-        checkpoint this server cannot load. So is another laya checkpoint's name: laya-serve
-        would pin it, and answering it with this checkpoint instead would be the wrong answer
-        the 422 exists to prevent."""
+        """This checkpoint for its names and for any other name (that one as a reported fallback);
+        422 for a path, an unpublished Hub id or another laya checkpoint's name, which laya-serve
+        would pin and this checkpoint would answer wrongly."""
         if not model:
             return ModelChoice()
         text = str(model).strip()
@@ -339,9 +416,7 @@ class OneBundle(Served):
             raise ApiError(422, self._unknown(task))
 
     def routing_controls(self, model: str | None, task: Any, lang_guess: Any) -> dict[str, Any]:
-        """Nothing to route: the agent pins every call to the one checkpoint (`RoutedAgent.pin`),
-        and the checks above refused a model or task it is not."""
-        return {}
+        return {"model": self.key}  # the checks above refused a model or task it is not
 
     def with_routing(self, result: dict[str, Any]) -> dict[str, Any]:
         routing = {"model": self.name, "repo": self.repo, "reason": ROUTING_REASON}
@@ -350,44 +425,95 @@ class OneBundle(Served):
     def resident(self) -> dict[str, Any]:
         return {self.name: self.lone}
 
+    @property
     def requested_providers(self) -> list[str]:
         return list(self.lone.requested_providers)
 
     def _process(self) -> dict[str, Any]:
         return {}  # the single-bundle /health has no process keys
 
-    def listing(self, full: bool) -> dict[str, Any]:
-        agent, card = self.lone, self.card
-        random = getattr(agent, "random_weights", None)
-        entry: dict[str, Any] = {
-            "name": self.name,
-            "description": describe_checkpoint(self.name, random),
-            "release_date": UNKNOWN_RELEASE_DATE,
+    def _listed(self) -> dict[str, Any]:
+        return {self.name: None}
+
+    def _card(self, name: str, loaded: Any, random: str | None) -> dict[str, Any]:
+        """The bundle's `x_` keys: its Hub ids (the bundle repo last: it means "auto", which is
+        this checkpoint), revision, origin, digests, precision and providers."""
+        hub_ids = [] if random else [*published_repos(self.name), BUNDLE_REPO]
+        return {
+            "x_aliases": aliases_of(self.name) + hub_ids,
+            "x_revision": self.lone.revision,
+            "x_repo": self.repo,
+            "x_graph_sha256": self.digests[0],
+            "x_manifest_sha256": self.digests[1],
+            "x_precision": self.lone.bundle.precision.precision,
+            "x_providers": list(self.lone.providers),
         }
-        if full:
-            entry.update(
-                {
-                    "x_aliases": list(card["aliases"]),
-                    "x_revision": agent.revision,
-                    "x_repo": self.repo,
-                    "x_graph_sha256": card["graph_sha256"],
-                    "x_manifest_sha256": card["manifest_sha256"],
-                    "x_precision": card["precision"],
-                    "x_providers": list(agent.providers),
-                }
-            )
-            entry.update(_optional(random, agent.int8_kernel))
-        return {"models": [entry]}
 
 
-def _optional(random: str | None, kernel: str | None) -> dict[str, Any]:
-    """A listing entry's `x_random_weights` and `x_int8_kernel`, each only when it applies."""
-    out: dict[str, Any] = {}
-    if random:
-        out["x_random_weights"] = random
-    if kernel is not None:
-        out["x_int8_kernel"] = kernel
-    return out
+class ColdStarts(BaseHook):
+    """Logs every load of a Router's checkpoint with its time and keeps its fallback baseline."""
+
+    def __init__(self, router: Router, baselines: dict[str, dict[str, int]]):
+        self.router = router
+        self.baselines = baselines
+
+    def on_load(self, ctx: PredictContext) -> None:
+        name = str(ctx.model)
+        self.baselines[name] = fallback_baseline(getattr(ctx.agent, "fallbacks", {}))
+        log.info("loaded checkpoint %s in %.2fs", name, self.router.load_seconds.get(name, 0.0))
+
+    def on_evict(self, ctx: PredictContext) -> None:
+        log.info("unloaded checkpoint %s", ctx.model)
+
+
+class IdleUnload:
+    """LAYA_IDLE_UNLOAD_SECONDS: after that long without a decision request the resident
+    checkpoints are unloaded on the worker, never beside a pass; `mark()` on every request and pass."""
+
+    def __init__(self, router: Router, seconds: float):
+        self.router = router
+        self.seconds = seconds
+        self.last = time.monotonic()
+
+    def mark(self) -> None:
+        self.last = time.monotonic()
+
+    def idle_for(self) -> float:
+        return time.monotonic() - self.last
+
+    def unload_if_idle(self) -> None:
+        """On the worker: re-checked there, so a pass that finished after the reaper looked counts."""
+        idle = self.idle_for()
+        if idle >= self.seconds and self.router.loaded:
+            self.router.unload()
+            log.info("idle for %.1fs: unloaded resident checkpoints", idle)
+
+    async def reap(
+        self, busy: Callable[[], bool], run_on_worker: Callable[[Callable[[], None]], Any]
+    ) -> None:
+        """Tick every max(0.05, min(seconds / 4, 5)) s; skip while a pass runs or waits."""
+        interval = max(0.05, min(self.seconds / 4.0, 5.0))
+        while True:
+            await asyncio.sleep(interval)
+            if busy() or self.idle_for() < self.seconds:
+                continue
+            try:
+                await run_on_worker(self.unload_if_idle)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a failed unload must not stop the next attempt
+                log.exception("idle unload failed")
+
+
+def published_ids() -> dict[str, str]:
+    """Standalone Hub ids a client may send as `model` -> the checkpoint name (not the bundle repo,
+    which means "let the router choose")."""
+    return {
+        repo.lower(): name
+        for name, places in PUBLISHED_CHECKPOINTS.items()
+        for repo, sub in places
+        if sub is None and repo != BUNDLE_REPO
+    }
 
 
 def published_repos(name: str) -> list[str]:
@@ -400,16 +526,9 @@ def published_repos(name: str) -> list[str]:
 def describe_checkpoint(name: str, random_weights: str | None) -> str:
     """`/v1/models`'s description; a test checkpoint's bundle says what it is."""
     if random_weights:
-        return "%s: random test weights (preset %s) served by laya-onnx; its answers carry no meaning" % (
-            name,
-            random_weights,
-        )
+        text = "%s: random test weights (preset %s) served by laya-onnx; its answers carry no meaning"
+        return text % (name, random_weights)
     return "laya %s checkpoint served by laya-onnx (ONNX Runtime)" % name
-
-
-def bundle_source(bundle: Bundle) -> str | None:
-    """Where the served bundle came from (`laya_onnx.core.bundle.bundle_origin`)."""
-    return bundle_origin(bundle.manifest, bundle.root)
 
 
 def manifest_sha256(bundle: Bundle) -> str | None:
@@ -420,19 +539,6 @@ def manifest_sha256(bundle: Bundle) -> str | None:
     except OSError:  # removed or unreadable since the bundle was opened
         return None
 
-
-def process_rss() -> dict[str, int | None]:
-    """This process's resident memory now and at its peak, in bytes (/proc; peak from getrusage
-    where /proc is missing)."""
-    try:
-        memory = process_memory()
-    except OSError:
-        memory = {}
-    peak = memory.get("VmHWM") or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"rss_bytes": memory.get("VmRSS"), "peak_rss_bytes": peak}
-
-
-# -- device facts for /health --------------------------------------------------------------
 
 _PROVIDER_DEVICES = {
     "CPUExecutionProvider": "cpu",
@@ -461,13 +567,8 @@ def preferred_device(requested: list[str]) -> str:
 
 
 def cpu_fallbacks(fallbacks: dict[str, FallbackEntry], baseline: dict[str, int]) -> dict[str, Any]:
-    """laya-serve's `{count, last_reason}`: passes that failed on an accelerator and were retried
-    on CPU since the checkpoint loaded.
-
-    `fallbacks` is the agent's snapshot; `baseline` is the per-provider count when it loaded:
-    those are the providers that never attached (a CPU-only build, no GPU), which laya-serve
-    does not count as fallbacks — that case is what `device` reports.
-    """
+    """laya-serve's `{count, last_reason}` (serve/README.md#health): the counts above `baseline`,
+    those at load (providers that never attached are not fallbacks)."""
     count, reason = 0, None
     for provider, entry in fallbacks.items():
         delta = entry["count"] - baseline.get(provider, 0)

@@ -150,7 +150,7 @@ def run_server(
 
     `strict_providers`: refuse to start when a requested accelerator does not attach.
     A models directory (a folder of bundle folders) or `models` (`NAME=BUNDLE` texts) serve
-    several checkpoints through a `laya_onnx.Router` (`serve/routed.py`). `threads`: onnxruntime
+    several checkpoints through a `laya_onnx.Router` (`serve/served.py`). `threads`: onnxruntime
     intra-op threads of every agent (default $LAYA_THREADS, else onnxruntime's). `log_format`:
     `text` or `json` (default $LAYA_LOG_FORMAT, else text).
 
@@ -167,7 +167,7 @@ def run_server(
         try:
             agent: Any
             if models or bundle is None or is_models_dir(bundle):
-                from laya_onnx.serve.routed import build_router
+                from laya_onnx.serve.served import build_router
 
                 agent = build_router(
                     bundle, models, providers=chosen, strict_providers=strict_providers, threads=threads

@@ -503,7 +503,7 @@ def test_an_application_behind_a_router_answers_as_the_routed_server(base, bundl
     from aiohttp.test_utils import TestServer
 
     from laya_onnx.serve import create_app
-    from laya_onnx.serve.routed import build_router
+    from laya_onnx.serve.served import build_router
 
     cases = [
         ("POST", "/v1/systemone", json.dumps({"state": s, "questions": Q1, **extra}).encode(), {})

@@ -1,4 +1,4 @@
-"""`laya-onnx serve MODELS_DIR`: the server in front of a Router (serve/routed.py), over the serve
+"""`laya-onnx serve MODELS_DIR`: the server in front of a Router (serve/served.py), over the serve
 tests' fake agents (one per checkpoint, built by the Router's agent_factory): the `model` field
 as laya-serve resolves it, the routing controls, batches, /health, /v1/models, the environment
 (LAYA_MAX_LOADED, LAYA_EXTRA_MODELS, LAYA_DEFAULT_MODEL, LAYA_PRELOAD, LAYA_MODELS) and idle
@@ -19,7 +19,7 @@ from laya_onnx.core.errors import ConfigError
 from laya_onnx.core.hooks import BaseHook
 from laya_onnx.core.router import Router
 from laya_onnx.serve import create_app
-from laya_onnx.serve.routed import build_router, parse_model_option
+from laya_onnx.serve.served import build_router, parse_model_option
 from tests.serve.test_serve_health import HEALTH_KEYS
 from tests.serve_support import BATCH, URL, FakeAgent, Q, aio, post
 
