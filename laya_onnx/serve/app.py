@@ -1,13 +1,9 @@
-"""The aiohttp front end: `create_app(agent)` -> `web.Application`, bytes in and out of the pipeline.
+"""The aiohttp front end: `create_app(agent)` -> `web.Application`, moving bytes between aiohttp
+and `DecisionService` (serve/service.py), which routes and answers every request.
 
-Every request, whatever its path, goes to one handler that hands it to `DecisionService.handle`
-(serve/service.py: routing, auth, body, decision, answer) as a `Call` and writes its `Reply`
-back. What stays here is aiohttp's own: the app's lifecycle (`cleanup_ctx` starts and stops the
-in-process decider on the serving loop), typed `AppKey`s, how aiohttp runs the connections
-(`handler_args`: bodies are not decoded by aiohttp, a handler is cancelled when its client goes
-away), the JSON body of what aiohttp answers by itself (an unknown `Expect`), and the access-log
-line of a request whose client went away. The connection-level limits are `connection.py`'s;
-the process, its signals and its drain are `server.py`'s.
+What stays here is aiohttp's own: the app's lifecycle and keys, how aiohttp runs its connections
+(`HANDLER_ARGS`), writing an answer (serve/README.md#connections) and the access line of a request
+whose client went away. Connection limits are connection.py's; the process is server.py's.
 """
 
 from __future__ import annotations
@@ -23,32 +19,22 @@ from aiohttp.abc import AbstractAccessLogger
 
 from laya_onnx.core.router import Router
 from laya_onnx.serve import contract
-from laya_onnx.serve.contract import render
 from laya_onnx.serve.drain import Drain
 from laya_onnx.serve.errors import BODY_UNDECODABLE, UNSUPPORTED_VERSION, ApiError
 from laya_onnx.serve.keys import INFERENCE_MS, PASS_RESULT, QUEUE_WAIT_MS, TRACE_ID
-from laya_onnx.serve.logs import (
-    ENDED,
-    REQUEST_ID_HEADER,
-    RESET,
-    SEND_TIMEOUT,
-    accept_request_id,
-    log_cut,
-    new_request_id,
-)
+from laya_onnx.serve.logs import ENDED, REQUEST_ID_HEADER, RESET, SEND_TIMEOUT, log_cut, new_request_id
 from laya_onnx.serve.metrics import Metrics
 from laya_onnx.serve.protocol import ServedAgent
 from laya_onnx.serve.served import Served
-from laya_onnx.serve.service import Call, DecisionService, LocalDecider
+from laya_onnx.serve.service import Call, DecisionService, LocalDecider, Reply
 from laya_onnx.serve.settings import Settings
 
 log = logging.getLogger("laya_onnx.serve")
 
-#: How aiohttp runs this app's connections, whatever runner serves it (`handler_args`): bodies
-#: are decoded by the pipeline (off the loop, only up to the cap); a body left unread by a
-#: refusal (401, 413) is not read to be thrown away, the connection is closed instead; and a
-#: handler is cancelled when its client goes away, so no further pass runs for nobody.
+#: RequestHandler options, whatever runner serves the app: bodies are decoded by the pipeline
+#: (within the cap), and a body a refusal left unread is not read to be thrown away.
 HANDLER_ARGS: dict[str, Any] = {"auto_decompress": False, "lingering_time": 0}
+#: A handler is cancelled when its client goes away: no further pass runs for nobody.
 SERVER_ARGS: dict[str, Any] = {"handler_cancellation": True}
 #: Bytes of an answer handed to the connection at once.
 WRITE_SLICE = 64 * 1024
@@ -59,15 +45,9 @@ SERVICE = web.AppKey("service", DecisionService)
 DECIDER = web.AppKey("decider", LocalDecider)
 SETTINGS = web.AppKey("settings", Settings)
 METRICS = web.AppKey("metrics", Metrics)
-#: Shutdown state: the server's signal handler starts the drain, admission and the worker obey it.
 DRAIN = web.AppKey("drain", Drain)
-#: The access logger of the server running the app (None: no access log), for the requests
-#: whose handler is cancelled: aiohttp writes no access line for those.
+#: The running server's access logger (absent: no access log), for `log_cut`.
 ACCESS_LOG = web.AppKey("access_log", AbstractAccessLogger)
-
-
-def json_response(payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(body=render(payload), status=status, headers=headers, content_type="application/json")
 
 
 def error_body(app: web.Application, status: int, detail: str, errors: Any = None) -> Any:
@@ -84,68 +64,63 @@ async def _chunks(request: web.Request) -> AsyncIterator[bytes]:
         raise ApiError(400, BODY_UNDECODABLE) from None
 
 
+async def _reply(service: DecisionService, call: Call, protocol: Any) -> Reply:
+    if not getattr(protocol, "unsupported_version", False):
+        return await service.handle(call)
+    call.request_id = new_request_id()  # HTTP/0.9 or 2.0 on this port (connection.py)
+    reply = service.refusal(ApiError(505, UNSUPPORTED_VERSION))
+    reply.headers[REQUEST_ID_HEADER] = call.request_id
+    reply.close = True
+    return reply
+
+
 async def handle(request: web.Request) -> web.StreamResponse:
-    """Every request: into the pipeline as a `Call`, its `Reply` written back (`_write`)."""
+    """Every request: into the pipeline as a `Call`, its `Reply` written back."""
     app = request.app
     call = Call(request.method, request.path, request.headers, _chunks(request), request.query_string)
     call.health_only = getattr(request.protocol, "health_only", False)  # connection.py's cap
     began = time.perf_counter()
+    response: web.StreamResponse | None = None
     try:
-        if getattr(request.protocol, "unsupported_version", False):  # HTTP/0.9 or 2.0 on this port
-            call.request_id = new_request_id()
-            reply = app[SERVICE].refusal(ApiError(505, UNSUPPORTED_VERSION))
-            reply.headers[REQUEST_ID_HEADER], reply.close = call.request_id, True
-        else:
-            reply = await app[SERVICE].handle(call)
-    except asyncio.CancelledError:
-        log_cut(app.get(ACCESS_LOG), request, call.request_id, time.perf_counter() - began)
+        reply = await _reply(app[SERVICE], call, request.protocol)
+        if call.trace_id is not None:
+            request[TRACE_ID] = call.trace_id
+        if reply.inference_ms is not None:  # for a recorder outside the pipeline (the bench's)
+            request[INFERENCE_MS] = reply.inference_ms
+            request[QUEUE_WAIT_MS] = reply.queue_ms
+            request[PASS_RESULT] = reply.result
+        headers = {
+            **reply.headers,
+            "Content-Type": reply.content_type,
+            "Content-Length": str(len(reply.body)),
+        }
+        response = web.StreamResponse(status=reply.status, headers=headers)
+        if reply.close or not request.content.is_eof():  # draining, or a body left unread
+            response.force_close()
+        with app[DRAIN].writing():
+            await _send(request, response, reply.body, app[SETTINGS].send_timeout)
+        return response
+    except asyncio.CancelledError:  # the client went away (aiohttp cancels the handler)
+        log_cut(app.get(ACCESS_LOG), request, call.request_id, time.perf_counter() - began, response)
         raise
-    if call.trace_id is not None:  # the access line names the request's trace
-        request[TRACE_ID] = call.trace_id
-    if reply.inference_ms is not None:  # for a recorder outside the pipeline (the bench's)
-        request[INFERENCE_MS] = reply.inference_ms
-        request[QUEUE_WAIT_MS] = reply.queue_ms
-        request[PASS_RESULT] = reply.result
-    headers = dict(reply.headers)
-    headers["Content-Type"] = reply.content_type
-    response = web.StreamResponse(status=reply.status, headers=headers)
-    response.content_length = len(reply.body)
-    if reply.close or not request.content.is_eof():
-        # draining, or a body left unread (a refusal before it): nothing more on this connection
-        response.force_close()
-    drain = app[DRAIN]
-    drain.writing += 1  # a drain waits for the answers still being written, within its grace
+
+
+async def _send(request: web.Request, response: web.StreamResponse, body: bytes, timeout: float) -> None:
+    """`_write`, disconnecting a client that does not take its answer within `timeout`."""
     try:
-        await asyncio.wait_for(_write(request, response, reply.body), app[SETTINGS].send_timeout)
+        await asyncio.wait_for(_write(request, response, body), timeout)
     except asyncio.TimeoutError:
         request[ENDED] = SEND_TIMEOUT
-        log.info(
-            "closed a connection whose client did not take its answer within %gs", app[SETTINGS].send_timeout
-        )
+        log.info("closed a connection whose client did not take its answer within %gs", timeout)
         if request.transport is not None:
             request.transport.abort()
     except ConnectionError:
         request[ENDED] = RESET
-    except asyncio.CancelledError:  # the client went away mid-answer (aiohttp cancels the handler)
-        sent = response.body_length if response.prepared else 0
-        log_cut(
-            app.get(ACCESS_LOG),
-            request,
-            call.request_id,
-            time.perf_counter() - began,
-            reply.status,
-            sent,
-            RESET,
-        )
-        raise
-    finally:
-        drain.written()
-    return response
 
 
 async def _write(request: web.Request, response: web.StreamResponse, body: bytes) -> None:
-    """The answer in slices: what the connection buffers stays near aiohttp's write-buffer limit,
-    whatever the answer's size, since each write waits for the socket to take the previous."""
+    """The answer in slices, each written once the socket took the previous: what a connection
+    buffers stays near aiohttp's write-buffer limit, whatever the answer's size."""
     if hasattr(request.protocol, "answering"):  # connection.py: no interim response from now on
         request.protocol.answering = True
     await response.prepare(request)
@@ -156,42 +131,35 @@ async def _write(request: web.Request, response: web.StreamResponse, body: bytes
 
 
 async def _json_only(request: web.Request, response: web.StreamResponse) -> None:
-    """`on_response_prepare`: an error aiohttp built itself (an unknown `Expect`: 417, answered
-    before any handler runs) leaves as the app's JSON error body with a request id."""
+    """`on_response_prepare`: an error aiohttp answers by itself (an unknown `Expect`: 417) leaves
+    as the app's JSON error body with a request id."""
     if response.status < 300 or not isinstance(response, web.Response):
         return
     if response.headers.get("Content-Type", "").startswith("application/json"):
         return
     detail = AIOHTTP_DETAILS.get(response.status, response.reason)
-    body = render(error_body(request.app, response.status, detail))
-    response.body = body
+    response.body = contract.render(error_body(request.app, response.status, detail))
     response.headers["Content-Type"] = "application/json"
-    response.headers["Content-Length"] = str(len(body))
-    if REQUEST_ID_HEADER not in response.headers:
-        response.headers[REQUEST_ID_HEADER] = accept_request_id(None)
+    response.headers["Content-Length"] = str(len(response.body))
+    response.headers.setdefault(REQUEST_ID_HEADER, new_request_id())
 
 
 async def _decider_ctx(app: web.Application) -> AsyncIterator[None]:
     """Start the worker on the serving loop; drain it at shutdown."""
-    decider = app[DECIDER]
-    await decider.start()
+    await app[DECIDER].start()
     try:
         yield
     finally:
-        await decider.stop()
+        await app[DECIDER].stop()
 
 
 def create_app(agent: ServedAgent | Router, **settings: Any) -> web.Application:
-    """Build the server for one loaded agent, or for a `laya_onnx.Router` over several bundles.
-
-    `settings` override the environment: api_key, max_concurrent, body_read_timeout, root_path,
-    max_token_budget, max_batch_tokens, jev_strict, tournament_group, jev_profile,
-    max_request_seconds, request_timeout, body_buffer, ... (see `Settings`).
-    """
+    """The server for one loaded agent, or a `laya_onnx.Router` over several bundles;
+    `settings` (`Settings`' fields) override the environment."""
     config = Settings.from_env(**settings)
-    served = Served.of(agent)
-    decider = LocalDecider(served, config)
-    metrics = Metrics(served.agent, config.max_concurrent, queue_depth=decider.queue_depth)
+    decider = LocalDecider(Served.of(agent), config)
+    metrics = Metrics(decider.served.agent, config.max_concurrent, queue_depth=decider.queue_depth)
+    decider.on_wait = metrics.waited
     app = web.Application(handler_args={**HANDLER_ARGS, **SERVER_ARGS})
     app.on_response_prepare.append(_json_only)
     app[SETTINGS] = config
@@ -199,7 +167,6 @@ def create_app(agent: ServedAgent | Router, **settings: Any) -> web.Application:
     app[DRAIN] = decider.drain
     app[METRICS] = metrics
     app[SERVICE] = DecisionService(decider, config, metrics)
-    decider.on_wait = metrics.waited
     app.cleanup_ctx.append(_decider_ctx)
     app.router.add_route("*", "/{path:.*}", handle)
     return app

@@ -1,19 +1,7 @@
-"""Request bodies, framework-neutral: the codings the server reads, decoding within the cap, and
-the bytes the bodies being read may hold at once.
-
-  * `transfer_codings_refusal(values)` — a `Transfer-Encoding` other than `chunked` is a 501
-    (RFC 9112 §6.1): a coding the server does not apply must not be read as plain bytes;
-  * `content_decoder(values)` — the decoder for a `Content-Encoding` (`gzip`/`x-gzip`,
-    `deflate`, `zstd`; `identity` or none: no decoder); any other coding, or more than one,
-    is a 415 rather than a body read as plain bytes;
-  * `Decoder.feed(data, room)` — inflates in steps of at most `STEP` bytes and stops as soon as
-    the output passes `room`, so a decompression bomb costs the cap, not its full size. It is
-    CPU work: a front end runs it off its event loop (zlib and zstd release the interpreter
-    lock while they inflate);
-  * `read_body(headers, chunks, timeout, buffer)` — all of the above for one body;
-  * `BodyBuffer` — bodies are read before a request is admitted (a slow uploader must not hold
-    an inference slot), so what they hold is bounded here instead: raw plus decoded bytes of
-    every body being read, 503 beyond it.
+"""Request bodies, framework-neutral (docs/http-api.md#limits): the transfer and content
+codings read (others are 501 / 415), decoding bounded by the cap in steps of `STEP` bytes (a
+decompression bomb costs the cap, not its size; CPU work, run off the event loop), and
+`BodyBuffer`, the bound on what the bodies being read hold at once (503 beyond it).
 """
 
 from __future__ import annotations
@@ -151,16 +139,6 @@ class BodyBuffer:
         self.held -= n
 
 
-def declared_too_large(content_length: str | None) -> bool:
-    """Whether a `Content-Length` header already says the body is over the cap (a bad one: no)."""
-    if not content_length:
-        return False
-    try:
-        return int(content_length) > MAX_BODY_BYTES
-    except ValueError:
-        return False
-
-
 def check_body_size(n_bytes: int) -> None:
     """413 once a body (or the part of it read so far) is over MAX_BODY_BYTES."""
     if n_bytes > MAX_BODY_BYTES:
@@ -170,17 +148,15 @@ def check_body_size(n_bytes: int) -> None:
 async def read_body(
     headers: Any, chunks: AsyncIterator[bytes], timeout: float, buffer: BodyBuffer | None
 ) -> bytes:
-    """The decoded body, at most MAX_BODY_BYTES, delivered within `timeout` seconds.
-
-    Content-Length is a hint a client chooses and chunked uploads do not send it, so the stream
-    itself is counted, raw and decoded, and abandoned as soon as either passes the cap. `headers`
-    has `get` and `getall`; `buffer` (None: unbounded) holds what the bodies being read hold.
-    """
+    """The decoded body, at most MAX_BODY_BYTES, delivered within `timeout` seconds: the stream
+    itself is counted, raw and decoded (Content-Length is only a hint). `headers` has `get` and
+    `getall`; `buffer` (None: unbounded) holds what the bodies being read hold."""
     refusal = transfer_codings_refusal(headers.getall("Transfer-Encoding", []))
     if refusal is not None:
         raise refusal
-    if declared_too_large(headers.get("Content-Length")):
-        raise ApiError(413, BODY_TOO_LARGE)
+    declared = headers.get("Content-Length") or ""
+    if declared.isascii() and declared.isdigit():  # a bad one is the parser's to refuse
+        check_body_size(int(declared))
     decoder = content_decoder(headers.getall("Content-Encoding", []))
     held = 0
 

@@ -1,32 +1,14 @@
-"""The HTTP connection: timeouts before a request starts, and the parser's own refusals.
+"""The HTTP connection: what the server does below the app (serve/README.md#connections).
 
-aiohttp's `RequestHandler` is the asyncio protocol behind every connection. `LayaRequestHandler`
-adds what the server needs at that level, where no middleware reaches:
-
-  * **idle timeout** — a connection with no request started (fresh, or between keep-alive
-    requests) is closed, silently, after LAYA_KEEPALIVE_TIMEOUT seconds;
-  * **header timeout** — once a request's first byte has arrived its headers must be complete
-    within LAYA_HEADER_READ_TIMEOUT seconds, else `408 {"detail": ...}` and the connection is
-    closed (a slowloris client holds a socket for that long at most). The body has its own
-    limit, LAYA_BODY_READ_TIMEOUT, in the handlers;
-  * **parser refusals as JSON** — a request aiohttp's parser rejects (bad request line, bad or
-    too long headers, garbage after a body whose Content-Length was too short) is answered
-    `{"detail": "<fixed text>"}` with 400 or 431 and the connection closed. aiohttp's own answer
-    is plain text that quotes the offending bytes back; none of them are echoed here;
-  * **every framed request answered** — aiohttp's parser, failing on bytes that follow a complete
-    request in the same read (a Content-Length shorter than the body sent), drops that request
-    too: the client would get only the 400 for the leftover. A read is therefore fed to the
-    parser one Content-Length-framed request at a time, so the request is answered first and
-    the leftover then gets its 400;
-  * **drain** — on shutdown an idle connection is closed at once; a busy one after its response.
-
-aiohttp has no documented hook for these (aio-libs/aiohttp#3287), so they override methods of
-`RequestHandler`: the asyncio protocol's own (`connection_made`, `data_received`,
-`connection_lost`) and aiohttp's public-named `finish_response`, `handle_error` and
-`log_exception`; no underscore name of aiohttp's is read. A request is known to have begun when
-aiohttp builds its request object (`web.Server.request_factory`, wrapped by `handler_factory`;
-it is built for a parser refusal too). Their signatures are pinned with the aiohttp versions
-pyproject.toml allows: `tests/serve/test_serve_connections.py` fails outside them.
+`LayaRequestHandler` is aiohttp's connection protocol plus the connection cap with its health
+reserve, the idle and header timeouts, the parser's refusals as fixed-text JSON, requests fed to
+the parser one Content-Length-framed request at a time (so a short Content-Length's request is
+answered before its leftover is refused), half-closed clients answered, and the drain.
+aiohttp has no hook for these (aio-libs/aiohttp#3287): the methods overridden are asyncio's
+(`connection_made`, `data_received`, `eof_received`, `connection_lost`) and aiohttp's
+public-named `finish_response`, `handle_error` and `log_exception`; a request is known to have
+begun when aiohttp builds its request object (`handler_factory`). Their signatures are pinned
+with the aiohttp versions pyproject.toml allows (tests/serve/test_serve_connections.py).
 """
 
 from __future__ import annotations
@@ -39,13 +21,14 @@ import socket
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
+from http import HTTPStatus
 from typing import Any
 
 from aiohttp import http_exceptions, web
 from aiohttp.http import HttpVersion10, HttpVersion11
 
 from laya_onnx.core import settings
-from laya_onnx.serve.app import HANDLER_ARGS, error_body, json_response
+from laya_onnx.serve.app import HANDLER_ARGS, error_body
 from laya_onnx.serve.contract import render
 from laya_onnx.serve.errors import HEADERS_TIMEOUT, TOO_MANY_CONNECTIONS
 from laya_onnx.serve.logs import REQUEST_ID_HEADER, new_request_id
@@ -165,18 +148,19 @@ def framed_pieces(data: bytes) -> Iterator[bytes]:
     yield data[start:]
 
 
-def _raw_json_response(status: int, reason: str, payload: Any, request_id: str) -> bytes:
+def _raw_json_response(status: int, payload: Any, request_id: str) -> bytes:
     """A complete `Connection: close` HTTP/1.1 response, for when no request object exists."""
     body = render(payload)
     head = (
         "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
-        "%s: %s\r\nConnection: close\r\n\r\n" % (status, reason, len(body), REQUEST_ID_HEADER, request_id)
+        "%s: %s\r\nConnection: close\r\n\r\n"
+        % (status, HTTPStatus(status).phrase, len(body), REQUEST_ID_HEADER, request_id)
     )
     return head.encode("ascii") + body
 
 
 class LayaRequestHandler(web.RequestHandler):
-    """aiohttp's connection protocol with idle/header timeouts, JSON parser errors and drain."""
+    """aiohttp's connection protocol with the cap, timeouts, JSON parser refusals and drain."""
 
     def __init__(
         self,
@@ -184,36 +168,27 @@ class LayaRequestHandler(web.RequestHandler):
         *,
         idle_timeout: float,
         header_read_timeout: float,
-        error_payload: Callable[[int, str], Any] = lambda status, detail: {"detail": detail},
+        error_payload: Callable[[int, str], Any],
         max_connections: int = 0,
         **kwargs: Any,
     ) -> None:
         super().__init__(manager, **kwargs)
         self.manager = manager
         self.max_connections = max_connections or connection_cap()
-        #: Opened past `max_connections`: only the health routes are answered on it.
-        self.health_only = False
-        #: The request being handled named an HTTP version other than 1.0 and 1.1 (0.9, 2.0).
-        self.unsupported_version = False
-        #: The request being handled is HTTP/1.1 (an interim response may be sent on it).
-        self.request_http11 = False
-        #: Its answer has started (set by the app's writer): no interim response any more.
-        self.answering = False
-        #: The client closed its side after sending: answered, then closed.
-        self._half_closed = False
-        #: Bytes of the request line so far (None once it is complete).
-        self._line_bytes: int | None = None
-        #: Bytes dropped after a refused request line (None: not refusing).
-        self._discarded: int | None = None
-        # the app's wire profile for refusals no middleware sees (laya-serve's or Jev's shape)
-        self.error_payload = error_payload
+        self.error_payload = error_payload  # the app's wire profile (laya-serve's or Jev's)
         self.idle_timeout = idle_timeout
         self.header_read_timeout = header_read_timeout
+        self.health_only = False  # opened past the cap: only the health routes answer
+        self.unsupported_version = False  # the request names HTTP/0.9 or 2.0 (505)
+        self.request_http11 = False  # an interim response may be sent on the request
+        self.answering = False  # its answer has started (set by app.py): no interim response
+        self._half_closed = False  # the client closed its side after sending
+        self._line_bytes: int | None = None  # of the request line so far (None: complete)
+        self._discarded: int | None = None  # dropped after a refused request line
         self._begun = 0  # requests aiohttp built (`request_began`), parser refusals included
         self._finished = 0  # responses written
         self._head_started = False  # bytes of a request whose headers are not complete yet
-        # the body of an answered request that is still arriving (aiohttp reads it to discard it)
-        self._unread_body: Any = None
+        self._unread_body: Any = None  # an answered request's body still arriving (discarded)
         self._draining = False
         self._timer: asyncio.TimerHandle | None = None
 
@@ -241,6 +216,16 @@ class LayaRequestHandler(web.RequestHandler):
             self._timer.cancel()
             self._timer = None
 
+    def _write_refusal(self, status: int, detail: str, why: str = "") -> None:
+        """A JSON refusal straight to the socket, where no request object exists (nothing else
+        writes to it between requests); `why` logs it."""
+        request_id = new_request_id()
+        if why:
+            peer = self.transport.get_extra_info("peername") if self.transport is not None else None
+            log.info("%d to %s: %s request_id=%s", status, peer, why, request_id)
+        if isinstance(self.transport, asyncio.WriteTransport):
+            self.transport.write(_raw_json_response(status, self.error_payload(status, detail), request_id))
+
     # -- asyncio protocol ------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -263,9 +248,7 @@ class LayaRequestHandler(web.RequestHandler):
             _throttled_log(
                 "%d connections open (%s): refused a new one with 503", len(connections), CAP_SETTING
             )
-            if isinstance(transport, asyncio.WriteTransport):
-                payload = self.error_payload(503, TOO_MANY_CONNECTIONS)
-                transport.write(_raw_json_response(503, "Service Unavailable", payload, new_request_id()))
+            self._write_refusal(503, TOO_MANY_CONNECTIONS)
             self.force_close()
         else:
             self.health_only = True
@@ -337,26 +320,20 @@ class LayaRequestHandler(web.RequestHandler):
         if transport is None:
             return
         self._disarm()
-        request_id = new_request_id()
-        log.info(
-            "431 to %s: request line over %d bytes request_id=%s",
-            transport.get_extra_info("peername"),
-            MAX_REQUEST_LINE,
-            request_id,
-        )
-        payload = self.error_payload(431, LONG_LINE)
-        transport.write(_raw_json_response(431, "Request Header Fields Too Large", payload, request_id))
+        self._write_refusal(431, LONG_LINE, "request line over %d bytes" % MAX_REQUEST_LINE)
         if transport.can_write_eof():
             transport.write_eof()
         self._discarded = 0
         self._arm(LINGER_SECONDS, self.force_close)
 
-    def request_began(self) -> None:
-        """aiohttp built the request object of a parsed head (or of a parser refusal): its
-        handling has begun, and no timer runs under it."""
+    def request_began(self, version: Any) -> None:
+        """aiohttp built the request object of a parsed head (or of a parser refusal) naming
+        HTTP `version`: its handling has begun, and no timer runs under it."""
         self._begun += 1
         self._head_started = False
         self._disarm()
+        self.request_http11, self.answering = version == HttpVersion11, False
+        self.unsupported_version = version not in (HttpVersion10, HttpVersion11)
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._disarm()
@@ -388,11 +365,8 @@ class LayaRequestHandler(web.RequestHandler):
         exc: BaseException | None = None,
         message: str | None = None,
     ) -> web.StreamResponse:
-        """The parser's refusals (and any error that escaped the app) as `{"detail": ...}`.
-
-        Logged as one line without the request's bytes; a failure that is not the parser's keeps
-        its traceback in the log. Like aiohttp's, the response closes the connection.
-        """
+        """The parser's refusals (and any error that escaped the app) in the wire profile,
+        logged in one line without the request's bytes (another failure with its traceback)."""
         status, detail = parser_refusal(status, exc)
         request_id = new_request_id()
         peer = request.remote
@@ -410,18 +384,18 @@ class LayaRequestHandler(web.RequestHandler):
         if request.writer.output_size > 0:
             # the status line is already out; all that can be done is to close (as aiohttp does)
             raise ConnectionError("response already started; cannot send the error response")
-        response = json_response(
-            self.error_payload(status, detail), status=status, headers={REQUEST_ID_HEADER: request_id}
+        response = web.Response(
+            body=render(self.error_payload(status, detail)),
+            status=status,
+            headers={REQUEST_ID_HEADER: request_id},
+            content_type="application/json",
         )
         response.force_close()
         return response
 
     def log_exception(self, *args: Any, **kwargs: Any) -> None:
-        """aiohttp's "Unhandled exception" for a body it could not decode: one line, not a trace.
-
-        The handler already answered that request (400); aiohttp then meets the same error again
-        while it discards the rest of the body, and would log a traceback for it.
-        """
+        """A body aiohttp could not decode, met again while it discards the rest of a body already
+        answered 400: one line, not aiohttp's traceback."""
         exc = kwargs.get("exc_info")
         if isinstance(exc, web.RequestPayloadError):
             log.info("closed a connection whose request body could not be decoded (%s)", type(exc).__name__)
@@ -440,18 +414,8 @@ class LayaRequestHandler(web.RequestHandler):
         self._timer = None
         if not (self._head_started and self._between_requests()) or self.transport is None:
             return
-        request_id = new_request_id()
-        log.info(
-            "408 to %s: request headers not complete within %gs request_id=%s",
-            self.transport.get_extra_info("peername"),
-            self.header_read_timeout,
-            request_id,
-        )
-        # No request object exists for a head that never completed, so the answer is written
-        # straight to the socket, which nothing else writes to between requests.
-        self.transport.write(
-            _raw_json_response(408, "Request Timeout", self.error_payload(408, HEADERS_TIMEOUT), request_id)
-        )
+        why = "request headers not complete within %gs" % self.header_read_timeout
+        self._write_refusal(408, HEADERS_TIMEOUT, why)
         self.force_close()
 
     def begin_drain(self) -> bool:
@@ -465,12 +429,8 @@ class LayaRequestHandler(web.RequestHandler):
 
 
 def handler_factory(runner: web.AppRunner, **kwargs: Any) -> Any:
-    """The protocol factory for `loop.create_server`, in place of `runner.server` itself.
-
-    `kwargs` are the RequestHandler options (keepalive_timeout, access_log_class, ...) plus
-    `idle_timeout` and `header_read_timeout`; the connections still register with
-    `runner.server`, so the runner's shutdown sees them.
-    """
+    """The protocol factory for `loop.create_server`, in place of `runner.server`, with which the
+    connections still register (the runner's shutdown sees them); `kwargs`: `LayaRequestHandler`'s."""
     server = runner.server
     if server is None:
         raise RuntimeError("call runner.setup() before serving")
@@ -479,17 +439,13 @@ def handler_factory(runner: web.AppRunner, **kwargs: Any) -> Any:
 
     def begun(message: Any, payload: Any, protocol: Any, *args: Any) -> Any:
         if isinstance(protocol, LayaRequestHandler):
-            protocol.request_began()
-            version = getattr(message, "version", HttpVersion11)
-            protocol.request_http11, protocol.answering = version == HttpVersion11, False
-            protocol.unsupported_version = version not in (HttpVersion10, HttpVersion11)
+            protocol.request_began(getattr(message, "version", HttpVersion11))
             if protocol.unsupported_version:
                 # answered 505 in HTTP/1.1 (`app.handle`), never in the version the client named
                 message = message._replace(version=HttpVersion11)
         return build_request(message, payload, protocol, *args)
 
     server.request_factory = begun
-
     payload = partial(error_body, runner.app)
 
     def make() -> LayaRequestHandler:

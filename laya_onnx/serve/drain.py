@@ -1,28 +1,17 @@
-"""Graceful shutdown: which decision requests a SIGTERM still answers, and which it refuses.
+"""Graceful shutdown: which admitted decision requests a drain still answers, which it refuses
+with 503 + Retry-After (serve/README.md#stopping-a-terminating-signal-drains).
 
-When the server is told to stop it gives itself a grace period and a stop time a little before
-its end. Every decision request already admitted is then either answered or refused with
-`503 {"detail": ...}` + `Retry-After` — never cut:
-
-  * the one pass on the worker finishes and is answered;
-  * the requests queued behind it are answered in turn while each can still finish by the stop
-    time (judged from the longest of the recent passes); the ones that cannot are refused at
-    once, so their clients can retry elsewhere instead of waiting for a refusal;
-  * at the stop time whatever is still unanswered (a pass running past every estimate) is
-    refused, and its pass is abandoned on the worker thread;
-  * a decision request that arrives after the drain began is refused (the admission middleware).
-
-`WorkerLock` is the one-pass-at-a-time lock the handlers hold around the worker call
-(`LocalDecider.on_worker`); `Drain` is the shared state the admission middleware, the lock and
-the server's signal handler read and write. Both live on the serving loop.
+`WorkerLock` is the one-pass-at-a-time lock around the worker call (`LocalDecider.on_worker`);
+`Drain` is the state admission, the lock and the server's signal handler share, on the serving loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 from typing import TypeVar
 
 from laya_onnx.core.work import CallLimits
@@ -57,13 +46,12 @@ class Drain:
     def __init__(self) -> None:
         #: `loop.time()` by which every decision request must have its answer; None = serving.
         self.stop_at: float | None = None
-        #: Decision requests past admission and not yet answered.
-        self.in_flight = 0
+        self.in_flight = 0  # decision requests past admission, not answered yet
         self.answered = 0  # answered (any status) after the drain began
         self.refused = 0  # refused with 503 because of the drain
         self.abandoned = 0  # passes still running at the stop time, left to the worker thread
         self.lock: WorkerLock | None = None
-        self._writing = 0
+        self._writing = 0  # answers being written (any route): a drain waits for them too
         self._deadline: asyncio.Future[None] | None = None
         self._idle: asyncio.Event | None = None
 
@@ -114,15 +102,11 @@ class Drain:
         return DrainRefusal(reason)
 
     async def run(self, handling: Awaitable[T]) -> T:
-        """Run one admitted decision request; at the stop time, refuse it if it is still running.
-
-        The request runs as its own task so the drain can answer for it while a pass it started
-        is still on the worker: the client gets a 503 and the pass is abandoned.
-        """
+        """Run one admitted decision request as its own task, so that at the stop time the drain
+        can refuse it (503) while a pass it started is still on the worker (then abandoned)."""
         task = asyncio.ensure_future(handling)
         self.in_flight += 1
-        if self._idle is not None:
-            self._idle.clear()
+        self._settle()
         try:
             waiting: set[asyncio.Future] = {task} if self._deadline is None else {task, self._deadline}
             try:
@@ -145,25 +129,25 @@ class Drain:
             raise refusal
         finally:
             self.in_flight -= 1
-            if self.in_flight == 0 and self._writing == 0 and self._idle is not None:
+            self._settle()
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """Around writing one answer (whole or cut): a drain waits for it, within its grace."""
+        self._writing += 1
+        self._settle()
+        try:
+            yield
+        finally:
+            self._writing -= 1
+            self._settle()
+
+    def _settle(self) -> None:
+        if self._idle is not None:
+            if self.in_flight or self._writing:
+                self._idle.clear()
+            else:
                 self._idle.set()
-
-    @property
-    def writing(self) -> int:
-        """Answers being written now (any route); a drain waits for them too."""
-        return self._writing
-
-    @writing.setter
-    def writing(self, n: int) -> None:
-        self._writing = n
-        if n > 0 and self._idle is not None:
-            self._idle.clear()
-
-    def written(self) -> None:
-        """One answer written (whole or cut)."""
-        self.writing -= 1
-        if self.in_flight == 0 and self._writing == 0 and self._idle is not None:
-            self._idle.set()
 
     async def wait_idle(self, timeout: float) -> bool:
         """Wait until no decision request is in flight and no answer is being written; False
@@ -178,28 +162,21 @@ class Drain:
 
 
 class WorkerLock:
-    """One pass at a time on the worker, first come first served, drain-aware.
+    """One pass at a time on the worker (`async with lock:`), first come first served.
 
-    `async with lock:` waits for the worker's turn. While draining, a waiter whose pass would not
-    finish by the stop time is refused with 503 (`DrainRefusal`) instead of being started — at
-    the drain's start and after every pass for the queue as it stands, and again when its turn
-    comes. The time each holder kept the lock is remembered: the longest recent one is the
-    estimate of a pass. The holder's own estimate, when its call planned its passes
-    (`CallLimits.charged`, the agent's time model), comes first: a request queued behind a long
-    first pass is refused at once, not at the stop time.
+    While draining, a waiter whose pass would not finish by the stop time is refused
+    (`DrainRefusal`) instead of started: when the drain begins, after every pass, and when its
+    turn comes. A pass is estimated by the holder's own planned seconds (`CallLimits.charged`),
+    else by the longest recent one.
     """
 
     def __init__(self, drain: Drain) -> None:
         self._drain = drain
-        self._busy = False
+        self.busy = False
         self._queue: deque[asyncio.Future[None]] = deque()
         self._recent: deque[float] = deque(maxlen=RECENT_PASSES)
         self._held_since: float | None = None
         self._holder: CallLimits | None = None
-
-    @property
-    def busy(self) -> bool:
-        return self._busy
 
     @property
     def waiting(self) -> int:
@@ -221,7 +198,7 @@ class WorkerLock:
             return 0  # nothing measured yet: each waiter is judged when its turn comes
         now = asyncio.get_running_loop().time()
         free_at = now
-        if self._busy:  # held, or handed to a waiter that has not resumed yet
+        if self.busy:  # held, or handed to a waiter that has not resumed yet
             elapsed = now - self._held_since if self._held_since is not None else 0.0
             free_at += max(0.0, (holding if holding is not None else estimate or 0.0) - elapsed)
         each = estimate or 0.0  # a waiter's own passes are not planned yet
@@ -247,8 +224,8 @@ class WorkerLock:
     async def acquire(self, limits: CallLimits | None = None) -> None:
         """Wait for the worker; `limits` are the holder's (their estimate informs the drain)."""
         loop = asyncio.get_running_loop()
-        if not self._busy and not self._queue:
-            self._busy = True
+        if not self.busy and not self._queue:
+            self.busy = True
         else:
             fut: asyncio.Future[None] = loop.create_future()
             self._queue.append(fut)
@@ -286,7 +263,7 @@ class WorkerLock:
             if not fut.done():
                 fut.set_result(None)
                 return
-        self._busy = False
+        self.busy = False
 
     async def __aenter__(self) -> WorkerLock:
         await self.acquire()

@@ -1,19 +1,7 @@
-"""Request ids, the log format and the access log.
+"""Request ids, the log format and the access log (serve/README.md#request-ids-and-logs).
 
-Every response carries `X-Request-Id`: the caller's own when it is a plausible id (1-128
-characters from a conservative set, so it is safe in a header and a log line), a fresh one
-otherwise. While a request is handled its id sits in a context variable, and the server's log
-format appends it to every line logged on that request's behalf (`request_id=...`).
-
-The access log is one line per response, written once the response went out or was cut, saying
-how its write ended (`whole`, `reset`, `send-timeout`; `cancelled` when the client went away
-before any answer): `text` (a readable line, control characters escaped), `json` (one JSON
-object per line, for a log shipper) or `off`.
-
-The log format (LAYA_LOG_FORMAT, `--log-format`) is `text` (readable lines) or `json`: every line
-one JSON object (`JsonFormatter`: time, level, logger, message, the request id and, while the
-server traces, the trace and span ids; a traceback as `exception`), startup, drain, warnings and
-errors alike; under it the access lines are JSON too (unless off), with their request's trace id.
+While a request is handled its id sits in `current_request_id`, and every log line written on its
+behalf carries it. The access log is one line per response, whole or cut.
 """
 
 from __future__ import annotations
@@ -23,6 +11,7 @@ import datetime
 import json
 import logging
 import re
+import time
 import uuid
 from typing import Any
 
@@ -91,17 +80,11 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(fields, ensure_ascii=False, separators=(",", ":"), default=str)
 
 
-#: The status an access line gives a request whose client went away before its answer.
-CANCELLED = "cancelled"
-
-
 #: Request key: how the answer's write ended (`WHOLE` when absent).
 ENDED: Any = web.RequestKey("ended", str) if hasattr(web, "RequestKey") else "laya_onnx.ended"
-WHOLE = "whole"
-#: The client went away while its answer was being written.
-RESET = "reset"
-#: The client did not take its answer within LAYA_SEND_TIMEOUT.
-SEND_TIMEOUT = "send-timeout"
+#: How an answer's write ended: `whole`; `reset` (the client went away mid-answer);
+#: `send-timeout` (LAYA_SEND_TIMEOUT); `cancelled` (it went away before any answer: also the status).
+WHOLE, RESET, SEND_TIMEOUT, CANCELLED = "whole", "reset", "send-timeout", "cancelled"
 
 
 def _access_fields(
@@ -112,20 +95,18 @@ def _access_fields(
     request_id: str | None,
     ended: str = WHOLE,
 ) -> dict[str, Any]:
+    """One access line's fields: the path without its query string (it may carry what a log must
+    not keep); `bytes_sent` with the status line and headers; the trace id when traced."""
     fields = {
         "remote": request.remote,
         "method": request.method,
-        # the path only: a query string may carry what a log must not keep
         "path": request.path,
         "status": status,
-        # what aiohttp wrote for this response, status line and headers included
         "bytes_sent": bytes_sent,
         "duration_ms": round(seconds * 1000.0, 2),
         "request_id": request_id,
-        # how the answer's write ended: whole, reset, send-timeout; cancelled: before any answer
         "ended": ended,
     }
-    # the request's trace, when it was traced (left by its span)
     trace_id = request.get(TRACE_ID)
     if trace_id is not None:
         fields["trace_id"] = trace_id
@@ -133,24 +114,12 @@ def _access_fields(
 
 
 class _AccessLogger(AbstractAccessLogger):
-    """One line per response (`write` says how); `cancelled` for a request whose handler was
-    cancelled because its client went away, for which aiohttp writes no line."""
+    """One line per response aiohttp logs; `write` says how."""
 
     def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
         ended = request.get(ENDED) or WHOLE
         request_id = response.headers.get(REQUEST_ID_HEADER)
         self.write(_access_fields(request, response.status, response.body_length, time, request_id, ended))
-
-    def cut(
-        self,
-        request: web.BaseRequest,
-        request_id: str,
-        seconds: float,
-        status: int | str,
-        sent: int,
-        ended: str,
-    ) -> None:
-        self.write(_access_fields(request, status, sent, seconds, request_id, ended))
 
     def write(self, fields: dict[str, Any]) -> None:
         raise NotImplementedError
@@ -161,14 +130,17 @@ def log_cut(
     request: web.BaseRequest,
     request_id: str,
     seconds: float,
-    status: int | str = CANCELLED,
-    sent: int = 0,
-    ended: str = CANCELLED,
+    response: web.StreamResponse | None,
 ) -> None:
-    """The access line of a request whose handler was cancelled (its client went away): before
-    its answer (status `cancelled`, 0 bytes), or while the answer was written (`ended`)."""
-    if isinstance(logger, _AccessLogger):
-        logger.cut(request, request_id, seconds, status, sent, ended)
+    """The access line aiohttp does not write, of a request whose handler was cancelled (its
+    client went away): before its answer (`response` None), or while it was being written."""
+    if not isinstance(logger, _AccessLogger):
+        return
+    if response is None:
+        logger.write(_access_fields(request, CANCELLED, 0, seconds, request_id, CANCELLED))
+    else:
+        sent = response.body_length if response.prepared else 0
+        logger.write(_access_fields(request, response.status, sent, seconds, request_id, RESET))
 
 
 #: What a text log line never carries as is: control characters (C0, DEL, C1), the Unicode line
@@ -186,48 +158,41 @@ def printable(value: Any) -> str:
 
 class TextAccessLogger(_AccessLogger):
     """`127.0.0.1 "POST /v1/systemone" 200 512B 12.34ms request_id=... ended=whole` at INFO;
-    every field passes through `printable`."""
+    every text field passes through `printable`."""
+
+    LINE = (
+        '%(remote)s "%(method)s %(path)s" %(status)s %(bytes_sent)dB %(duration_ms).2fms '
+        "request_id=%(request_id)s ended=%(ended)s"
+    )
 
     def write(self, f: dict[str, Any]) -> None:
-        self.logger.info(
-            '%s "%s %s" %s %dB %.2fms request_id=%s ended=%s',
-            printable(f["remote"]),
-            printable(f["method"]),
-            printable(f["path"]),
-            printable(f["status"]),
-            f["bytes_sent"],
-            f["duration_ms"],
-            printable(f["request_id"]),
-            printable(f["ended"]),
-        )
+        numbers = ("bytes_sent", "duration_ms")
+        self.logger.info(self.LINE, {k: v if k in numbers else printable(v) for k, v in f.items()})
 
 
 class JsonAccessLogger(_AccessLogger):
     """One JSON object per response; the logger's handler prints the message bare."""
 
     def write(self, f: dict[str, Any]) -> None:
-        fields = {
-            "ts": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds"),
-            "type": "access",
-            **f,
-        }
+        fields = {"ts": _timestamp(time.time()), "type": "access", **f}
         self.logger.info(json.dumps(fields, ensure_ascii=False, separators=(",", ":")))
 
 
-ACCESS_LOGGERS: dict[str, type[AbstractAccessLogger]] = {
+ACCESS_LOGGERS: dict[str, type[_AccessLogger]] = {
     "text": TextAccessLogger,
     "json": JsonAccessLogger,
 }
 
 
-def configure_logging(level: int, access_log: str, log_format: str = "text") -> logging.Logger | None:
-    """Root handler with request ids in `log_format`, and the access logger for `access_log`
-    (None when off).
+def access_logger_class(access_log: str, log_format: str) -> type[_AccessLogger]:
+    """JSON access lines when asked for, or when every line is JSON; else text."""
+    return ACCESS_LOGGERS["json" if "json" in (access_log, log_format) else "text"]
 
-    JSON access lines (`access_log` json, or any access log under the json format) get a handler
-    of their own printing the bare JSON line that does not propagate, so a shipper reading stderr
-    sees one JSON object per access line.
-    """
+
+def configure_logging(level: int, access_log: str, log_format: str = "text") -> logging.Logger | None:
+    """The root handler in `log_format`, and the access logger (None when off). JSON access lines
+    get a handler of their own that prints them bare and does not propagate: a shipper reading
+    stderr sees one JSON object per line."""
     handler = logging.StreamHandler()
     if log_format == "json":
         handler.setFormatter(JsonFormatter())
@@ -239,14 +204,9 @@ def configure_logging(level: int, access_log: str, log_format: str = "text") -> 
     if access_log == "off":
         return None
     access = logging.getLogger(ACCESS_LOGGER)
-    if access_json(access_log, log_format):
+    if access_logger_class(access_log, log_format) is JsonAccessLogger:
         json_handler = logging.StreamHandler()
         json_handler.setFormatter(logging.Formatter("%(message)s"))
         access.handlers = [json_handler]
         access.propagate = False
     return access
-
-
-def access_json(access_log: str, log_format: str) -> bool:
-    """Access lines are JSON: asked for, or every line is."""
-    return access_log == "json" or (access_log != "off" and log_format == "json")

@@ -1,17 +1,6 @@
-"""`laya-onnx serve BUNDLE`: load the bundle once, serve it, drain it on a terminating signal.
-
-The order matters to an operator:
-
-  1. configuration (host, port, log level, limits, root path) is read and refused with a
-     `ConfigError` before anything else — `laya-onnx serve` exits 2 in milliseconds;
-  2. the address is bound (not yet listened on): a port in use is an OSError — exit 1, one
-     line — before the model is loaded, and "serving ..." is never logged for a server that is not;
-  3. the bundle is loaded and verified (a bad one exits with the loader's message);
-  4. the socket listens and "serving ... on http://HOST:PORT" is logged;
-  5. on the first SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 or SIGUSR2 the server drains (`drain.py`): it stops accepting
-     connections, closes idle ones, answers every admitted request that can finish within
-     LAYA_SHUTDOWN_GRACE_SECONDS and refuses the rest with 503 + Retry-After, logs each step,
-     and exits 0 within the grace. A second signal brings the stop time forward to now.
+"""`laya-onnx serve BUNDLE`: settings refused, then the address bound, before the bundle loads
+(serve/README.md#exit-codes); served until a `DRAIN_SIGNALS` one, then drained
+(serve/README.md#stopping-a-terminating-signal-drains).
 """
 
 from __future__ import annotations
@@ -34,14 +23,12 @@ from laya_onnx.core import settings, tracing
 from laya_onnx.core.errors import ConfigError
 from laya_onnx.serve.app import ACCESS_LOG, DRAIN, create_app
 from laya_onnx.serve.connection import LayaRequestHandler, handler_factory, on_loop_error
-from laya_onnx.serve.logs import ACCESS_LOGGERS, JsonAccessLogger, access_json, configure_logging
+from laya_onnx.serve.logs import access_logger_class, configure_logging
 from laya_onnx.serve.settings import ServerLimits, Settings, resolve_host, resolve_port
 
 log = logging.getLogger("laya_onnx.serve")
 
-#: The signals that drain the server: every one whose default action ends the process (SIGHUP
-#: from a closing terminal or a supervisor's reload included), so no signal of those cuts the
-#: requests in flight. SIGKILL cannot be caught; SIGPIPE is ignored by Python already.
+#: Every signal whose default action ends the process (SIGPIPE is ignored by Python already).
 DRAIN_SIGNALS = tuple(
     getattr(signal, name)
     for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
@@ -72,11 +59,8 @@ class _Plan:
 
 
 def _bind(host: str, port: int) -> list[socket.socket]:
-    """Bind (without listening) every address `host` resolves to; a port in use fails here.
-
-    Bound but not listening, the port is held while the model loads and a client is refused
-    outright instead of waiting in a queue for a server that is not up yet.
-    """
+    """Bind, without listening, every address `host` resolves to: the port is held while the
+    model loads, and a client is refused outright instead of queued for a server not up yet."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
@@ -146,19 +130,10 @@ def run_server(
     threads: int | None = None,
     log_format: str | None = None,
 ) -> None:
-    """Serve `bundle` over the /v1/systemone wire protocol until a `DRAIN_SIGNALS` one, then drain.
-
-    `strict_providers`: refuse to start when a requested accelerator does not attach.
-    A models directory (a folder of bundle folders) or `models` (`NAME=BUNDLE` texts) serve
-    several checkpoints through a `laya_onnx.Router` (`serve/served.py`). `threads`: onnxruntime
-    intra-op threads of every agent (default $LAYA_THREADS, else onnxruntime's). `log_format`:
-    `text` or `json` (default $LAYA_LOG_FORMAT, else text).
-
-    `host`/`port` win over LAYA_HOST/LAYA_PORT (default 127.0.0.1:8000). Raises `ConfigError`
-    (a ValueError; the CLI exits 2) for a bad setting and OSError (exit 1) when the address
-    cannot be bound, both before the bundle is loaded; exits with the loader's message
-    (SystemExit) when the bundle cannot be loaded.
-    """
+    """`laya-onnx serve`: its flags are this function's arguments, each winning over its variable
+    (`laya-onnx serve --help`). A models directory or `models` (`NAME=BUNDLE` texts) serve several
+    checkpoints through a `laya_onnx.Router`. Raises `ConfigError` or OSError before the bundle
+    is loaded, SystemExit with the loader's message when it cannot be."""
     plan = _prepare(host, port, log_format=log_format)
     try:
         from laya_onnx import ONNXAgent
@@ -188,11 +163,7 @@ def run_server(
 
 
 def serve_agent(agent: Any, host: str | None = None, port: int | None = None, **settings: Any) -> None:
-    """Serve an agent that is already built, exactly as `run_server` serves a loaded bundle.
-
-    For embedding a custom agent (and for the drain tests, which serve a deliberately slow one).
-    `settings` go to `create_app`.
-    """
+    """Serve an agent already built as `run_server` serves a bundle; `settings` go to `create_app`."""
     _run(agent, _prepare(host, port, settings), source=None)
 
 
@@ -216,11 +187,7 @@ def _run(agent: Any, plan: _Plan, source: str | None) -> None:
 
 
 class RunningServer:
-    """The app listening on bound sockets, through `LayaRequestHandler`; drained, then closed.
-
-    `start` → (serve) → `drain` → `close`: what `laya-onnx serve` does between its signals, and
-    what the tests drive in-process.
-    """
+    """The app listening on bound sockets through `LayaRequestHandler`: `start`, `drain`, `close`."""
 
     def __init__(self, app: web.Application, runner: web.AppRunner, limits: ServerLimits) -> None:
         self.app = app
@@ -236,20 +203,14 @@ class RunningServer:
         limits: ServerLimits,
         access_log: logging.Logger | None = None,
     ) -> RunningServer:
+        access_class = access_logger_class(limits.access_log, limits.log_format)
         handler_options: dict[str, Any] = {
-            # aiohttp's own keep-alive timer is only a backstop: LayaRequestHandler closes an idle
-            # connection after idle_timeout and a slow head after header_read_timeout, sooner.
+            # only a backstop: LayaRequestHandler closes idle connections and slow heads sooner
             "keepalive_timeout": limits.keepalive_timeout + limits.header_read_timeout,
-            "access_log_class": (
-                JsonAccessLogger
-                if access_json(limits.access_log, limits.log_format)
-                else ACCESS_LOGGERS.get(limits.access_log, ACCESS_LOGGERS["text"])
-            ),
+            "access_log_class": access_class,
             "access_log": access_log,
         }
-        access_class = handler_options["access_log_class"]
-        # the line of a request whose client went away is the app's to write (`log_cancelled`)
-        if access_log is not None:
+        if access_log is not None:  # for the lines aiohttp does not write (`log_cut`)
             app[ACCESS_LOG] = access_class(access_log, "")
         runner = web.AppRunner(
             app, handle_signals=False, shutdown_timeout=_closing_margin(limits), **handler_options
@@ -277,11 +238,8 @@ class RunningServer:
         return server
 
     async def drain(self, reason: str) -> None:
-        """Stop accepting, close idle connections, answer or refuse every admitted request.
-
-        Returns once every admitted decision request has its answer, at the latest at the end of
-        the grace less the closing margin. Each step is logged.
-        """
+        """Stop accepting, close idle connections, answer or refuse every admitted request, each
+        step logged; returns when all are answered, at the latest at the end of the grace."""
         loop = asyncio.get_running_loop()
         grace = self.limits.shutdown_grace
         drain = self.app[DRAIN]
