@@ -1,24 +1,14 @@
-"""Prometheus metrics for one server: what `/metrics` exposes.
+"""Prometheus metrics for one server: what `/metrics` exposes (serve/README.md#metrics).
 
-Every app owns a `CollectorRegistry` of its own (never prometheus-client's global one), so
-several apps in one process — tests, a bench next to a server — count separately and never
-collide on metric names.
-
-`DecisionService.handle` (serve/service.py) counts and times every request it answers, from the
-facts its answer carries. Three figures are read at scrape time instead of being pushed: the
-queue in front of the inference worker, provider fallbacks (the agent's own table) and the process's memory
-(`ProcessCollector`, from /proc on Linux).
-
-`RequestMetrics` is the part any HTTP edge can count — requests, latency, passes, rows, tokens,
-busy refusals, the process — and what the Ray Serve ingress exports under the same names
-(`ray_app.py`); `Metrics` adds what only the in-process worker has.
+`DecisionService.handle` (serve/service.py) counts and times every request it answers; the
+worker's queue depth, provider fallbacks and the process's memory are read at scrape time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, Metric
@@ -29,6 +19,7 @@ from laya_onnx.core import settings
 from laya_onnx.serve.served import Served
 
 PREFIX = "laya_onnx"
+M = TypeVar("M", Counter, Gauge, Histogram)
 #: Seconds. Covers a loopback health probe (~1 ms) up to a long batch on a CPU (tens of s).
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 #: Per-request work: question rows, input tokens, passes; and requests per call on the worker.
@@ -61,9 +52,8 @@ def work_done(result: Any) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class Answered:
-    """How a successful decision was answered, for the per-request metrics: the served
-    checkpoint's name (never a client's text), the passes of the call that answered it and how
-    many requests that call answered (its micro-batch)."""
+    """A successful decision for the per-request metrics: the served checkpoint that answered
+    (never a client's text), its call's passes and the requests that call answered."""
 
     checkpoint: str
     passes: int
@@ -71,11 +61,8 @@ class Answered:
 
 
 class ProviderFallbacks(Collector):
-    """`laya_onnx_provider_fallbacks_total{provider}` read from the agent's table at scrape time.
-
-    The same table `/health` shows as `provider_fallbacks`: a provider that never attached at
-    startup counts there too, so the series starts at 1 for it rather than at 0.
-    """
+    """`laya_onnx_provider_fallbacks_total{provider}`: /health's `provider_fallbacks` table, read
+    at scrape time (a provider that never attached at startup counts there too)."""
 
     def __init__(self, agent: Served):
         self.agent = agent
@@ -92,87 +79,84 @@ class ProviderFallbacks(Collector):
 
 
 class RequestMetrics:
-    """What both servers count at their HTTP edge — requests, latency, in flight, successful
-    passes, rows, tokens, busy refusals and the process — on a registry of their own. The Ray
-    Serve ingress exports these (`ray_app.py`); the aiohttp app adds its worker's figures."""
+    """What both servers count at their HTTP edge, on a registry of their own (several apps in one
+    process never collide); the Ray Serve ingress exports these, the aiohttp app adds its worker's."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        r = self.registry
-        self.requests = Counter(
-            PREFIX + "_http_requests",
+        self.requests = self.add(
+            Counter,
+            "_http_requests",
             "HTTP requests answered, by route template, method and status code.",
             ["route", "method", "status"],
-            registry=r,
         )
-        self.latency = Histogram(
-            PREFIX + "_http_request_duration_seconds",
+        self.latency = self.add(
+            Histogram,
+            "_http_request_duration_seconds",
             "Time from the request reaching the application to its response being ready.",
             ["route"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
+            LATENCY_BUCKETS,
         )
-        self.in_flight = Gauge(
-            PREFIX + "_http_requests_in_flight",
-            "Requests being handled now, by route template.",
-            ["route"],
-            registry=r,
+        self.in_flight = self.add(
+            Gauge, "_http_requests_in_flight", "Requests being handled now, by route template.", ["route"]
         )
-        self.inference = Histogram(
-            PREFIX + "_inference_duration_seconds",
+        self.inference = self.add(
+            Histogram,
+            "_inference_duration_seconds",
             "Time of successful forward passes on the worker (what X-Inference-Time-Ms reports).",
             ["route"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
+            LATENCY_BUCKETS,
         )
-        self.rows = Counter(
-            PREFIX + "_rows",
-            "Question rows answered (one per question per state).",
-            registry=r,
+        self.rows = self.add(Counter, "_rows", "Question rows answered (one per question per state).")
+        self.tokens = self.add(
+            Counter, "_input_tokens", "Input tokens read by successful passes (non-pad tokens over all rows)."
         )
-        self.tokens = Counter(
-            PREFIX + "_input_tokens",
-            "Input tokens read by successful passes (non-pad tokens over all rows).",
-            registry=r,
-        )
-        self.busy = Counter(
-            PREFIX + "_busy_refusals",
+        self.busy = self.add(
+            Counter,
+            "_busy_refusals",
             f"Decision requests refused with 503 because {settings.MAX_CONCURRENT.env} were already in flight.",
             ["route"],
-            registry=r,
         )
         # per successful decision request, by the served checkpoint that answered it (a label
         # whose values are the server's own names, never a client's text)
-        self.request_rows = Histogram(
-            PREFIX + "_request_rows",
+        self.request_rows = self.add(
+            Histogram,
+            "_request_rows",
             "Question rows (one per question per state) of a successful decision request.",
             ["checkpoint"],
-            buckets=ROWS_BUCKETS,
-            registry=r,
+            ROWS_BUCKETS,
         )
-        self.request_tokens = Histogram(
-            PREFIX + "_request_input_tokens",
+        self.request_tokens = self.add(
+            Histogram,
+            "_request_input_tokens",
             "Input tokens (non-pad, over all rows) a successful decision request read.",
             ["checkpoint"],
-            buckets=TOKENS_BUCKETS,
-            registry=r,
+            TOKENS_BUCKETS,
         )
-        self.request_passes = Histogram(
-            PREFIX + "_request_passes",
+        self.request_passes = self.add(
+            Histogram,
+            "_request_passes",
             "Forward passes of the call that answered a successful decision request (a "
             "micro-batch's passes count for each of its requests).",
             ["checkpoint"],
-            buckets=PASSES_BUCKETS,
-            registry=r,
+            PASSES_BUCKETS,
         )
-        self.group_size = Histogram(
-            PREFIX + "_microbatch_size",
+        self.group_size = self.add(
+            Histogram,
+            "_microbatch_size",
             "Per successful decision request: how many requests the call on the worker that "
             "answered it answered in all (its micro-batch; 1 without a batch window).",
-            buckets=GROUP_BUCKETS,
-            registry=r,
+            [],
+            GROUP_BUCKETS,
         )
-        ProcessCollector(registry=r)  # process_resident_memory_bytes, cpu seconds, open fds
+        ProcessCollector(registry=self.registry)  # process_resident_memory_bytes, cpu seconds, fds
+
+    def add(
+        self, kind: type[M], name: str, doc: str, labels: Sequence[str] = (), buckets: Sequence[float] = ()
+    ) -> M:
+        """Declare `PREFIX + name` on this app's registry (a histogram with its `buckets`)."""
+        extra: dict[str, Any] = {"buckets": buckets} if buckets else {}
+        return kind(PREFIX + name, doc, labels, registry=self.registry, **extra)
 
     def exposition(self, accept: str | None) -> tuple[bytes, str]:
         """The scrape body and its Content-Type, negotiated from the Accept header."""
@@ -203,32 +187,27 @@ class RequestMetrics:
 
 
 class Metrics(RequestMetrics):
-    """The aiohttp app's metrics: the edge's, and its single worker's queue, admission limit and
-    the agent's provider fallbacks."""
+    """The aiohttp app's metrics: the edge's, and its worker's queue, admission limit and the
+    agent's provider fallbacks."""
 
     def __init__(self, agent: Served, max_concurrent: int, queue_depth: Callable[[], int]):
         super().__init__()
-        r = self.registry
-        self.queue_wait = Histogram(
-            PREFIX + "_inference_queue_wait_seconds",
+        self.queue_wait = self.add(
+            Histogram,
+            "_inference_queue_wait_seconds",
             "Time a decision request waited for the single inference worker.",
             ["route"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
+            LATENCY_BUCKETS,
         )
-        queued = Gauge(
-            PREFIX + "_inference_queue_depth",
+        self.add(
+            Gauge,
+            "_inference_queue_depth",
             "Decision requests waiting for the inference worker now (the running one excluded).",
-            registry=r,
-        )
-        queued.set_function(queue_depth)  # read from the worker lock at scrape time
-        admission = Gauge(
-            PREFIX + "_admission_limit",
-            f"{settings.MAX_CONCURRENT.env}: decision requests admitted at once.",
-            registry=r,
-        )
-        admission.set(max_concurrent)
-        r.register(ProviderFallbacks(agent))
+        ).set_function(queue_depth)  # read from the worker lock at scrape time
+        self.add(
+            Gauge, "_admission_limit", f"{settings.MAX_CONCURRENT.env}: decision requests admitted at once."
+        ).set(max_concurrent)
+        self.registry.register(ProviderFallbacks(agent))
 
     def waited(self, route: str, ms: float) -> None:
         self.queue_wait.labels(route).observe(ms / 1000.0)

@@ -1,15 +1,8 @@
-"""Micro-batching (opt-in, LAYA_BATCH_WINDOW_MS): concurrent single decisions as one forward.
+"""Micro-batching (LAYA_BATCH_WINDOW_MS): the window in which concurrent `/v1/systemone`
+decisions that share a `core.grouping.group_key` gather, to run as `core.grouping.run_group`.
 
-A `/v1/systemone` request that passed its checks waits up to the window for others that ask
-the same thing of the model (`core.grouping.group_key`), and the group runs on the worker as
-`core.grouping.run_group` does: one `predict_batch`, each caller getting the answer its request
-alone would get, or its own refusal. This module is the asynchronous window only.
-
-Nothing here knows the web framework: a front end hands `submit` a decision and an `execute`
-coroutine function that runs a blocking callable on its inference worker (the aiohttp app: the
-worker lock and its one-thread executor). Admission is untouched: a waiting request keeps
-the slot it was admitted with, and the pass's memory budget is the agent's (`predict_batch`
-splits passes to fit it).
+Framework-free: `execute` runs a blocking callable on the front end's inference worker. A waiting
+request keeps its admission slot; `predict_batch` splits passes to fit the memory budget.
 """
 
 from __future__ import annotations
@@ -42,12 +35,8 @@ class _Group:
 
 
 class MicroBatcher:
-    """Collects decisions per `group_key` for `window_s`, then runs each group with `execute`.
-
-    Loop-bound: create it on the serving loop. `submit` returns the member's `Outcome` (its
-    result or exception, never raised here), or raises what `execute` itself raised (the worker
-    refused the whole group, e.g. a drain).
-    """
+    """Collects decisions per `group_key` for `window_s`, then runs each group with `execute`
+    (created on the serving loop)."""
 
     def __init__(
         self,
@@ -70,8 +59,8 @@ class MicroBatcher:
     async def submit(
         self, state: Any, questions: Any, controls: dict[str, Any], limits: CallLimits | None = None
     ) -> Outcome:
-        """Wait for this request's outcome: run with others that share its `group_key`, or alone
-        (under `limits`, this request's own)."""
+        """This request's `Outcome` (its result or exception), run with its group or alone under
+        its own `limits`; raises what `execute` raised (the worker refused the group: a drain)."""
         loop = asyncio.get_running_loop()
         key = group_key(questions, controls)
         future: asyncio.Future[Outcome] = loop.create_future()

@@ -50,8 +50,8 @@ ROUTER_NAME = "router"
 GENERIC_MODEL_IDS = frozenset({"jev-latest"})
 #: The controls of one batch item, as laya-serve copies them into every request of the batch.
 ITEM_CONTROLS = ("model", "task", "lang", "lang_guess", "max_len", "head_max_len")
-#: Row lengths the warm-up runs one pass at (each at most the bundle's own max_len): the shapes
-#: onnxruntime meets first in real traffic, so the first requests do not pay for them.
+#: Row lengths the warm-up runs one pass at (at most the bundle's max_len), so that the first
+#: requests do not pay for onnxruntime's first meeting with these shapes.
 WARM_LENGTHS = (32, 64, 128, 256, 512)
 
 
@@ -129,11 +129,11 @@ def names_a_path(text: str) -> bool:
     return bool(text) and (text[0] in ".~" or "/" in text or "\\" in text)
 
 
-class Served:
-    """A Router's checkpoints on the wire and the agent the worker calls (module docstring)."""
+class Served(BaseHook):
+    """A Router's checkpoints on the wire and the agent the worker calls (module docstring); as a
+    hook of its Router, it logs every load with its time (the cold start) and every unload."""
 
     name = ROUTER_NAME
-    revision: str | None = None
 
     def __init__(self, router: Router, idle: IdleUnload | None = None):
         self.router = router
@@ -148,7 +148,7 @@ class Served:
             return OneBundle(served)
         seconds = settings.IDLE_UNLOAD_SECONDS.read()
         this = cls(served, IdleUnload(served, seconds) if seconds else None)
-        served.add_hook(ColdStarts(served, this.baselines))
+        served.add_hook(this)
         for name, agent in served.resident().items():  # preloaded before the hook existed
             this.baselines[name] = fallback_baseline(agent.fallbacks)
             log.info("loaded checkpoint %s in %.2fs", name, served.load_seconds.get(name, 0.0))
@@ -184,12 +184,6 @@ class Served:
         return min(known) if known else None
 
     @property
-    def providers(self) -> list[str]:
-        for agent in self.resident().values():
-            return list(agent.providers)
-        return self.requested_providers
-
-    @property
     def requested_providers(self) -> list[str]:
         return [p if isinstance(p, str) else p[0] for p in (self.router.providers or [])]
 
@@ -203,6 +197,14 @@ class Served:
                 seen["count"] += entry["count"]
                 seen["last_reason"] = entry["last_reason"] or seen["last_reason"]
         return total
+
+    def on_load(self, ctx: PredictContext) -> None:
+        name = str(ctx.model)
+        self.baselines[name] = fallback_baseline(getattr(ctx.agent, "fallbacks", {}))
+        log.info("loaded checkpoint %s in %.2fs", name, self.router.load_seconds.get(name, 0.0))
+
+    def on_evict(self, ctx: PredictContext) -> None:
+        log.info("unloaded checkpoint %s", ctx.model)
 
     # -- a decision's model, task and routing ---------------------------------------------------
 
@@ -379,7 +381,6 @@ class OneBundle(Served):
         self.lone = agent
         self.key = key
         self.name: str = agent.name  # the checkpoint's, not ROUTER_NAME
-        self.revision = agent.revision
         # what the batch route's pass plan reads of its agent (`validate.pass_memory_of`)
         self.memory_model = getattr(agent, "memory_model", None)
         self.max_pass_memory = getattr(agent, "max_pass_memory", None)
@@ -448,22 +449,6 @@ class OneBundle(Served):
             "x_precision": self.lone.bundle.precision.precision,
             "x_providers": list(self.lone.providers),
         }
-
-
-class ColdStarts(BaseHook):
-    """Logs every load of a Router's checkpoint with its time and keeps its fallback baseline."""
-
-    def __init__(self, router: Router, baselines: dict[str, dict[str, int]]):
-        self.router = router
-        self.baselines = baselines
-
-    def on_load(self, ctx: PredictContext) -> None:
-        name = str(ctx.model)
-        self.baselines[name] = fallback_baseline(getattr(ctx.agent, "fallbacks", {}))
-        log.info("loaded checkpoint %s in %.2fs", name, self.router.load_seconds.get(name, 0.0))
-
-    def on_evict(self, ctx: PredictContext) -> None:
-        log.info("unloaded checkpoint %s", ctx.model)
 
 
 class IdleUnload:
