@@ -19,6 +19,7 @@ from aiohttp.abc import AbstractAccessLogger
 
 from laya_onnx.core.router import Router
 from laya_onnx.serve import contract
+from laya_onnx.serve.contract import LocalDecider, Reply
 from laya_onnx.serve.drain import Drain
 from laya_onnx.serve.errors import BODY_UNDECODABLE, UNSUPPORTED_VERSION, ApiError
 from laya_onnx.serve.keys import INFERENCE_MS, PASS_RESULT, QUEUE_WAIT_MS, TRACE_ID
@@ -26,7 +27,7 @@ from laya_onnx.serve.logs import ENDED, REQUEST_ID_HEADER, RESET, SEND_TIMEOUT, 
 from laya_onnx.serve.metrics import Metrics
 from laya_onnx.serve.protocol import ServedAgent
 from laya_onnx.serve.served import Served
-from laya_onnx.serve.service import Call, DecisionService, LocalDecider, Reply
+from laya_onnx.serve.service import Call, DecisionService
 from laya_onnx.serve.settings import Settings
 
 log = logging.getLogger("laya_onnx.serve")

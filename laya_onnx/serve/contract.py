@@ -5,42 +5,52 @@ docs/http-api.md#the-jev-profile). The aiohttp app and the Ray ingress both deci
 
 from __future__ import annotations
 
-import hmac
+import asyncio
+import contextlib
 import json
 import logging
 import math
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
-from laya_onnx.core import tournament
+from laya_onnx.core import settings as table
+from laya_onnx.core import tournament, tracing
 from laya_onnx.core.errors import LayaInputError, PassTooLarge
 from laya_onnx.core.hooks import aggregate_usage
 from laya_onnx.core.protocol import DecisionAgent
-from laya_onnx.core.questions import UnknownField, unknown_fields
-from laya_onnx.core.work import CallStopped, CallTooLarge
+from laya_onnx.core.work import CallLimits, CallStopped, CallTooLarge, call_limits
 from laya_onnx.serve import schema
 from laya_onnx.serve import validate as v
-from laya_onnx.serve.errors import INFERENCE_FAILED, NON_FINITE, ApiError
-from laya_onnx.serve.served import ModelChoice, Served
+from laya_onnx.serve.body import BodyBuffer
+from laya_onnx.serve.drain import Drain, WorkerLock
+from laya_onnx.serve.errors import BUSY, INFERENCE_FAILED, NON_FINITE, ApiError
+from laya_onnx.serve.metrics import UNMATCHED, Answered, work_done
+from laya_onnx.serve.microbatch import MicroBatcher
+from laya_onnx.serve.rss import MemoryKeeper
+from laya_onnx.serve.served import Served
 from laya_onnx.serve.settings import Settings
 
 log = logging.getLogger("laya_onnx.serve")
 
-#: Names the body's fields that nothing reads, the first 16 (docs/http-api.md#request-fields).
+WORKER_THREAD_PREFIX = "laya-infer"
+#: A decision route's template by its name (the metrics' label).
+ROUTE_PATHS = {"systemone": "/v1/systemone", "systemone_batch": "/v1/systemone/batch"}
+DEADLINE_PASSED = "request not answered within %%g s of its admission (%s); no further pass of it runs" % (
+    table.REQUEST_TIMEOUT.env
+)
+#: What the worker is told when the request it runs for is abandoned (the answer is not sent).
+ABANDONED = "its client went away or its deadline passed"
+
+#: Names the body's fields that nothing reads (docs/http-api.md#request-fields).
 UNKNOWN_FIELDS_HEADER = "X-Unknown-Fields"
-UNKNOWN_FIELDS_NAMED = 16
 #: The checkpoints that answered a `model` naming none served here (docs/http-api.md#the-model-field);
 #: the Jev profile names them in the body too.
 MODEL_FALLBACK_HEADER = "X-Model-Fallback"
 MODEL_FALLBACK_FIELD = "x_model_fallback"
-#: The controls handed to the agent, in the order they are checked: the models' fields that are
-#: neither the request's content, a hook key, `model` nor `task` (checked apart).
-CONTROLS = tuple(
-    k
-    for k in schema.DecisionRequest.model_fields
-    if k not in (*v.HOOK_KEYS, "state", "questions", "model", "task")
-)
 #: The Jev contract's keys per answer type and of `usage`, in TypeSafe's order (docs/http-api.md#the-jev-profile).
 JEV_KEYS = {
     "choice": tuple(schema.JevChoiceAnswer.model_fields),
@@ -66,20 +76,249 @@ ERROR_TYPES = {
 }
 
 
-def authorized(settings: Settings, authorization: str | Sequence[str] | None) -> bool:
-    """Whether `Authorization` is exactly one `Bearer <key>`; True without a key
-    (docs/http-api.md#authentication). Compared in constant time as the bytes on the wire
-    (aiohttp's surrogateescape undone), so an undecodable header is a 401, not an exception."""
-    key = settings.api_key
-    if key is None:
-        return True
-    if not isinstance(authorization, str) and authorization is not None:
-        if len(authorization) != 1:
-            return False
-        authorization = authorization[0]
-    supplied = (authorization or "").encode("utf-8", "surrogateescape")
-    expected = ("Bearer " + key).encode("utf-8", "surrogateescape")
-    return hmac.compare_digest(supplied, expected)
+@dataclass
+class Reply:
+    """What a front end writes back: an answer or a refusal, and its facts for the metrics."""
+
+    status: int
+    body: bytes
+    headers: dict[str, str] = field(default_factory=dict)
+    content_type: str = "application/json"
+    #: The route's template for the metrics (`UNMATCHED` for no route).
+    route: str = UNMATCHED
+    #: The connection must close after this answer (draining, or the body was left unread).
+    close: bool = False
+    #: Of a successful decision: the pass's and the wait's milliseconds, the pass's result, its
+    #: (question rows, input tokens), and what the per-request metrics count it under.
+    inference_ms: float | None = None
+    queue_ms: float | None = None
+    result: Any = None
+    work: tuple[int, int] | None = None
+    served: Answered | None = None
+
+
+class LocalDecider:
+    """Decisions in this process, once the body is read: admission, the request's limits and
+    deadline, the checks, the pass on the one inference worker (or a micro-batch), the answer
+    shaped and rendered (docs/http-api.md#concurrency, docs/http-api.md#refusals-in-order).
+    `start()` and `stop()` bind it to the serving loop."""
+
+    def __init__(self, served: Served, settings: Settings):
+        self.served = served
+        self.settings = settings
+        self.body_buffer: BodyBuffer | None = BodyBuffer(settings.body_buffer)
+        self.drain = Drain()
+        self.memory = MemoryKeeper()
+        self.executor: ThreadPoolExecutor | None = None
+        self.lock: WorkerLock | None = None
+        self.admission: asyncio.Semaphore | None = None
+        self.batcher: MicroBatcher | None = None
+        self._ready = False
+        self._tasks: list[asyncio.Task[Any]] = []
+        #: Told (route template, milliseconds) how long each decision waited for the worker.
+        self.on_wait: Callable[[str, float], None] = lambda route, ms: None
+
+    async def decide(self, route: str, raw: bytes) -> Reply:
+        """One decision: 503 past LAYA_MAX_CONCURRENT (never queued), 504 past its deadline."""
+        try:
+            if self.admission is None or self.admission.locked():
+                raise ApiError(503, BUSY, {"Retry-After": "1"})
+            async with self.admission:
+                return await self.drain.run(self._within_deadline(route, raw))
+        finally:
+            # once this request's body and parsed objects are gone (the next turn of the loop)
+            asyncio.get_running_loop().call_soon(self.memory.after_request)
+
+    async def _within_deadline(self, route: str, raw: bytes) -> Reply:
+        timeout = self.settings.request_timeout
+        try:
+            return await asyncio.wait_for(self._answer(route, raw), timeout)
+        except asyncio.TimeoutError:
+            log.info("504: not answered within %gs of admission", timeout)
+            raise ApiError(504, DEADLINE_PASSED % timeout) from None
+
+    async def _answer(self, route: str, raw: bytes) -> Reply:
+        served, settings = self.served, self.settings
+        limits = CallLimits(
+            max_seconds=settings.max_request_seconds,
+            max_seconds_setting=table.MAX_REQUEST_SECONDS.env,
+            deadline=time.monotonic() + settings.request_timeout,
+            deadline_setting=table.REQUEST_TIMEOUT.env,
+        )
+        served.mark()  # admitted: the idle window restarts
+        parse = parse_systemone if route == "systemone" else parse_batch
+        decision = parse(raw, served.agent, served, settings)
+        del raw
+        queued = time.perf_counter()
+        if self.batcher is not None and isinstance(decision, OneDecision):
+            try:
+                outcome = await self.batcher.submit(
+                    decision.state, decision.questions, decision.controls, limits
+                )
+            except asyncio.CancelledError:
+                limits.cancel(ABANDONED)
+                raise
+            if outcome.error is not None:
+                raise pass_refusal(outcome.error, decision.what, served.name)
+            self.on_wait(ROUTE_PATHS[route], (outcome.started - queued) * 1000.0)
+            result, started, ended = outcome.result, outcome.started, outcome.ended
+            group = outcome.group_size
+            tracing.record("laya.queue", queued, started, {"laya.microbatch.size": group})
+        else:
+            run = partial(decision.run, served.agent, settings)
+            result, started, ended = await self._infer(run, decision, limits, route)
+            group = 1
+        body = render_payload(partial(decision.payload, result, served, settings), decision.what, served.name)
+        return Reply(
+            200,
+            body,
+            answer_headers(decision, result, served),
+            inference_ms=(ended - started) * 1000.0,
+            queue_ms=(started - queued) * 1000.0,
+            result=result,
+            work=work_done(result),
+            served=Answered(metrics_checkpoint(result, served), limits.passes, group),
+        )
+
+    async def _infer(
+        self, fn: Callable[[], Any], decision: Any, limits: CallLimits, route: str
+    ) -> tuple[Any, float, float]:
+        """`fn` on the worker, timed; its failures as refusals, here on the loop (where the log
+        line carries the request id)."""
+        queued, started = time.perf_counter(), None
+
+        def timed() -> Any:
+            nonlocal started
+            started = time.perf_counter()
+            return fn()
+
+        try:
+            result = await self.on_worker(timed, limits)
+        except ApiError:  # the worker lock's own refusal (a drain), not the pass's
+            raise
+        except Exception as exc:
+            if started is not None:
+                self.on_wait(ROUTE_PATHS[route], (started - queued) * 1000.0)
+                tracing.record("laya.queue", queued, started)
+            raise pass_refusal(exc, decision.what, self.served.name) from None
+        assert started is not None  # the worker ran `timed`
+        self.on_wait(ROUTE_PATHS[route], (started - queued) * 1000.0)
+        tracing.record("laya.queue", queued, started)
+        return result, started, time.perf_counter()
+
+    async def on_worker(self, fn: Callable[[], Any], limits: CallLimits | None = None) -> Any:
+        """`fn` on the inference worker under `limits` once the worker is free, first come first
+        served. Cancelled meanwhile, `limits` is cancelled (no further pass starts), the caller
+        gets the CancelledError at once and the lock stays held until the worker is free."""
+        lock, executor = self.lock, self.executor
+        if lock is None or executor is None:  # made on startup; a request cannot come earlier
+            raise RuntimeError("inference requested outside the server's run (no worker)")
+        await lock.acquire(limits)
+        loop = asyncio.get_running_loop()
+        try:
+            # in this request's context: the pass's spans are its children, its log lines its id
+            job: Future[Any] = executor.submit(tracing.in_current_context(partial(_run_limited, limits, fn)))
+        except BaseException:
+            lock.release()
+            raise
+        try:
+            result = await asyncio.wrap_future(job)
+        except asyncio.CancelledError:
+            if limits is not None:
+                limits.cancel(ABANDONED)
+            job.add_done_callback(lambda _: _release_from_worker(loop, lock))
+            raise
+        except BaseException:
+            lock.release()
+            raise
+        lock.release()
+        return result
+
+    # -- lifecycle, and what the edge asks ---------------------------------------------------
+
+    async def start(self) -> None:
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=WORKER_THREAD_PREFIX)
+        self.lock = WorkerLock(self.drain)
+        self.drain.bind(self.lock)
+        self.admission = asyncio.Semaphore(self.settings.max_concurrent)
+        self.memory.start()
+        settings = self.settings
+        if settings.batch_window_ms > 0:
+            self.batcher = MicroBatcher(
+                self.served.agent,
+                settings.batch_window_ms / 1000.0,
+                self.on_worker,
+                configured_group=settings.tournament_group,
+                max_group=settings.batch_max_requests,
+            )
+        self._tasks.append(asyncio.create_task(self._warm_up()))
+        idle = self.served.idle
+        if idle is not None:
+            self._tasks.append(asyncio.create_task(idle.reap(self._busy, self._run_on_worker)))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        executor, self.executor = self.executor, None
+        self.admission = None
+        self.batcher = None
+        if executor is not None:
+            # A pass already on the worker finishes; queued ones are dropped. Off the loop so it
+            # keeps turning meanwhile. A pass the drain gave up on is not waited for.
+            await asyncio.to_thread(executor.shutdown, wait=not self.drain.abandoned, cancel_futures=True)
+
+    async def _warm_up(self) -> None:
+        """The speed probe and one pass per length bucket, on the worker; ready afterwards."""
+        try:
+            await self._run_on_worker(self.served.warm_up)
+        except Exception:  # a failed warm-up leaves the first requests slower, nothing worse
+            log.exception("warm-up failed")
+        self._ready = True
+
+    def _busy(self) -> bool:
+        return self.lock is not None and (self.lock.busy or self.lock.waiting > 0)
+
+    def _run_on_worker(self, fn: Callable[[], Any]) -> Any:
+        return asyncio.get_running_loop().run_in_executor(self.executor, fn)
+
+    @property
+    def draining(self) -> bool:
+        return self.drain.draining
+
+    @property
+    def ready(self) -> bool:
+        return self._ready and not self.drain.draining
+
+    def queue_depth(self) -> int:
+        """Decision requests waiting for the worker now (0 before startup and after shutdown)."""
+        return self.lock.waiting if self.lock is not None else 0
+
+    def refuse_draining(self) -> ApiError:
+        """A decision request that arrives once the server is draining: 503, Retry-After."""
+        refused = self.drain.refuse("arrived after the drain began")
+        log.info("503 while draining: %s", refused.reason)
+        return refused
+
+    async def health(self, full: bool) -> tuple[int, Any]:
+        return self.served.health(full)
+
+    async def models(self, full: bool) -> Any:
+        return self.served.listing(full)
+
+
+def _run_limited(limits: CallLimits | None, fn: Callable[[], Any]) -> Any:
+    with call_limits(limits):
+        return fn()
+
+
+def _release_from_worker(loop: asyncio.AbstractEventLoop, lock: WorkerLock) -> None:
+    try:
+        loop.call_soon_threadsafe(lock.release)
+    except RuntimeError:  # the loop closed first (shutdown): nothing is left to wait for the lock
+        pass
 
 
 # -- the checks ------------------------------------------------------------------------------
@@ -95,8 +334,8 @@ class OneDecision:
     controls: dict[str, Any] = field(default_factory=dict)
     #: The body's `model` when it named no checkpoint here (`served.ModelChoice.fallback`).
     fallback: str | None = None
-    #: Fields of the body and its questions that nothing reads.
-    unknown: tuple[UnknownField, ...] = ()
+    #: The fields of the body and its questions that nothing reads, as `X-Unknown-Fields` names them.
+    unknown: str | None = None
 
     what = "inference"
 
@@ -117,7 +356,7 @@ class BatchDecision:
     questions: Any
     controls: dict[str, Any] = field(default_factory=dict)
     fallback: str | None = None
-    unknown: tuple[UnknownField, ...] = ()
+    unknown: str | None = None
 
     what = "batch inference"
 
@@ -136,56 +375,16 @@ class BatchDecision:
         }
 
 
-def agent_controls(body: v.Body, checkpoint: Served) -> tuple[dict[str, Any], ModelChoice]:
-    """`model`, then `CONTROLS` in order: only those the caller sent (the bundle's own budgets stay
-    in charge of the rest), plus what the Router routes by; and how `model` was taken."""
-    model = checkpoint.check_model(body.body.get("model"))
-    checked = {k: body.control(k) for k in CONTROLS}
-    lang_guess = checked.pop("lang_guess")
-    controls = {k: value for k, value in checked.items() if value is not None}
-    controls.update(checkpoint.routing_controls(model.pinned, body.body.get("task"), lang_guess))
-    return controls, model
-
-
 def parse_systemone(raw: bytes, agent: DecisionAgent, checkpoint: Served, settings: Settings) -> OneDecision:
-    """The checks of docs/http-api.md#post-v1systemone in order; the first failing one is raised."""
-    del agent  # one signature for both routes; the single route plans nothing from the agent
-    with v.validation_stage(settings.jev):
-        body = v.Body(v.parse_json(raw), False, settings.jev, settings.max_token_budget)
-        body.limits()
-        body.refusals()
-        controls, model = agent_controls(body, checkpoint)
-        checkpoint.check_task(body.body.get("task"))
-    unknown = tuple(unknown_fields(body.body, v.REQUEST_FIELDS, most=UNKNOWN_FIELDS_NAMED))
-    return OneDecision(body.body["state"], body.body["questions"], controls, model.fallback, unknown)
+    """The checks of docs/http-api.md#post-v1systemone in order (`validate.check`)."""
+    body, controls, fallback, unknown = v.check(raw, agent, checkpoint, settings, batch=False)
+    return OneDecision(body["state"], body["questions"], controls, fallback, unknown)
 
 
 def parse_batch(raw: bytes, agent: DecisionAgent, checkpoint: Served, settings: Settings) -> BatchDecision:
-    """The checks of docs/http-api.md#post-v1systemonebatch in order, and the pass plan
-    (docs/http-api.md#batch)."""
-    with v.validation_stage(settings.jev):
-        body = v.Body(v.parse_json(raw), True, settings.jev, settings.max_token_budget)
-        body.limits()
-        body.refusals()
-        controls, model = agent_controls(body, checkpoint)
-        caller_size = body.control("batch_size")
-        states, questions = body.body["states"], body.body["questions"]
-        planned = v.chunk_plan(
-            len(states),
-            len(questions),
-            body.body.get("max_len"),
-            settings.max_batch_tokens,
-            memory=v.pass_memory_of(agent),
-        )
-        if caller_size is not None:
-            controls["batch_size"] = caller_size if planned is None else min(caller_size, planned)
-        elif planned is not None:
-            controls["batch_size"] = planned
-        if body.control("sort_by_length"):
-            controls["sort_by_length"] = True  # False is the agent's own default: not forwarded
-        checkpoint.check_task(body.body.get("task"))
-    unknown = tuple(unknown_fields(body.body, v.BATCH_FIELDS, most=UNKNOWN_FIELDS_NAMED))
-    return BatchDecision(states, questions, controls, model.fallback, unknown)
+    """The checks of docs/http-api.md#post-v1systemonebatch in order (`validate.check`)."""
+    body, controls, fallback, unknown = v.check(raw, agent, checkpoint, settings, batch=True)
+    return BatchDecision(body["states"], body["questions"], controls, fallback, unknown)
 
 
 def pass_refusal(exc: Exception, what: str, model: str) -> ApiError:
@@ -315,36 +514,17 @@ class NonFiniteNumber(ValueError):
 
 
 def render(payload: Any) -> bytes:
-    """Compact UTF-8 JSON; NonFiniteNumber for a NaN or an infinity. json's ValueError also means
-    other failures (a circular reference), so the payload is searched before it is called that."""
+    """Compact UTF-8 JSON; NonFiniteNumber for a NaN or an infinity (dict keys included). json's
+    ValueError means other failures too (a cycle): those fail again where NaN is allowed."""
     try:
         text = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except ValueError as exc:
-        if has_non_finite(payload):
-            raise NonFiniteNumber(str(exc)) from None
-        raise
+        try:
+            json.dumps(payload, allow_nan=True)
+        except ValueError:
+            raise exc from None
+        raise NonFiniteNumber(str(exc)) from None
     return text.encode("utf-8")
-
-
-def has_non_finite(value: Any) -> bool:
-    """Whether a float anywhere in `value` (dict keys included) is a NaN or an infinity; iterative,
-    each container visited once, so deep or self-referencing payloads end."""
-    stack, seen = [value], set()
-    while stack:
-        item = stack.pop()
-        if isinstance(item, float):
-            if not math.isfinite(item):
-                return True
-        elif isinstance(item, (dict, list, tuple)):
-            if id(item) in seen:
-                continue
-            seen.add(id(item))
-            if isinstance(item, dict):
-                stack.extend(item.keys())
-                stack.extend(item.values())
-            else:
-                stack.extend(item)
-    return False
 
 
 def render_payload(make_payload: Callable[[], Any], what: str, model: str) -> bytes:
@@ -387,14 +567,8 @@ def answer_headers(decision: OneDecision | BatchDecision, result: Any, checkpoin
         answered = ", ".join(answering_checkpoints(result, checkpoint)) or checkpoint.name
         log.info("model %.200r names no checkpoint served here; answered by %s", decision.fallback, answered)
         headers[MODEL_FALLBACK_HEADER] = "".join(c if " " <= c <= "~" else "?" for c in answered)
-    if decision.unknown:
-        named = []
-        for f in decision.unknown:
-            where = str(f.name) if f.question is None else "%s.%s" % (f.question, f.name)
-            named.append(where if f.did_you_mean is None else "%s=%s" % (where, f.did_you_mean))
-        # a client's key may hold anything: outside printable ASCII, and the list's comma, is "?"
-        text = ", ".join("".join(c if " " < c <= "~" and c != "," else "?" for c in n) for n in named)
-        headers[UNKNOWN_FIELDS_HEADER] = text[:1000]
+    if decision.unknown is not None:
+        headers[UNKNOWN_FIELDS_HEADER] = decision.unknown
     return headers
 
 

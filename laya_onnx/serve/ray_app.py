@@ -41,12 +41,12 @@ from laya_onnx.core.errors import ConfigError
 from laya_onnx.core.grouping import group_key, run_group
 from laya_onnx.serve import contract
 from laya_onnx.serve.body import BodyBuffer
-from laya_onnx.serve.contract import render
+from laya_onnx.serve.contract import Reply, render
 from laya_onnx.serve.errors import BUSY, ApiError
 from laya_onnx.serve.metrics import RequestMetrics, work_done
 from laya_onnx.serve.served import Served
 from laya_onnx.serve.server import is_models_dir
-from laya_onnx.serve.service import Call, Decided, DecisionService
+from laya_onnx.serve.service import Call, DecisionService
 from laya_onnx.serve.settings import Settings
 
 log = logging.getLogger("laya_onnx.serve")
@@ -204,12 +204,12 @@ class RemoteDecider:
     def refuse_draining(self) -> ApiError:
         raise AssertionError("a Ray ingress never drains itself")  # pragma: no cover
 
-    async def decide(self, route: str, raw: bytes) -> Decided:
+    async def decide(self, route: str, raw: bytes) -> Reply:
         status, headers, body, work = await self._on_model("decide", route, raw)
         if work is None:
-            return Decided(body, headers, status=status)
+            return Reply(status, body, headers)
         ms, rows, tokens = work
-        return Decided(body, headers, inference_ms=ms, status=status, work=(rows, tokens))
+        return Reply(status, body, headers, inference_ms=ms, work=(rows, tokens))
 
     async def health(self, full: bool) -> tuple[int, Any]:
         return await self._on_model("health", full)

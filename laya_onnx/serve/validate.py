@@ -16,9 +16,12 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
 from laya_onnx.core.gate import check_min_confidence
+from laya_onnx.core.questions import unknown_fields
 from laya_onnx.serve import schema
 from laya_onnx.serve.body import MAX_BODY_BYTES  # noqa: F401 (the cap's name where the limits are)
 from laya_onnx.serve.errors import INVALID_JSON, LONE_SURROGATE, ApiError
+from laya_onnx.serve.served import Served
+from laya_onnx.serve.settings import Settings
 
 #: Row width a batch is planned with when the request sets no `max_len` (the english default).
 BATCH_ROW_TOKENS_ASSUMED = 512
@@ -33,6 +36,15 @@ OUT_PARAMETERS = tuple(
 #: The fields each route reads (`contract.unknown_fields_headers` names the others).
 REQUEST_FIELDS = tuple(schema.DecisionRequest.model_fields)
 BATCH_FIELDS = tuple(schema.BatchRequest.model_fields)
+#: The controls handed to the agent, in the order they are checked: the models' fields that are
+#: neither the request's content, a hook key, `model` nor `task` (checked apart).
+CONTROLS = tuple(
+    k
+    for k in schema.DecisionRequest.model_fields
+    if k not in (*HOOK_KEYS, "state", "questions", "model", "task")
+)
+#: How many fields nothing reads a response names at most (the first, in the body's order).
+UNKNOWN_FIELDS_NAMED = 16
 _MODELS: dict[tuple[bool, bool], type[BaseModel]] = {
     (False, False): schema.DecisionRequest,
     (False, True): schema.JevSystemOneRequest,
@@ -87,6 +99,46 @@ def with_default_instructions(questions: dict[str, Any]) -> dict[str, Any]:
             q = {**q, "instructions": DEFAULT_INSTRUCTIONS[q["type"]]}
         out[qid] = q
     return out
+
+
+def check(
+    raw: bytes, agent: Any, checkpoint: Served, settings: Settings, batch: bool
+) -> tuple[dict[str, Any], dict[str, Any], str | None, str | None]:
+    """A decision body's checks in order (docs/http-api.md#refusals-in-order), the first failing
+    one raised: the body, the controls for the agent (only those the caller sent, what the Router
+    routes by, a batch's pass plan), the `model` it named when served nowhere here, and its
+    fields that nothing reads (`unknown_named`)."""
+    with validation_stage(settings.jev):
+        body = Body(parse_json(raw), batch, settings.jev, settings.max_token_budget)
+        body.limits()
+        body.refusals()
+        model = checkpoint.check_model(body.body.get("model"))
+        checked = {k: body.control(k) for k in CONTROLS}
+        lang_guess = checked.pop("lang_guess")
+        controls = {k: value for k, value in checked.items() if value is not None}
+        controls.update(checkpoint.routing_controls(model.pinned, body.body.get("task"), lang_guess))
+        if batch:
+            body.plan(controls, agent, settings.max_batch_tokens)
+        checkpoint.check_task(body.body.get("task"))
+    return (
+        body.body,
+        controls,
+        model.fallback,
+        unknown_named(body.body, BATCH_FIELDS if batch else REQUEST_FIELDS),
+    )
+
+
+def unknown_named(body: dict[str, Any], known: tuple[str, ...]) -> str | None:
+    """`X-Unknown-Fields` of a body (docs/http-api.md#request-fields): its first fields and its
+    questions' that nothing reads, each with `=nearest` where a known one is close; printable
+    ASCII (anything else, and the list's comma, is "?"), at most 1 000 characters."""
+    named = []
+    for f in unknown_fields(body, known, most=UNKNOWN_FIELDS_NAMED):
+        where = str(f.name) if f.question is None else "%s.%s" % (f.question, f.name)
+        named.append(where if f.did_you_mean is None else "%s=%s" % (where, f.did_you_mean))
+    if not named:
+        return None
+    return ", ".join("".join(c if " " < c <= "~" and c != "," else "?" for c in n) for n in named)[:1000]
 
 
 def parse_json(raw: bytes) -> Any:
@@ -221,6 +273,19 @@ class Body:
             )
         if has_lone_surrogate(self.body):
             raise ApiError(400, LONE_SURROGATE)
+
+    def plan(self, controls: dict[str, Any], agent: Any, max_batch_tokens: int) -> None:
+        """A batch's `batch_size` (the caller's, or `chunk_plan`'s when smaller) and `sort_by_length`."""
+        caller_size = self.control("batch_size")
+        states, questions = self.body["states"], self.body["questions"]
+        memory = pass_memory_of(agent)
+        planned = chunk_plan(len(states), len(questions), self.body.get("max_len"), max_batch_tokens, memory)
+        if caller_size is not None:
+            controls["batch_size"] = caller_size if planned is None else min(caller_size, planned)
+        elif planned is not None:
+            controls["batch_size"] = planned
+        if self.control("sort_by_length"):
+            controls["sort_by_length"] = True  # False is the agent's own default: not forwarded
 
     def control(self, key: str) -> Any:
         """A control's value once its model field took it (None when absent), or its refusal."""
