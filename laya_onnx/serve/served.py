@@ -209,15 +209,19 @@ class Served(BaseHook):
     # -- a decision's model, task and routing ---------------------------------------------------
 
     def check_model(self, model: Any) -> ModelChoice:
-        """laya-serve's `_resolve_model` (docs/http-api.md#the-model-field)."""
+        """laya-serve's `_resolve_model` (docs/http-api.md#the-model-field): no model, or the
+        bundle repo, lets the router choose; any other text is `_named`'s."""
         if not model:
             return ModelChoice()
         text = str(model).strip()
+        return ModelChoice() if text.lower() == BUNDLE_REPO else self._named(model, text)
+
+    def _named(self, model: Any, text: str) -> ModelChoice:
+        """A name, alias or published id pins its checkpoint; a path or Hub id is a 422; any other
+        text is answered anyway, as a reported fallback."""
         published = published_ids().get(text.lower())
         if published is not None:
             return ModelChoice(published)
-        if text.lower() == BUNDLE_REPO:
-            return ModelChoice()
         try:
             return ModelChoice(self.router.resolve(model))
         except ValueError as exc:
@@ -281,7 +285,7 @@ class Served(BaseHook):
             "status": "ok",
             "loaded": list(resident),
             "revisions": {name: getattr(agent, "revision", None) for name, agent in resident.items()},
-            "device": measured or preferred_device(self.requested_providers),
+            "device": measured or provider_device(next(iter(self.requested_providers), None)) or "cpu",
             "device_is_preference": measured is None,
             "checkpoint_devices": devices,
             "cpu_fallbacks": {
@@ -394,17 +398,11 @@ class OneBundle(Served):
         aliases = aliases_of(self.name)
         return "unknown model %r; choose one of %s (or an alias: %s)" % (value, [self.name], aliases)
 
-    def check_model(self, model: Any) -> ModelChoice:
+    def _named(self, model: Any, text: str) -> ModelChoice:
         """This checkpoint for its names and for any other name (that one as a reported fallback);
         422 for a path, an unpublished Hub id or another laya checkpoint's name, which laya-serve
         would pin and this checkpoint would answer wrongly."""
-        if not model:
-            return ModelChoice()
-        text = str(model).strip()
-        low = text.lower()
-        if low == BUNDLE_REPO:
-            return ModelChoice()
-        target = published_name(low) or canonical_name(text)
+        target = published_name(text.lower()) or canonical_name(text)
         if target == self.name:
             return ModelChoice()
         if target in PUBLISHED_CHECKPOINTS or names_a_path(text):
@@ -544,11 +542,6 @@ def provider_device(provider: Any) -> str | None:
     if provider in _PROVIDER_DEVICES:
         return _PROVIDER_DEVICES[provider]
     return provider.replace("ExecutionProvider", "").lower() or None
-
-
-def preferred_device(requested: list[str]) -> str:
-    """The device the first requested provider computes on ("cpu" when none was requested)."""
-    return (provider_device(requested[0]) if requested else None) or "cpu"
 
 
 def cpu_fallbacks(fallbacks: dict[str, FallbackEntry], baseline: dict[str, int]) -> dict[str, Any]:
