@@ -104,6 +104,7 @@ def run(
 ) -> dict[str, Any]:
     import ray
 
+    from laya_onnx.score.ray_data import join_ray
     from laya_onnx.serve.ray_app import run_config
 
     payload = json.dumps(README_REQUEST).encode("utf-8")
@@ -126,7 +127,7 @@ def run(
     try:
         _wait_health(plain_url, 120)
         t0 = time.monotonic()
-        ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+        join_ray(include_dashboard=False, log_to_driver=False, configure_logging=False)
         with tempfile.TemporaryDirectory() as tmp:
             run_config(
                 str(_ray_config(config, bundle, ray_port, replicas, Path(tmp) / "c.yaml")), blocking=False

@@ -29,6 +29,7 @@ USER_ERRORS = ("laya_onnx.core.errors.UserError",)
 FAILURES = (
     "laya_onnx.export.errors.ValidationError",
     "laya_onnx.core.session.ProviderUnavailable",
+    "laya_onnx.score.ray_data.RayStartError",
     "builtins.OSError",
     "builtins.MemoryError",
 )

@@ -13,10 +13,30 @@ local instance.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from laya_onnx.score.scorer import Row, Scorer, score_rows
+
+
+class RayStartError(RuntimeError):
+    """Ray could not start a local instance or join `RAY_ADDRESS`: the machine, not the input."""
+
+
+def join_ray(**init_options: Any) -> None:
+    """Connect this process to Ray (`ray.init`) unless it is already; a failure is `RayStartError`."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    try:
+        ray.init(**init_options)
+    except Exception as exc:  # Ray raises bare Exception, ConnectionError, RuntimeError, ...
+        where = (
+            f"join RAY_ADDRESS={os.environ['RAY_ADDRESS']!r}" if os.environ.get("RAY_ADDRESS") else "start"
+        )
+        raise RayStartError(f"Ray could not {where}: {exc}") from exc
 
 
 class _AgentActor:
@@ -63,8 +83,7 @@ def ray_scorer(
         items = [r.as_item() for r in rows]  # handed to Ray from the driver: held here once
         if not items:
             return
-        if not ray.is_initialized():
-            ray.init(log_to_driver=False)
+        join_ray(log_to_driver=False)
         context = ray.data.DataContext.get_current()
         context.execution_options.preserve_order = True
         context.enable_progress_bars = False  # score_file draws the one bar, per row written

@@ -186,3 +186,29 @@ def test_serve_names_its_bundle_or_a_ray_config(argv, message, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_cli_reports_a_ray_that_cannot_start_as_a_failure(tiny_english, tmp_path, monkeypatch, capsys):
+    """Ray failing to start (an overloaded machine, a wrong RAY_ADDRESS) is the machine's failure,
+    exit 1 with Ray's reason, not "a bug in laya-onnx"; nothing is written."""
+    import types
+
+    fake_ray = types.ModuleType("ray")
+    fake_ray.is_initialized = lambda: False
+
+    def init(**_):
+        raise Exception("The current node timed out during startup.")
+
+    fake_ray.init = init
+    monkeypatch.setitem(__import__("sys").modules, "ray", fake_ray)
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.9:6379")
+    src = _write_jsonl(tmp_path / "in.jsonl", [json.dumps({"state": "x"})])
+    questions = tmp_path / "q.json"
+    questions.write_text(json.dumps(QUESTIONS), encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    argv = ["score", str(src), "-o", str(out), "--questions", str(questions), "--bundle", str(tiny_english)]
+    assert main([*argv, "--ray", "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "failed: Ray could not join RAY_ADDRESS='10.0.0.9:6379': The current node timed out" in err
+    assert "bug" not in err
+    assert not out.exists() or out.read_text(encoding="utf-8") == ""
