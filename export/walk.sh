@@ -9,7 +9,8 @@
 # here accepts uploads), publish the bundle into a local git repository served by olah (the dev
 # extra), then in a fresh torch-free venv (lock/runtime-cpu.txt): pull and verify by id, answer
 # one request (predict), serve it and answer one request over HTTP, score a small file; and, when
-# RAY_VENV names a venv with the ray extra, score it on Ray Data. Needs the dev venv in .venv.
+# RAY_VENV names a venv with the ray extra, score it on Ray Data and serve it on Ray Serve (one
+# replica, the bundle by Hub id) for one request. Needs the dev venv in .venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK=${1:-work/walk}
@@ -50,7 +51,8 @@ from tests.hub_server_support import LocalHub
 print(LocalHub(Path(sys.argv[1]) / 'mirrors').commit(sys.argv[2], Path(sys.argv[3]), message='full size'))
 " "$WORK" "$REPO" "$BUNDLE"
 
-# olah in the background, for the steps below
+# olah in the background, for the steps below (it writes its address once it listens)
+rm -f "$WORK/endpoint"
 "$DEV/python" -c "
 import signal, sys, time; sys.path.insert(0, '.')
 from pathlib import Path
@@ -89,7 +91,7 @@ PORT=${PORT:-18765}
 echo "== serve (load + 1 request, torch-free)" >&2
 /usr/bin/time -f "%e %M" -o "$WORK/.time" "$RT/bin/laya-onnx" serve "$REPO" --port "$PORT" &
 TIME_PID=$!
-for _ in $(seq 600); do curl -fs "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break; sleep 0.5; done
+for _ in $(seq 600); do curl -fs "http://127.0.0.1:$PORT/health/ready" >/dev/null 2>&1 && break; sleep 0.5; done
 curl -fsS -X POST "http://127.0.0.1:$PORT/v1/systemone" -d "$REQUEST" >"$WORK/served.json"
 echo "served: $(head -c 300 "$WORK/served.json")" >&2
 pkill -INT -P "$TIME_PID" || true  # the server: the only child of that /usr/bin/time
@@ -106,6 +108,27 @@ step "score 2 rows (torch-free)" "$RT/bin/laya-onnx" score "$WORK/states.jsonl" 
 if [ -n "${RAY_VENV:-}" ]; then
     step "score 2 rows on Ray Data" "$RAY_VENV/bin/laya-onnx" score "$WORK/states.jsonl" \
         -o "$WORK/scored-ray.jsonl" --questions "$WORK/questions.json" --bundle "$REPO" --ray --actors 1 --no-progress
+
+    # Ray Serve: the shipped config with the bundle by Hub id, one model replica. Ray's own
+    # processes are not children /usr/bin/time waits for, so the RSS column sums every Ray
+    # process's RSS at the first answer.
+    RAY_PORT=${RAY_PORT:-18766}
+    sed -e "s|bundle: .*|bundle: $REPO|" -e "s|port: 8000|port: $RAY_PORT|" -e "s|num_replicas: 2|num_replicas: 1|" \
+        -e "s|env_vars: {}.*|env_vars: {HF_ENDPOINT: \"$HF_ENDPOINT\", HF_HUB_CACHE: \"$HF_HUB_CACHE\"}|" \
+        serve/ray/serve-config.yaml >"$WORK/ray-config.yaml"
+    echo "== serve on Ray Serve (start + 1 request)" >&2
+    started=$(date +%s.%N)
+    setsid "$RAY_VENV/bin/laya-onnx" serve --ray "$WORK/ray-config.yaml" >"$WORK/ray-serve.log" 2>&1 &
+    RAY_PID=$!
+    for _ in $(seq 600); do curl -fs "http://127.0.0.1:$RAY_PORT/health/ready" >/dev/null 2>&1 && break; sleep 0.5; done
+    curl -fsS -X POST "http://127.0.0.1:$RAY_PORT/v1/systemone" -d "$REQUEST" >"$WORK/served-ray.json"
+    wall=$(echo "$(date +%s.%N) - $started" | bc)
+    kib=$(ps -eo rss=,args= | awk '/ray::|raylet|gcs_server|laya-onnx serve --ray/ && !/awk/ {s += $1} END {print s + 0}')
+    echo "served on Ray: $(head -c 300 "$WORK/served-ray.json")" >&2
+    kill -INT "$RAY_PID" 2>/dev/null || true  # as Ctrl-C: Ray Serve shuts the application down
+    for _ in $(seq 120); do kill -0 "$RAY_PID" 2>/dev/null || break; sleep 0.5; done
+    kill -KILL -- "-$RAY_PID" 2>/dev/null || true
+    printf '%s\t%.2f\t%d\n' "serve on Ray Serve (start + 1 request)" "$wall" $((kib / 1024)) >>"$TABLE"
 else
     echo "== Ray: skipped (RAY_VENV unset)" >&2
 fi
