@@ -51,11 +51,6 @@ DRAIN = web.AppKey("drain", Drain)
 ACCESS_LOG = web.AppKey("access_log", AbstractAccessLogger)
 
 
-def error_body(app: web.Application, status: int, detail: str, errors: Any = None) -> Any:
-    """The error body in `app`'s wire profile; also for the parser's refusals (connection.py)."""
-    return contract.error_body(app[SETTINGS], status, detail, errors)
-
-
 async def _chunks(request: web.Request) -> AsyncIterator[bytes]:
     """The body as it arrives; a body aiohttp cannot de-chunk is the caller's fault (400)."""
     try:
@@ -139,7 +134,7 @@ async def _json_only(request: web.Request, response: web.StreamResponse) -> None
     if response.headers.get("Content-Type", "").startswith("application/json"):
         return
     detail = AIOHTTP_DETAILS.get(response.status, response.reason)
-    response.body = contract.render(error_body(request.app, response.status, detail))
+    response.body = contract.render(contract.error_body(request.app[SETTINGS], response.status, detail))
     response.headers["Content-Type"] = "application/json"
     response.headers["Content-Length"] = str(len(response.body))
     response.headers.setdefault(REQUEST_ID_HEADER, new_request_id())

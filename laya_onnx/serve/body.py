@@ -41,11 +41,10 @@ def _codings(values: list[str]) -> list[str]:
     return [part.strip().lower() for value in values for part in value.split(",") if part.strip()]
 
 
-def transfer_codings_refusal(values: list[str]) -> ApiError | None:
-    """501 for a Transfer-Encoding the server does not apply; None for none or plain `chunked`."""
+def check_transfer_codings(values: list[str]) -> None:
+    """501 for a Transfer-Encoding the server does not apply (anything but `chunked`)."""
     if any(coding != "chunked" for coding in _codings(values)):
-        return ApiError(501, UNSUPPORTED_TRANSFER)
-    return None
+        raise ApiError(501, UNSUPPORTED_TRANSFER)
 
 
 def zstd_module() -> Any:
@@ -130,13 +129,11 @@ class BodyBuffer:
         self.held = 0
 
     def take(self, n: int) -> None:
-        """Hold `n` more bytes, or refuse the request (503, Retry-After) when over the limit."""
-        if self.held + n > self.limit:
+        """Hold `n` more bytes (fewer when negative), or refuse the request (503, Retry-After)
+        when over the limit."""
+        if n > 0 and self.held + n > self.limit:
             raise ApiError(503, BUSY, {"Retry-After": "1"})
         self.held += n
-
-    def give_back(self, n: int) -> None:
-        self.held -= n
 
 
 def check_body_size(n_bytes: int) -> None:
@@ -151,9 +148,7 @@ async def read_body(
     """The decoded body, at most MAX_BODY_BYTES, delivered within `timeout` seconds: the stream
     itself is counted, raw and decoded (Content-Length is only a hint). `headers` has `get` and
     `getall`; `buffer` (None: unbounded) holds what the bodies being read hold."""
-    refusal = transfer_codings_refusal(headers.getall("Transfer-Encoding", []))
-    if refusal is not None:
-        raise refusal
+    check_transfer_codings(headers.getall("Transfer-Encoding", []))
     declared = headers.get("Content-Length") or ""
     if declared.isascii() and declared.isdigit():  # a bad one is the parser's to refuse
         check_body_size(int(declared))
@@ -166,12 +161,6 @@ async def read_body(
             buffer.take(n)
             held += n
 
-    def drop(n: int) -> None:
-        nonlocal held
-        if buffer is not None:
-            buffer.give_back(n)
-            held -= n
-
     async def collect() -> bytes:
         parts: list[bytes] = []
         raw = decoded = 0
@@ -183,7 +172,7 @@ async def read_body(
             hold(len(chunk))
             if decoder is not None:
                 out = await asyncio.to_thread(decoder.feed, chunk, MAX_BODY_BYTES - decoded)
-                drop(len(chunk))  # the raw bytes are dropped once decoded
+                hold(-len(chunk))  # the raw bytes are dropped once decoded
                 decoded += len(out)
                 check_body_size(decoded)
                 hold(len(out))
@@ -201,8 +190,7 @@ async def read_body(
         # the client went away mid-upload: nobody is left to answer
         raise asyncio.CancelledError() from None
     finally:
-        if buffer is not None:
-            buffer.give_back(held)
+        hold(-held)
 
 
 def page_refusal(headers: Any) -> ApiError | None:

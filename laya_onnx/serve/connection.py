@@ -28,8 +28,8 @@ from aiohttp import http_exceptions, web
 from aiohttp.http import HttpVersion10, HttpVersion11
 
 from laya_onnx.core import settings
-from laya_onnx.serve.app import HANDLER_ARGS, error_body
-from laya_onnx.serve.contract import render
+from laya_onnx.serve.app import HANDLER_ARGS, SETTINGS
+from laya_onnx.serve.contract import error_body, render
 from laya_onnx.serve.errors import HEADERS_TIMEOUT, TOO_MANY_CONNECTIONS
 from laya_onnx.serve.logs import REQUEST_ID_HEADER, new_request_id
 
@@ -61,9 +61,8 @@ def parser_refusal(status: int, exc: BaseException | None) -> tuple[int, str]:
         return 400, "malformed request header"
     if isinstance(exc, http_exceptions.HttpProcessingError) or status == 400:
         return 400, "malformed request"
-    if status == 504:
-        return 504, "Gateway Timeout"
-    return 500, "Internal Server Error"
+    status = 504 if status == 504 else 500
+    return status, HTTPStatus(status).phrase
 
 
 LONG_LINE = "request line or header field too long"
@@ -148,17 +147,6 @@ def framed_pieces(data: bytes) -> Iterator[bytes]:
     yield data[start:]
 
 
-def _raw_json_response(status: int, payload: Any, request_id: str) -> bytes:
-    """A complete `Connection: close` HTTP/1.1 response, for when no request object exists."""
-    body = render(payload)
-    head = (
-        "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
-        "%s: %s\r\nConnection: close\r\n\r\n"
-        % (status, HTTPStatus(status).phrase, len(body), REQUEST_ID_HEADER, request_id)
-    )
-    return head.encode("ascii") + body
-
-
 class LayaRequestHandler(web.RequestHandler):
     """aiohttp's connection protocol with the cap, timeouts, JSON parser refusals and drain."""
 
@@ -192,8 +180,6 @@ class LayaRequestHandler(web.RequestHandler):
         self._draining = False
         self._timer: asyncio.TimerHandle | None = None
 
-    # -- state -----------------------------------------------------------------------------
-
     def _between_requests(self) -> bool:
         """Every request parsed is answered and its body in: the next bytes start a new request."""
         if self._unread_body is not None:
@@ -217,16 +203,20 @@ class LayaRequestHandler(web.RequestHandler):
             self._timer = None
 
     def _write_refusal(self, status: int, detail: str, why: str = "") -> None:
-        """A JSON refusal straight to the socket, where no request object exists (nothing else
-        writes to it between requests); `why` logs it."""
+        """A whole `Connection: close` JSON refusal straight to the socket, where no request object
+        exists (nothing else writes to it between requests); `why` logs it."""
         request_id = new_request_id()
         if why:
             peer = self.transport.get_extra_info("peername") if self.transport is not None else None
             log.info("%d to %s: %s request_id=%s", status, peer, why, request_id)
         if isinstance(self.transport, asyncio.WriteTransport):
-            self.transport.write(_raw_json_response(status, self.error_payload(status, detail), request_id))
-
-    # -- asyncio protocol ------------------------------------------------------------------
+            body = render(self.error_payload(status, detail))
+            head = (
+                "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                "%s: %s\r\nConnection: close\r\n\r\n"
+                % (status, HTTPStatus(status).phrase, len(body), REQUEST_ID_HEADER, request_id)
+            )
+            self.transport.write(head.encode("ascii") + body)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -306,11 +296,8 @@ class LayaRequestHandler(web.RequestHandler):
                 if self._line_bytes > MAX_REQUEST_LINE:
                     self._refuse_long_line()
                     return
-        if starts:
-            for piece in framed_pieces(data):
-                super().data_received(piece)
-        else:
-            super().data_received(data)
+        for piece in framed_pieces(data) if starts else (data,):
+            super().data_received(piece)
 
     def _refuse_long_line(self) -> None:
         """431 for a request line over MAX_REQUEST_LINE, and a lingering close: what the client
@@ -332,14 +319,13 @@ class LayaRequestHandler(web.RequestHandler):
         self._begun += 1
         self._head_started = False
         self._disarm()
-        self.request_http11, self.answering = version == HttpVersion11, False
+        self.request_http11 = version == HttpVersion11
+        self.answering = False
         self.unsupported_version = version not in (HttpVersion10, HttpVersion11)
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._disarm()
         super().connection_lost(exc)
-
-    # -- aiohttp hooks ---------------------------------------------------------------------
 
     async def finish_response(
         self, request: web.BaseRequest, resp: web.StreamResponse, start_time: Any
@@ -402,8 +388,6 @@ class LayaRequestHandler(web.RequestHandler):
             return
         super().log_exception(*args, **kwargs)
 
-    # -- timers and drain ------------------------------------------------------------------
-
     def _idle_expired(self) -> None:
         self._timer = None
         if self.idle and self.transport is not None:
@@ -446,7 +430,7 @@ def handler_factory(runner: web.AppRunner, **kwargs: Any) -> Any:
         return build_request(message, payload, protocol, *args)
 
     server.request_factory = begun
-    payload = partial(error_body, runner.app)
+    payload = partial(error_body, runner.app[SETTINGS])
 
     def make() -> LayaRequestHandler:
         return LayaRequestHandler(server, loop=loop, error_payload=payload, **HANDLER_ARGS, **kwargs)

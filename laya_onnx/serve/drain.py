@@ -186,40 +186,33 @@ class WorkerLock:
         """Seconds one pass takes, judged from the longest recent one (None before the first)."""
         return max(self._recent) if self._recent else None
 
-    def _holder_estimate(self) -> float | None:
-        """The running request's own estimated seconds (None: not planned yet, or no model)."""
-        charged = self._holder.charged if self._holder is not None else 0.0
-        return charged if charged > 0 else None
-
-    def refuse_unfinishable(self, stop_at: float) -> int:
+    def refuse_unfinishable(self, stop_at: float) -> None:
         """Refuse, in queue order, the waiters that would not be answered by `stop_at`."""
-        estimate, holding = self.pass_estimate(), self._holder_estimate()
+        estimate = self.pass_estimate()
+        # the running request's own estimate (0: not planned yet, or no time model)
+        charged = self._holder.charged if self._holder is not None else 0.0
+        holding = charged if charged > 0 else None
         if estimate is None and holding is None:
-            return 0  # nothing measured yet: each waiter is judged when its turn comes
+            return  # nothing measured yet: each waiter is judged when its turn comes
         now = asyncio.get_running_loop().time()
         free_at = now
         if self.busy:  # held, or handed to a waiter that has not resumed yet
             elapsed = now - self._held_since if self._held_since is not None else 0.0
             free_at += max(0.0, (holding if holding is not None else estimate or 0.0) - elapsed)
         each = estimate or 0.0  # a waiter's own passes are not planned yet
-        refused = 0
         for fut in list(self._queue):
             if fut.done():
                 continue
             if free_at + each > stop_at or free_at >= stop_at:
                 fut.set_exception(self._drain.refuse(WOULD_NOT_FINISH))
-                refused += 1
             else:
                 free_at += each
-        return refused
 
-    def refuse_all(self) -> int:
-        refused = 0
+    def refuse_all(self) -> None:
+        """At the stop time: every waiter is refused."""
         for fut in list(self._queue):
             if not fut.done():
                 fut.set_exception(self._drain.refuse("still waiting for the worker at the stop time"))
-                refused += 1
-        return refused
 
     async def acquire(self, limits: CallLimits | None = None) -> None:
         """Wait for the worker; `limits` are the holder's (their estimate informs the drain)."""

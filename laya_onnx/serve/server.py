@@ -12,8 +12,9 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -51,11 +52,13 @@ class _Plan:
     sockets: list[socket.socket]
 
     def urls(self) -> list[str]:
-        out = []
-        for sock in self.sockets:
-            host, port = sock.getsockname()[:2]
-            out.append("http://%s:%d" % ("[%s]" % host if ":" in host else host, port))
-        return out
+        return ["http://" + _where(sock.getsockname()) for sock in self.sockets]
+
+
+def _where(address: Any) -> str:
+    """`host:port`, an IPv6 host in brackets."""
+    host, port = address[:2]
+    return "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
 
 
 def _bind(host: str, port: int) -> list[socket.socket]:
@@ -93,9 +96,7 @@ def _bind(host: str, port: int) -> list[socket.socket]:
 
 def _cannot_listen(address: Any, exc: OSError) -> OSError:
     """The bind/listen failure, saying where: `laya-onnx serve` reports it in one line, exit 1."""
-    host, port = address[:2]
-    where = "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
-    return OSError(exc.errno, "cannot listen on %s: %s" % (where, exc.strerror or exc))
+    return OSError(exc.errno, "cannot listen on %s: %s" % (_where(address), exc.strerror or exc))
 
 
 def _prepare(
@@ -135,51 +136,45 @@ def run_server(
     checkpoints through a `laya_onnx.Router`. Raises `ConfigError` or OSError before the bundle
     is loaded, SystemExit with the loader's message when it cannot be."""
     plan = _prepare(host, port, log_format=log_format)
+    options = {"providers": list(providers) if providers else None, "threads": threads}
+    _run(plan, partial(_load, bundle, models, strict_providers=strict_providers, **options), str(bundle))
+
+
+def _load(bundle: os.PathLike | str | None, models: Sequence[str], **options: Any) -> Any:
+    """The agent, a Router for a models directory or `models`; SystemExit when it cannot load."""
+    from laya_onnx import ONNXAgent
+
     try:
-        from laya_onnx import ONNXAgent
+        if models or bundle is None or is_models_dir(bundle):
+            from laya_onnx.serve.served import build_router
 
-        chosen = list(providers) if providers else None
-        try:
-            agent: Any
-            if models or bundle is None or is_models_dir(bundle):
-                from laya_onnx.serve.served import build_router
-
-                agent = build_router(
-                    bundle, models, providers=chosen, strict_providers=strict_providers, threads=threads
-                )
-            else:
-                agent = ONNXAgent(
-                    bundle, providers=chosen, strict_providers=strict_providers, threads=threads
-                )
-        except ConfigError:
-            raise
-        except (OSError, ValueError) as exc:
-            raise SystemExit(f"laya-onnx: cannot serve {str(bundle or ', '.join(models))!r}: {exc}") from None
-    except BaseException:
-        for sock in plan.sockets:
-            sock.close()
+            return build_router(bundle, models, **options)
+        return ONNXAgent(bundle, **options)
+    except ConfigError:
         raise
-    _run(agent, plan, source=str(bundle))
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"laya-onnx: cannot serve {str(bundle or ', '.join(models))!r}: {exc}") from None
 
 
 def serve_agent(agent: Any, host: str | None = None, port: int | None = None, **settings: Any) -> None:
     """Serve an agent already built as `run_server` serves a bundle; `settings` go to `create_app`."""
-    _run(agent, _prepare(host, port, settings), source=None)
+    _run(_prepare(host, port, settings), lambda: agent, None)
 
 
-def _run(agent: Any, plan: _Plan, source: str | None) -> None:
+def _run(plan: _Plan, load: Callable[[], Any], source: str | None) -> None:
+    """Load, serve until a signal, drain; the sockets are closed however it ends."""
     try:
+        agent = load()
         app = create_app(agent, **dataclasses.asdict(plan.app_settings))
-    except BaseException:
+        asyncio.run(_serve(app, agent, plan, source))
+    finally:
         for sock in plan.sockets:
             sock.close()
-        raise
-    drain = app[DRAIN]
-    asyncio.run(_serve(app, agent, plan, source))
-    if drain.abandoned:
+    abandoned = app[DRAIN].abandoned
+    if abandoned:
         # ThreadPoolExecutor threads are joined at interpreter exit: waiting for a pass the
         # drain already answered for would break the grace the operator configured.
-        log.warning("exiting with %d abandoned pass(es) still on the worker thread", drain.abandoned)
+        log.warning("exiting with %d abandoned pass(es) still on the worker thread", abandoned)
         logging.shutdown()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -306,38 +301,38 @@ async def _serve(app: web.Application, agent: Any, plan: _Plan, source: str | No
             )
             app[DRAIN].begin(loop.time())
 
+    server = await RunningServer.start(app, plan.sockets, plan.limits, plan.access_log)
     try:
-        server = await RunningServer.start(app, plan.sockets, plan.limits, plan.access_log)
-        try:
-            for signum in DRAIN_SIGNALS:
-                loop.add_signal_handler(signum, on_signal, signum)
-            if hasattr(agent, "route"):  # a Router
-                what = "checkpoints %s (resident: %s)" % (
-                    sorted(n for n, b in agent.models.items() if b),
-                    ", ".join(agent.loaded) or "none",
-                )
-                providers = sorted({p for a in agent.resident().values() for p in a.providers})
-            else:
-                what = "checkpoint %r (revision %s)" % (
-                    getattr(agent, "name", None),
-                    getattr(agent, "revision", None),
-                )
-                providers = list(getattr(agent, "providers", None) or [])
-            log.info(
-                "serving %s%s on %s with %s; shutdown grace %gs",
-                what,
-                " from %s" % source if source else "",
-                ", ".join(plan.urls()),
-                ", ".join(providers) or "default providers",
-                plan.limits.shutdown_grace,
-            )
-            await stop.wait()
-            await server.drain("received %s" % signal.Signals(signals[0]).name)
-        finally:
-            for signum in DRAIN_SIGNALS:
-                loop.remove_signal_handler(signum)
-            await server.close()
+        for signum in DRAIN_SIGNALS:
+            loop.add_signal_handler(signum, on_signal, signum)
+        what, providers = _describe(agent)
+        log.info(
+            "serving %s%s on %s with %s; shutdown grace %gs",
+            what,
+            " from %s" % source if source else "",
+            ", ".join(plan.urls()),
+            providers,
+            plan.limits.shutdown_grace,
+        )
+        await stop.wait()
+        await server.drain("received %s" % signal.Signals(signals[0]).name)
     finally:
-        for sock in plan.sockets:
-            sock.close()
+        for signum in DRAIN_SIGNALS:
+            loop.remove_signal_handler(signum)
+        await server.close()
     log.info("stopped")
+
+
+def _describe(agent: Any) -> tuple[str, str]:
+    """What the startup line says is served, and with which providers."""
+    if hasattr(agent, "route"):  # a Router
+        served = sorted(n for n, b in agent.models.items() if b)
+        what = "checkpoints %s (resident: %s)" % (served, ", ".join(agent.loaded) or "none")
+        providers = sorted({p for a in agent.resident().values() for p in a.providers})
+    else:
+        what = "checkpoint %r (revision %s)" % (
+            getattr(agent, "name", None),
+            getattr(agent, "revision", None),
+        )
+        providers = list(getattr(agent, "providers", None) or [])
+    return what, ", ".join(providers) or "default providers"
