@@ -112,11 +112,27 @@ def add_arguments(parser: argparse.ArgumentParser, *settings: Setting[Any]) -> N
         options: dict[str, Any] = {"default": None}
         if setting.flag_type is not None:
             options["type"] = setting.flag_type
+        elif setting.on_bad == "refuse":
+            options["type"] = _checked_by(setting)
         parser.add_argument(
             setting.flag,
             help="%s (default $%s, else %s)" % (setting.flag_help, setting.env, setting.default_text),
             **options,
         )
+
+
+def _checked_by(setting: Setting[Any]) -> Callable[[str], str]:
+    """An argparse `type` that refuses what the variable would refuse, naming the flag, and
+    passes the text on as given (it is read by the variable's rules where it is used)."""
+
+    def check(value: str) -> str:
+        try:
+            setting.parse(value)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return value
+
+    return check
 
 
 def _cell(text: str) -> str:

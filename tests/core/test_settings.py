@@ -193,6 +193,18 @@ def test_flags_name_their_variable_and_default():
         add_arguments(parser, settings.API_KEY)
 
 
+def test_a_flag_refuses_what_its_variable_refuses(capsys):
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="serve")
+    add_arguments(parser, settings.LOG_FORMAT)
+    assert parser.parse_args(["--log-format", "json"]).log_format == "json"
+    with pytest.raises(SystemExit) as exit_:
+        parser.parse_args(["--log-format", "xml"])
+    assert exit_.value.code == 2
+    assert "argument --log-format: must be one of text, json" in capsys.readouterr().err
+
+
 def test_without_settings_drops_every_variable():
     env = {"PATH": "/bin", "LAYA_PORT": "1", "LAYA_ANYTHING": "x"}
     assert settings.without_settings(env) == {"PATH": "/bin"}
