@@ -22,7 +22,7 @@ from laya_onnx.serve import contract
 from laya_onnx.serve.contract import LocalDecider, Reply
 from laya_onnx.serve.drain import Drain
 from laya_onnx.serve.errors import BODY_UNDECODABLE, UNSUPPORTED_VERSION, ApiError
-from laya_onnx.serve.keys import INFERENCE_MS, PASS_RESULT, QUEUE_WAIT_MS, TRACE_ID
+from laya_onnx.serve.keys import INFERENCE_MS, QUEUE_WAIT_MS, TRACE_ID
 from laya_onnx.serve.logs import ENDED, REQUEST_ID_HEADER, RESET, SEND_TIMEOUT, log_cut, new_request_id
 from laya_onnx.serve.metrics import Metrics
 from laya_onnx.serve.protocol import ServedAgent
@@ -84,7 +84,6 @@ async def handle(request: web.Request) -> web.StreamResponse:
         if reply.inference_ms is not None:  # for a recorder outside the pipeline (the bench's)
             request[INFERENCE_MS] = reply.inference_ms
             request[QUEUE_WAIT_MS] = reply.queue_ms
-            request[PASS_RESULT] = reply.result
         headers = {
             **reply.headers,
             "Content-Type": reply.content_type,

@@ -88,11 +88,10 @@ class Reply:
     route: str = UNMATCHED
     #: The connection must close after this answer (draining, or the body was left unread).
     close: bool = False
-    #: Of a successful decision: the pass's and the wait's milliseconds, the pass's result, its
-    #: (question rows, input tokens), and what the per-request metrics count it under.
+    #: Of a successful decision: the pass's and the wait's milliseconds, its (question rows,
+    #: input tokens), and what the per-request metrics count it under.
     inference_ms: float | None = None
     queue_ms: float | None = None
-    result: Any = None
     work: tuple[int, int] | None = None
     served: Answered | None = None
 
@@ -175,7 +174,6 @@ class LocalDecider:
             answer_headers(decision, result, served),
             inference_ms=(ended - started) * 1000.0,
             queue_ms=(started - queued) * 1000.0,
-            result=result,
             work=work_done(result),
             served=Answered(metrics_checkpoint(result, served), limits.passes, group),
         )

@@ -1,4 +1,5 @@
-"""The one error shape the server answers with: `{"detail": "<string>"}`."""
+"""A refusal (`ApiError`) and the texts more than one module refuses with; its body in each wire
+profile is `contract.error_body`'s."""
 
 from __future__ import annotations
 
@@ -6,31 +7,22 @@ from collections.abc import Mapping
 
 
 class ApiError(Exception):
-    """A refusal with an HTTP status and a client-safe `detail` text.
-
-    Raised by validators and handlers; the error middleware renders it. Nothing else is ever
-    shown to a client, so a detail must never carry a path, a traceback or a library message
-    that was not written to be read by a caller.
-    """
+    """A refusal: an HTTP status, headers, and a `detail` written for the caller. Nothing else
+    reaches a client, so a detail never carries a path, a traceback or a library's message."""
 
     def __init__(self, status: int, detail: str, headers: Mapping[str, str] | None = None):
         super().__init__(detail)
         self.status = status
         self.detail = detail
         self.headers = dict(headers or {})
-        #: The index of the batch item at fault, when one is (`BATCH_ITEM_HEADER`).
+        #: The index of the batch item at fault, when one is.
         self.item: int | None = None
 
     def at_item(self, index: int) -> ApiError:
-        """This refusal, naming the batch item at fault (a header; the detail stays the same)."""
+        """This refusal, naming the batch item at fault in `X-Batch-Item` (the detail stays)."""
         self.item = index
-        self.headers[BATCH_ITEM_HEADER] = str(index)
+        self.headers["X-Batch-Item"] = str(index)
         return self
-
-
-#: The response header naming the index (in `states`) of the batch item a refusal is about. The
-#: detail keeps laya-serve's text, which names no item.
-BATCH_ITEM_HEADER = "X-Batch-Item"
 
 
 #: Details shared by both decision routes, written once so the routes cannot drift apart.

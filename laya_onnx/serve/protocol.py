@@ -1,11 +1,5 @@
-"""What the server needs from the agent it serves: `ServedAgent`.
-
-`ONNXAgent` implements it; so does the tests' fake agent. It is the core's `DecisionAgent` (the
-answering calls) plus what the server reports about the checkpoint. The server reads nothing
-else, so a change to the agent that breaks the server is a type error here rather than a
-`getattr` that quietly answers with a default. `isinstance(x, ServedAgent)` checks that every
-member exists (not their signatures): the tests use it on their fake.
-"""
+"""What the server needs from an agent it serves (`ServedAgent`): a change to the agent that
+breaks the server is a type error here, not a `getattr` that quietly answers with a default."""
 
 from __future__ import annotations
 
@@ -18,14 +12,9 @@ from laya_onnx.core.session import FallbackEntry
 
 @runtime_checkable
 class ServedAgent(DecisionAgent, Protocol):
-    """One loaded checkpoint, answering on the server's worker thread.
-
-    A caller's mistake (`LayaInputError` from `predict` / `predict_batch`) is answered with a
-    422 and the exception's text; any other exception is the server's failure (a logged 500).
-
-    The attributes are read from the event loop while a pass may be running on the worker, so
-    each must be safe to read concurrently; `fallbacks` in particular returns a copy.
-    """
+    """The core's `DecisionAgent` and what the server reports about its checkpoint: `ONNXAgent`,
+    the tests' fake (`isinstance` checks that every member exists). The attributes are read from
+    the event loop while a pass runs on the worker, so each must be safe to read concurrently."""
 
     @property
     def name(self) -> str:

@@ -33,7 +33,7 @@ OUT_PARAMETERS = tuple(
     for k, f in schema.BatchRequest.model_fields.items()
     if f.annotation is type(None) and k not in HOOK_KEYS
 )
-#: The fields each route reads (`contract.unknown_fields_headers` names the others).
+#: The fields each route reads (`unknown_named` names the others).
 REQUEST_FIELDS = tuple(schema.DecisionRequest.model_fields)
 BATCH_FIELDS = tuple(schema.BatchRequest.model_fields)
 #: The controls handed to the agent, in the order they are checked: the models' fields that are
@@ -69,10 +69,6 @@ class JevValidationError(ApiError):
         self.errors = errors
 
 
-def body_error(detail: str, kind: str = "value_error") -> JevValidationError:
-    return JevValidationError([{"loc": ["body"], "msg": detail, "type": kind}])
-
-
 @contextlib.contextmanager
 def validation_stage(jev: bool) -> Iterator[None]:
     """Inside, a 400/422 refusal of the body is re-raised as the Jev 422 list when `jev`."""
@@ -84,7 +80,7 @@ def validation_stage(jev: bool) -> Iterator[None]:
         if not jev or exc.status not in (400, 422):
             raise
         kind = "json_invalid" if exc.status == 400 and "valid JSON" in exc.detail else "value_error"
-        refusal = body_error(exc.detail, kind)
+        refusal = JevValidationError([{"loc": ["body"], "msg": exc.detail, "type": kind}])
         if exc.item is not None:  # a batch item at fault: its place in the list, and the header
             refusal.errors[0]["loc"] = ["body", "states", exc.item]
             refusal.at_item(exc.item)
