@@ -42,9 +42,7 @@ _.on_error
 _.handle_error  # aiohttp: RequestHandler's error response (serve/connection.py)
 _.eof_received  # asyncio: a protocol's end-of-input callback (serve/connection.py)
 _.handlers  # logging: the access logger's handlers
-_.reconfigure  # Ray Serve: a deployment's user_config
 _.check_health  # Ray Serve: a replica's health check
-_.micro_batches  # Ray Serve: deployment method an operator calls through a handle (serve/ray/serve-config.yaml)
 _.preserve_order  # Ray Data: DataContext settings
 _.enable_progress_bars
 _.graph_optimization_level  # onnxruntime: SessionOptions
