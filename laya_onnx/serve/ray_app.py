@@ -8,7 +8,6 @@ pipeline's `Call` (`service.DecisionService`) and its `Reply` written back, to `
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 from typing import Any, cast
 
 from multidict import CIMultiDict
@@ -56,7 +55,7 @@ class LayaModel:
 
     async def decide(self, route: str, raw: bytes) -> Reply | tuple[int, str, dict[str, str], int | None]:
         try:
-            return replace(await self.decider.decide(route, raw), result=None)
+            return await self.decider.decide(route, raw)
         except ApiError as exc:  # its pickle would lose the status: its fields cross instead
             return exc.status, exc.detail, exc.headers, exc.item
 
