@@ -1,17 +1,10 @@
 """The wire contract of the decision routes as pydantic models, one set for both wire profiles
-(docs/http-api.md): every field, limit and description is written here once.
+(docs/http-api.md#request-fields): every field, limit and description is written here once.
 
-The models are what checks a body (`validate.Body` runs them and answers their errors in
-laya-serve's order and words, docs/http-api.md#refusals-in-order) and what `/openapi.json` and
-`/docs` are generated from (`openapi.py`). The laya-serve profile reads `DecisionRequest` and
-`BatchRequest`; the Jev profile (`LAYA_JEV_PROFILE=typesafe`) their `Jev` variants, where a
-question may leave `instructions` out and `questions` must not be empty.
-
-Rules a JSON Schema cannot state are written into the descriptions and answered with a
-documented 4xx: `option_order` must be a permutation, labels that render alike (`1`, `1.0`,
-`true`) collide, the options of all questions share one budget of 512, and the question rows
-must fit the model's token budgets. A key that may be absent but must not be null when present
-(`option_order`, most answer keys) is an `absent_field()`: not required, no default shown.
+`validate.Body` checks a body with them (docs/http-api.md#refusals-in-order) and `openapi.py`
+generates `/openapi.json` and `/docs` from them. The Jev profile reads the `Jev` variants: a
+question may leave `instructions` out and `questions` must not be empty. The rules a JSON Schema
+cannot state are written into the descriptions and refused with a documented 4xx.
 """
 
 from __future__ import annotations
@@ -39,19 +32,16 @@ from laya_onnx.core.errors import InvalidRequest
 from laya_onnx.core.gate import check_min_confidence
 from laya_onnx.core.tournament import MAX_ONE_PASS_CHOICE_OPTIONS
 
-#: "Not blank" as the handlers judge it (`str.strip()`): at least one character Python does not
-#: count as whitespace. ECMA's `\S` is not that: it matches U+001C..U+001F, which `strip()`
-#: removes, so a document saying `\S` would promise to answer a question id the server refuses.
+#: "Not blank" as `str.strip()` judges it: a character Python does not count as whitespace
+#: (ECMA's `\S` also matches U+001C..U+001F, which `strip()` removes).
 NOT_BLANK = "[^%s]" % "".join("\\u%04x" % c for c in range(0x3001) if chr(c).isspace())  # U+3000 is the last
 
 MAX_QUESTIONS = 64
 MAX_STATE_CHARS = 50000
 MAX_BATCH_STATES = 64
-#: TypeSafe Jev's documented cap (laya-serve's with LAYA_TOURNAMENT_GROUP): a choice over
-#: `core.tournament.MAX_ONE_PASS_CHOICE_OPTIONS` is answered by elimination.
+#: TypeSafe Jev's cap; over `MAX_ONE_PASS_CHOICE_OPTIONS` a choice is answered by elimination.
 MAX_CHOICE_OPTIONS = 255
-#: laya-serve's cap on one request's score levels (the typed-decision schema has its own,
-#: `core.structured.MAX_SCORE_LEVELS`).
+#: laya-serve's cap on a question's score levels (`core.structured` has its own).
 MAX_REQUEST_SCORE_LEVELS = 32
 #: The choice options and score levels of all questions of one request together.
 MAX_TOTAL_OPTIONS = 512
@@ -120,8 +110,8 @@ State = Annotated[
     Annotated[str, Field(max_length=MAX_STATE_CHARS)] | float | bool | dict[str, Any] | list[Any],
     BeforeValidator(_state),
     Field(
-        description="What the questions are about: text, or any JSON value but null (read as its JSON "
-        "text). At most %d characters measured that way (413 beyond)." % MAX_STATE_CHARS
+        description="Text, or any JSON value but null (read as its JSON text); at most %d characters "
+        "measured that way (413 beyond)." % MAX_STATE_CHARS
     ),
 ]
 
@@ -150,8 +140,8 @@ Instructions = Annotated[
     | bool,
     WrapValidator(_one_branch),
     Field(
-        description="What the model should answer: non-blank text, or a non-empty object or array "
-        "(rendered as JSON text). A number or boolean is tolerated and rendered as JSON text, as laya does."
+        description="Non-blank text, a non-empty object or array, a number or a boolean (all but text "
+        "read as JSON text)."
     ),
 ]
 OptionOrder = list[Annotated[int, Field(ge=0, le=MAX_CHOICE_OPTIONS - 1)]]
@@ -211,8 +201,7 @@ class _Question(BaseModel):
     model_config = ConfigDict(extra="allow", json_schema_extra=_no_labels)
     instructions: Instructions
     option_order: OptionOrder = absent_field(
-        "A permutation of range(number of options): the order the options are shown in (one entry "
-        "per option, each option once; any other list is a 422).",
+        "The order the options are shown in: a permutation of range(number of options), else a 422.",
         unique=True,
         min_length=1,
         max_length=MAX_CHOICE_OPTIONS,
@@ -295,15 +284,9 @@ class NoulQuestion(_Question):
         return self
 
 
-_JEV_INSTRUCTIONS = Field(
-    None,
-    description="What to decide; optional in the Jev profile (the model then reads a neutral "
-    "question per type). Text with a non-blank character, a non-empty object or array (read as "
-    "its JSON text), a number or a boolean.",
-)
-
-
-# A Jev question may leave `instructions` out: the one field the Jev variants widen.
+#: A Jev question may leave `instructions` out (a neutral question per type is read): the one
+#: field the Jev variants widen.
+_JEV_INSTRUCTIONS = Field(None, description="Optional here (docs/http-api.md#the-jev-profile).")
 
 
 class JevChoiceQuestion(ChoiceQuestion):
@@ -358,7 +341,10 @@ def _min_confidence(value: Any, handler: Any) -> Any:
 
 Budget = Annotated[Annotated[StrictInt, Field(ge=1)] | None, AfterValidator(_within_budget)]
 Language = Annotated[str | None, Field(description="A language code such as 'de'; blank means no hint.")]
-HookRefusal = Annotated[None, Field(description="Refused with 422 unless null: hooks run inside the server.")]
+#: A key laya's in-process API takes and this server refuses unless null (422).
+HookRefusal = Annotated[
+    None, Field(description="Refused with 422 unless null (docs/http-api.md#request-fields).")
+]
 _BUCKET = r"^(default|(choice|score|noul):(2|3-5|6-10|11\+))$"
 
 
@@ -371,24 +357,9 @@ class _Controls(BaseModel):
     on_predict_end: HookRefusal = None
     hooks_raise: HookRefusal = None
     hooks_timeout: HookRefusal = None
-    model: Any = Field(
-        None,
-        description="Empty/absent, 'jev-latest', or this checkpoint's name, alias or Hub id: answered "
-        "here. Any other name (a typo, another Jev id): answered here too, with the X-Model-Fallback "
-        "header naming the checkpoint that answered. A path, an unpublished Hub id or another laya "
-        "checkpoint's name: 422.",
-    )
-    max_len: Budget = Field(
-        None,
-        description=f"Token budget per row, at most {settings.MAX_TOKEN_BUDGET.env} (the document's "
-        "`maximum`; a 422 above). An integer written without a fraction: 512.0 is a 422, as "
-        "laya-serve refuses it.",
-    )
-    head_max_len: Budget = Field(
-        None,
-        description=f"Token budget of the option head, at most {settings.MAX_TOKEN_BUDGET.env} "
-        "(a 422 above); 192.0 is a 422, as for max_len.",
-    )
+    model: Any = Field(None, description="Which checkpoint answers (docs/http-api.md#the-model-field).")
+    max_len: Budget = Field(None, description="Token budget per row; 512.0 is a 422, as in laya-serve.")
+    head_max_len: Budget = Field(None, description="Token budget of the option head; 192.0 is a 422.")
     lang: Language = None
     lang_guess: Language = Field(None, description="Routing hint: a language code; blank means none.")
     min_confidence: Annotated[
@@ -396,10 +367,7 @@ class _Controls(BaseModel):
         | Annotated[dict[Annotated[str, Field(pattern=_BUCKET)], Probability], Field(min_length=1)]
         | None,
         WrapValidator(_min_confidence),
-        Field(
-            description="Abstention threshold on answer_confidence: one number, or per bucket "
-            "('choice:3-5', ..., 'default'). Adds abstention keys to every answer."
-        ),
+        Field(description="Abstention threshold, one or per bucket (docs/semantics.md#the-confidence-gate)."),
     ] = None
     task: str | None = Field(
         None, description="A checkpoint's name, or typed_decisions; anything else is a 422."
@@ -415,7 +383,7 @@ class DecisionRequest(_Controls):
 
 class _Batch(_Controls):
     states: Annotated[list[State], Field(min_length=1, max_length=MAX_BATCH_STATES)]
-    diagnostics: None = Field(None, description="Refused with 422 unless null: an in-process out-parameter.")
+    diagnostics: HookRefusal = None
     batch_size: Annotated[StrictInt, Field(ge=1)] | None = Field(
         None,
         description=f"States per forward pass; capped by the server's {settings.MAX_BATCH_TOKENS.env} plan.",
