@@ -313,10 +313,9 @@ def _run_limited(limits: CallLimits | None, fn: Callable[[], Any]) -> Any:
 
 
 def _release_from_worker(loop: asyncio.AbstractEventLoop, lock: WorkerLock) -> None:
-    try:
+    # the loop may have closed first (shutdown): then nothing is left to wait for the lock
+    with contextlib.suppress(RuntimeError):
         loop.call_soon_threadsafe(lock.release)
-    except RuntimeError:  # the loop closed first (shutdown): nothing is left to wait for the lock
-        pass
 
 
 # -- the checks ------------------------------------------------------------------------------

@@ -353,16 +353,9 @@ def chunk_plan(
     token_budget: int,
     memory: tuple[Any, int] | None = None,
 ) -> int | None:
-    """States per forward pass that keep one pass inside `token_budget` tokens and, given the
-    agent's `memory` (model, budget), inside its pass memory budget; or None.
-
-    Rows are assumed `max_len` wide (512 without one), as the token budget always assumed; the
-    memory model prices that width with its length**2 attention term, which a linear token count
-    cannot. None means the whole batch fits one pass and no `batch_size` is sent at all, so a
-    batch that fits behaves exactly as it would without the plan (padding width moves float
-    bits). The agent still splits any pass its real rows make too large, and refuses a row that
-    cannot fit alone.
-    """
+    """States per pass within `token_budget` and the agent's pass `memory` (model, budget), or
+    None when the batch fits one pass: then no `batch_size` is sent, so the batch runs exactly as
+    without a plan (padding width moves float bits). docs/http-api.md#batch."""
     if n_states <= 0 or n_questions <= 0:
         return None
     width = (
