@@ -139,10 +139,7 @@ Instructions = Annotated[
     | float
     | bool,
     WrapValidator(_one_branch),
-    Field(
-        description="Non-blank text, a non-empty object or array, a number or a boolean (all but text "
-        "read as JSON text)."
-    ),
+    Field(description="Text, a non-empty object or array, a number or a boolean (read as JSON text)."),
 ]
 OptionOrder = list[Annotated[int, Field(ge=0, le=MAX_CHOICE_OPTIONS - 1)]]
 
@@ -302,10 +299,7 @@ class JevNoulQuestion(NoulQuestion):
     instructions: Instructions | None = _JEV_INSTRUCTIONS  # type: ignore[assignment]
 
 
-_QUESTIONS_DOC = (
-    "question id (non-blank) -> question; at most %d (413 beyond), with at most %d options and "
-    "levels over all of them (413 beyond)" % (MAX_QUESTIONS, MAX_TOTAL_OPTIONS)
-)
+_QUESTIONS_DOC = "question id (non-blank) -> question; the limits: docs/http-api.md#limits"
 Questions = Annotated[
     dict[NonBlank, Annotated[ChoiceQuestion | ScoreQuestion | NoulQuestion, Field(discriminator="type")]],
     Field(max_length=MAX_QUESTIONS, description=_QUESTIONS_DOC + "; {} is answered with no answers"),
@@ -369,9 +363,7 @@ class _Controls(BaseModel):
         WrapValidator(_min_confidence),
         Field(description="Abstention threshold, one or per bucket (docs/semantics.md#the-confidence-gate)."),
     ] = None
-    task: str | None = Field(
-        None, description="A checkpoint's name, or typed_decisions; anything else is a 422."
-    )
+    task: str | None = Field(None, description="A checkpoint's name or typed_decisions, else a 422.")
 
 
 class DecisionRequest(_Controls):
@@ -384,10 +376,7 @@ class DecisionRequest(_Controls):
 class _Batch(_Controls):
     states: Annotated[list[State], Field(min_length=1, max_length=MAX_BATCH_STATES)]
     diagnostics: HookRefusal = None
-    batch_size: Annotated[StrictInt, Field(ge=1)] | None = Field(
-        None,
-        description=f"States per forward pass; capped by the server's {settings.MAX_BATCH_TOKENS.env} plan.",
-    )
+    batch_size: Annotated[StrictInt, Field(ge=1)] | None = Field(None, description="docs/http-api.md#batch")
     sort_by_length: StrictBool | None = None
 
 
@@ -431,9 +420,7 @@ class JevChoiceAnswer(BaseModel):
     type: Literal["choice"]
     choice: Label = Field(description="The most probable label, as the request spelled it.")
     confidence: Probability
-    probabilities: dict[str, Probability] = Field(
-        description="label (as JSON text) -> probability, in criteria order"
-    )
+    probabilities: dict[str, Probability] = Field(description="label (its JSON text) -> probability")
 
 
 class JevScoreAnswer(BaseModel):
@@ -486,9 +473,7 @@ class Tokens(BaseModel):
 class OptionSpans(BaseModel):
     total: Count
     distinct: Count
-    tokens_per_option: Count | None = Field(
-        description="The cap each option span was cut to, or null when none was (laya's common.py)."
-    )
+    tokens_per_option: Count | None = Field(description="The cap each option span was cut to, or null.")
 
 
 class Usage(Tokens):
@@ -527,8 +512,10 @@ class BatchResponse(BaseModel):
 
 
 class ModelFallback(BaseModel):
-    requested: str = Field(description="The body's `model`, which names no checkpoint here.")
-    answered_by: str = Field(description="The checkpoint that answered instead.")
+    """The body's `model`, which names no checkpoint here, and the checkpoint that answered."""
+
+    requested: str
+    answered_by: str
 
 
 class JevSystemOneResponse(BaseModel):
@@ -538,10 +525,7 @@ class JevSystemOneResponse(BaseModel):
         str, Annotated[JevChoiceAnswer | JevScoreAnswer | JevNoulAnswer, Field(discriminator="type")]
     ]
     usage: Tokens
-    x_model_fallback: ModelFallback = absent_field(
-        "Only when the body's `model` named no checkpoint this server knows and the request was "
-        "answered anyway (also in the X-Model-Fallback header)."
-    )
+    x_model_fallback: ModelFallback = absent_field("docs/http-api.md#the-model-field")
 
 
 class JevBatchResponse(BaseModel):
