@@ -7,6 +7,7 @@ them, so a front end on another framework (Ray Serve) imports `serve.contract` w
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -17,12 +18,7 @@ __all__ = ["create_app", "run_server", "serve_agent"]
 
 
 def __getattr__(name: str) -> Any:
-    if name == "create_app":
-        from laya_onnx.serve import app
-
-        return app.create_app
-    if name in ("run_server", "serve_agent"):
-        from laya_onnx.serve import server
-
-        return getattr(server, name)
+    if name in __all__:
+        module = "laya_onnx.serve.app" if name == "create_app" else "laya_onnx.serve.server"
+        return getattr(importlib.import_module(module), name)
     raise AttributeError("module %r has no attribute %r" % (__name__, name))

@@ -35,8 +35,6 @@ log = logging.getLogger("laya_onnx.serve")
 #: RequestHandler options, whatever runner serves the app: bodies are decoded by the pipeline
 #: (within the cap), and a body a refusal left unread is not read to be thrown away.
 HANDLER_ARGS: dict[str, Any] = {"auto_decompress": False, "lingering_time": 0}
-#: A handler is cancelled when its client goes away: no further pass runs for nobody.
-SERVER_ARGS: dict[str, Any] = {"handler_cancellation": True}
 #: Bytes of an answer handed to the connection at once.
 WRITE_SLICE = 64 * 1024
 #: Fixed details for statuses aiohttp produces itself (no request text is ever echoed).
@@ -155,7 +153,8 @@ def create_app(agent: ServedAgent | Router, **settings: Any) -> web.Application:
     decider = LocalDecider(Served.of(agent), config)
     metrics = Metrics(decider.served.agent, config.max_concurrent, queue_depth=decider.queue_depth)
     decider.on_wait = metrics.waited
-    app = web.Application(handler_args={**HANDLER_ARGS, **SERVER_ARGS})
+    # a handler is cancelled when its client goes away: no further pass runs for nobody
+    app = web.Application(handler_args={**HANDLER_ARGS, "handler_cancellation": True})
     app.on_response_prepare.append(_json_only)
     app[SETTINGS] = config
     app[DECIDER] = decider

@@ -41,12 +41,6 @@ def _codings(values: list[str]) -> list[str]:
     return [part.strip().lower() for value in values for part in value.split(",") if part.strip()]
 
 
-def check_transfer_codings(values: list[str]) -> None:
-    """501 for a Transfer-Encoding the server does not apply (anything but `chunked`)."""
-    if any(coding != "chunked" for coding in _codings(values)):
-        raise ApiError(501, UNSUPPORTED_TRANSFER)
-
-
 def zstd_module() -> Any:
     try:  # Python 3.14's, else the backport the serve extra brings
         return importlib.import_module("compression.zstd")
@@ -110,17 +104,6 @@ class Decoder:
         return self._d is not None and bool(self._d.eof)
 
 
-def content_decoder(values: list[str]) -> Decoder | None:
-    """The decoder for the request's Content-Encoding header(s), None for a plain body; 415 for
-    a coding the server does not read, or a chain of several."""
-    codings = [c for c in _codings(values) if c != "identity"]
-    if not codings:
-        return None
-    if len(codings) > 1 or codings[0] not in CODINGS:
-        raise ApiError(415, UNSUPPORTED_ENCODING)
-    return Decoder(codings[0])
-
-
 class BodyBuffer:
     """The bytes held by the bodies being read, against a limit (one per app, on its loop)."""
 
@@ -148,11 +131,15 @@ async def read_body(
     """The decoded body, at most MAX_BODY_BYTES, delivered within `timeout` seconds: the stream
     itself is counted, raw and decoded (Content-Length is only a hint). `headers` has `get` and
     `getall`; `buffer` (None: unbounded) holds what the bodies being read hold."""
-    check_transfer_codings(headers.getall("Transfer-Encoding", []))
+    if any(coding != "chunked" for coding in _codings(headers.getall("Transfer-Encoding", []))):
+        raise ApiError(501, UNSUPPORTED_TRANSFER)
     declared = headers.get("Content-Length") or ""
     if declared.isascii() and declared.isdigit():  # a bad one is the parser's to refuse
         check_body_size(int(declared))
-    decoder = content_decoder(headers.getall("Content-Encoding", []))
+    codings = [c for c in _codings(headers.getall("Content-Encoding", [])) if c != "identity"]
+    if len(codings) > 1 or (codings and codings[0] not in CODINGS):  # a chain, or one not read
+        raise ApiError(415, UNSUPPORTED_ENCODING)
+    decoder = Decoder(codings[0]) if codings else None
     held = 0
 
     def hold(n: int) -> None:

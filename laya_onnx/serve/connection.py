@@ -1,9 +1,6 @@
 """The HTTP connection: what the server does below the app (serve/README.md#connections).
 
-`LayaRequestHandler` is aiohttp's connection protocol plus the connection cap with its health
-reserve, the idle and header timeouts, the parser's refusals as fixed-text JSON, requests fed to
-the parser one Content-Length-framed request at a time (so a short Content-Length's request is
-answered before its leftover is refused), half-closed clients answered, and the drain.
+`LayaRequestHandler` is aiohttp's connection protocol plus what that section lists, and the drain.
 aiohttp has no hook for these (aio-libs/aiohttp#3287): the methods overridden are asyncio's
 (`connection_made`, `data_received`, `eof_received`, `connection_lost`) and aiohttp's
 public-named `finish_response`, `handle_error` and `log_exception`; a request is known to have
@@ -357,14 +354,8 @@ class LayaRequestHandler(web.RequestHandler):
         request_id = new_request_id()
         peer = request.remote
         if isinstance(exc, http_exceptions.HttpProcessingError):
-            log.info(
-                "refused a malformed request from %s: %d %s (%s) request_id=%s",
-                peer,
-                status,
-                detail,
-                type(exc).__name__,
-                request_id,
-            )
+            refusal = "%d %s (%s)" % (status, detail, type(exc).__name__)
+            log.info("refused a malformed request from %s: %s request_id=%s", peer, refusal, request_id)
         else:
             log.error("error handling a request from %s request_id=%s", peer, request_id, exc_info=exc)
         if request.writer.output_size > 0:

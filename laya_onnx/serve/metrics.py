@@ -182,9 +182,6 @@ class RequestMetrics:
         self.rows.inc(rows)
         self.tokens.inc(tokens)
 
-    def waited(self, route: str, ms: float) -> None:
-        """How long a decision waited for the worker (only the in-process worker's metrics)."""
-
 
 class Metrics(RequestMetrics):
     """The aiohttp app's metrics: the edge's, and its worker's queue, admission limit and the
@@ -210,4 +207,5 @@ class Metrics(RequestMetrics):
         self.registry.register(ProviderFallbacks(agent))
 
     def waited(self, route: str, ms: float) -> None:
+        """How long a decision waited for the worker."""
         self.queue_wait.labels(route).observe(ms / 1000.0)

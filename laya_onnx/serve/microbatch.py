@@ -16,9 +16,6 @@ from laya_onnx.core.grouping import Outcome, group_key, run_group
 from laya_onnx.core.protocol import DecisionAgent
 from laya_onnx.core.work import CallLimits, GroupLimits
 
-#: A group runs as soon as it has this many requests, window or not.
-DEFAULT_MAX_GROUP = 32
-
 #: Runs a blocking callable on the worker under the given limits.
 Execute = Callable[[Callable[[], Any], CallLimits | None], Awaitable[Any]]
 
@@ -36,15 +33,15 @@ class _Group:
 
 class MicroBatcher:
     """Collects decisions per `group_key` for `window_s`, then runs each group with `execute`
-    (created on the serving loop)."""
+    (created on the serving loop); a group of `max_group` runs at once, window or not."""
 
     def __init__(
         self,
         agent: DecisionAgent,
         window_s: float,
         execute: Execute,
-        configured_group: int = 0,
-        max_group: int = DEFAULT_MAX_GROUP,
+        configured_group: int,
+        max_group: int,
     ):
         if not window_s > 0:
             raise ValueError("the batching window must be positive, got %r" % (window_s,))

@@ -1,10 +1,5 @@
-"""Memory given back after requests, judged by the process's RSS (serve/README.md#memory).
-
-`MemoryKeeper.after_request()` runs after every decision request: when the RSS is more than
-`RELEASE_MARGIN` above the RSS the app started with, a thread collects garbage and trims the C
-heap, at most once every `RELEASE_INTERVAL` seconds, and once more that long after the last
-request if the RSS is still up. Linux only (elsewhere: no-op).
-"""
+"""Memory given back after requests, judged by the process's RSS (serve/README.md#memory);
+Linux only (elsewhere: no-op)."""
 
 from __future__ import annotations
 
@@ -35,18 +30,10 @@ def process_rss() -> dict[str, int | None]:
     return {"rss_bytes": memory.get("VmRSS"), "peak_rss_bytes": peak}
 
 
-def release() -> None:
-    """Collect garbage and hand the C heap's free pages back to the OS."""
-    gc.collect()
-    trim_heap()
-
-
 class MemoryKeeper:
     """One per app, on its loop: `start()` once serving, `after_request()` after each decision."""
 
-    def __init__(self, margin: int = RELEASE_MARGIN, interval: float = RELEASE_INTERVAL):
-        self.margin = margin
-        self.interval = interval
+    def __init__(self) -> None:
         #: RSS when the app started serving (None before `start`, or off /proc).
         self.baseline: int | None = None
         self._last = -float("inf")  # loop time of the last release
@@ -61,10 +48,10 @@ class MemoryKeeper:
         if self.baseline is None or (self._task is not None and not self._task.done()):
             return
         now = process_rss()["rss_bytes"]
-        if now is None or now - self.baseline <= self.margin:
+        if now is None or now - self.baseline <= RELEASE_MARGIN:
             return
         loop = asyncio.get_running_loop()
-        wait = self._last + self.interval - loop.time()
+        wait = self._last + RELEASE_INTERVAL - loop.time()
         if wait > 0:
             if self._later is None:
                 self._later = loop.call_later(wait, self._look_again)
@@ -77,6 +64,8 @@ class MemoryKeeper:
         self.after_request()
 
     async def _release(self, before: int) -> None:
-        await asyncio.to_thread(release)
+        """Collect garbage and hand the C heap's free pages back to the OS, off the loop."""
+        await asyncio.to_thread(gc.collect)
+        await asyncio.to_thread(trim_heap)
         after = process_rss()["rss_bytes"] or before
         log.info("gave memory back after a request: RSS %d -> %d MiB", before >> 20, after >> 20)

@@ -37,14 +37,8 @@ from laya_onnx.serve.rss import process_rss
 
 log = logging.getLogger("laya_onnx.serve")
 
-#: /health's status (with a 503) once a checkpoint's device keeps failing passes.
-UNHEALTHY = "unhealthy"
 #: Jev requires a string; a bundle records no release date of its checkpoint.
 UNKNOWN_RELEASE_DATE = "unknown"
-#: One bundle's `routing.reason`: nothing was routed, the one checkpoint answered.
-ROUTING_REASON = "served bundle"
-#: What a Router's `Served.name` reports in log lines (no single checkpoint answers every request).
-ROUTER_NAME = "router"
 #: `model` values that ask for whatever this server answers with (TypeSafe's "latest" id): not
 #: a fallback to report, unlike a name this server does not know.
 GENERIC_MODEL_IDS = frozenset({"jev-latest"})
@@ -133,7 +127,7 @@ class Served(BaseHook):
     """A Router's checkpoints on the wire and the agent the worker calls (module docstring); as a
     hook of its Router, it logs every load with its time (the cold start) and every unload."""
 
-    name = ROUTER_NAME
+    name = "router"  # in log lines: no single checkpoint answers every request
 
     def __init__(self, router: Router, idle: IdleUnload | None = None):
         self.router = router
@@ -150,8 +144,7 @@ class Served(BaseHook):
         this = cls(served, IdleUnload(served, seconds) if seconds else None)
         served.add_hook(this)
         for name, agent in served.resident().items():  # preloaded before the hook existed
-            this.baselines[name] = fallback_baseline(agent.fallbacks)
-            log.info("loaded checkpoint %s in %.2fs", name, served.load_seconds.get(name, 0.0))
+            this._loaded(name, agent)
         return this
 
     # -- the agent the worker calls -------------------------------------------------------------
@@ -199,8 +192,10 @@ class Served(BaseHook):
         return total
 
     def on_load(self, ctx: PredictContext) -> None:
-        name = str(ctx.model)
-        self.baselines[name] = fallback_baseline(getattr(ctx.agent, "fallbacks", {}))
+        self._loaded(str(ctx.model), ctx.agent)
+
+    def _loaded(self, name: str, agent: Any) -> None:
+        self.baselines[name] = fallback_baseline(getattr(agent, "fallbacks", {}))
         log.info("loaded checkpoint %s in %.2fs", name, self.router.load_seconds.get(name, 0.0))
 
     def on_evict(self, ctx: PredictContext) -> None:
@@ -265,7 +260,7 @@ class Served(BaseHook):
         sick = self.unhealthy()
         payload: dict[str, Any] = self._health() if full else {"status": "ok"}
         if sick:
-            payload["status"] = UNHEALTHY
+            payload["status"] = "unhealthy"  # a checkpoint's device keeps failing passes
             if full:
                 payload["unhealthy"] = sick
         return (503 if sick else 200), payload
@@ -320,9 +315,15 @@ class Served(BaseHook):
         for name, source in self._listed().items():
             loaded = resident.get(name)
             random = getattr(loaded, "random_weights", None) if loaded else bundle_random_weights(source)
+            description = "laya %s checkpoint served by laya-onnx (ONNX Runtime)" % name
+            if random:  # a test checkpoint's bundle says what it is
+                description = (
+                    "%s: random test weights (preset %s) served by laya-onnx; its answers carry no meaning"
+                    % (name, random)
+                )
             entry: dict[str, Any] = {
                 "name": name,
-                "description": describe_checkpoint(name, random),
+                "description": description,
                 "release_date": UNKNOWN_RELEASE_DATE,
             }
             if full:
@@ -384,7 +385,7 @@ class OneBundle(Served):
         super().__init__(router)
         self.lone = agent
         self.key = key
-        self.name: str = agent.name  # the checkpoint's, not ROUTER_NAME
+        self.name: str = agent.name  # the checkpoint's, not "router"
         # what the batch route's pass plan reads of its agent (`validate.pass_memory_of`)
         self.memory_model = getattr(agent, "memory_model", None)
         self.max_pass_memory = getattr(agent, "max_pass_memory", None)
@@ -418,7 +419,8 @@ class OneBundle(Served):
         return {"model": self.key}  # the checks above refused a model or task it is not
 
     def with_routing(self, result: dict[str, Any]) -> dict[str, Any]:
-        routing = {"model": self.name, "repo": self.repo, "reason": ROUTING_REASON}
+        # nothing was routed: the one checkpoint answered
+        routing = {"model": self.name, "repo": self.repo, "reason": "served bundle"}
         return {**result, "routing": {**routing, "detection": None, "workflow": None}}
 
     def resident(self) -> dict[str, Any]:
@@ -488,30 +490,17 @@ class IdleUnload:
                 log.exception("idle unload failed")
 
 
-def published_ids() -> dict[str, str]:
-    """Standalone Hub ids a client may send as `model` -> the checkpoint name (not the bundle repo,
-    which means "let the router choose")."""
-    return {
-        repo.lower(): name
-        for name, places in PUBLISHED_CHECKPOINTS.items()
-        for repo, sub in places
-        if sub is None and repo != BUNDLE_REPO
-    }
-
-
 def published_repos(name: str) -> list[str]:
-    """The standalone Hub repos laya publishes checkpoint `name` under (not the bundle repo)."""
+    """The standalone Hub repos laya publishes checkpoint `name` under (not the bundle repo,
+    which means "let the router choose")."""
     return sorted(
         repo for repo, sub in PUBLISHED_CHECKPOINTS.get(name, ()) if sub is None and repo != BUNDLE_REPO
     )
 
 
-def describe_checkpoint(name: str, random_weights: str | None) -> str:
-    """`/v1/models`'s description; a test checkpoint's bundle says what it is."""
-    if random_weights:
-        text = "%s: random test weights (preset %s) served by laya-onnx; its answers carry no meaning"
-        return text % (name, random_weights)
-    return "laya %s checkpoint served by laya-onnx (ONNX Runtime)" % name
+def published_ids() -> dict[str, str]:
+    """Standalone Hub ids a client may send as `model` -> the checkpoint name."""
+    return {repo.lower(): name for name in PUBLISHED_CHECKPOINTS for repo in published_repos(name)}
 
 
 def manifest_sha256(bundle: Bundle) -> str | None:
@@ -537,11 +526,9 @@ _PROVIDER_DEVICES = {
 
 def provider_device(provider: Any) -> str | None:
     """The device label a provider computes on (`CUDAExecutionProvider` -> `cuda`)."""
-    if not isinstance(provider, str) or not provider:
+    if not isinstance(provider, str):
         return None
-    if provider in _PROVIDER_DEVICES:
-        return _PROVIDER_DEVICES[provider]
-    return provider.replace("ExecutionProvider", "").lower() or None
+    return _PROVIDER_DEVICES.get(provider) or provider.replace("ExecutionProvider", "").lower() or None
 
 
 def cpu_fallbacks(fallbacks: dict[str, FallbackEntry], baseline: dict[str, int]) -> dict[str, Any]:

@@ -51,9 +51,6 @@ class _Plan:
     access_log: logging.Logger | None
     sockets: list[socket.socket]
 
-    def urls(self) -> list[str]:
-        return ["http://" + _where(sock.getsockname()) for sock in self.sockets]
-
 
 def _where(address: Any) -> str:
     """`host:port`, an IPv6 host in brackets."""
@@ -310,7 +307,7 @@ async def _serve(app: web.Application, agent: Any, plan: _Plan, source: str | No
             "serving %s%s on %s with %s; shutdown grace %gs",
             what,
             " from %s" % source if source else "",
-            ", ".join(plan.urls()),
+            ", ".join("http://" + _where(sock.getsockname()) for sock in plan.sockets),
             providers,
             plan.limits.shutdown_grace,
         )
