@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import signal
+import subprocess
+import sys
 
 from laya_onnx.cli.common import (
     EXIT_OK,
@@ -53,10 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if args.ray is not None:
         if args.bundle is not None or args.model or args.host is not None or args.port is not None:
             raise UsageError("--ray CONFIG takes the bundle, host and port from the config file")
-        from laya_onnx.serve.ray_app import run_config
-
-        run_config(args.ray)
-        return EXIT_OK
+        return run_on_ray(args.ray)
     if args.bundle is None and not args.model:
         raise UsageError(
             "give a bundle to serve (or a models directory, or --model NAME=BUNDLE), or --ray CONFIG"
@@ -77,3 +79,32 @@ def run(args: argparse.Namespace) -> int:
         log_format=args.log_format,
     )
     return EXIT_OK
+
+
+#: The child `run_on_ray` starts: `ray_app.run_config` with Python's own SIGINT handler back.
+SERVE_RUN = (
+    "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "from laya_onnx.serve.ray_app import run_config; run_config(sys.argv[1])"
+)
+
+
+def run_on_ray(config: str) -> int:
+    """Ray's `serve run CONFIG` in a child process group of its own, until SIGINT or SIGTERM.
+
+    Either one here is handed to the child as SIGINT, on which `serve run` shuts its
+    applications and the Ray instance it started down; then what is left of its group is
+    terminated, and the child's exit status returned. The handlers are set here, so a start
+    that ignores SIGINT (a shell's background job) still stops on it.
+    """
+    child = subprocess.Popen([sys.executable, "-c", SERVE_RUN, config], preexec_fn=os.setpgrp)
+
+    def forward(*_: object) -> None:  # (signum, frame)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signal.SIGINT)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, forward)
+    status = child.wait()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pid, signal.SIGTERM)
+    return status if status >= 0 else 128 - status  # killed by a signal: 128 + its number

@@ -6,7 +6,8 @@ replica so Ray Data's actors fit beside them): the parity suite through Ray Serv
 endpoint equals ONNXAgent; refusals (the body attacks, a page's text/plain POST, a bad batch
 item) equal the aiohttp app's byte for byte; concurrent requests micro-batched by question set
 equal the agent's answers; killing a replica under load loses no request; 1 000 states scored
-through Ray Data equal `predict_batch`, in order. Every wait is bounded.
+through Ray Data equal `predict_batch`, in order; SIGINT stops `laya-onnx serve --ray` and all
+it started. Every wait is bounded.
 """
 
 from __future__ import annotations
@@ -16,7 +17,11 @@ import contextlib
 import copy
 import gzip
 import json
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -54,6 +59,64 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _in_session(sid: int) -> list[str]:
+    """The live processes of session `sid` (Ray's actors take groups of their own, not sessions)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            pid, rest = stat.read_text().split(" (", 1)
+            name, fields = rest.rsplit(") ", 1)
+            state, _, _, session = fields.split()[:4]
+            if int(session) == sid and state != "Z":
+                found.append("%s %s" % (pid, name))
+    return found
+
+
+def test_sigint_to_serve_ray_stops_serve_run_and_its_ray_instance(tiny_english, tmp_path):
+    """`laya-onnx serve --ray` started with SIGINT ignored (a shell's background job): SIGINT still
+    stops `serve run`, its applications and the Ray instance it started; nothing of it is left."""
+    import yaml
+
+    config = yaml.safe_load(CONFIG.read_text(encoding="utf-8"))
+    port = config["http_options"]["port"] = _free_port()
+    (app,) = config["applications"]
+    app["args"]["bundle"] = str(tiny_english)
+    for deployment in app["deployments"]:
+        deployment["num_replicas"] = 1
+        deployment["ray_actor_options"]["num_cpus"] = 0
+    path = tmp_path / "serve-config.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    env = dict(os.environ, RAY_ADDRESS="local")  # its own Ray instance, not this module's
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "laya_onnx", "serve", "--ray", str(path)],
+        env=env,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + DEPLOY_TIMEOUT_S
+        while True:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.returncode
+            with contextlib.suppress(OSError, ValueError):
+                if http_json("http://127.0.0.1:%d/health/live" % port, timeout=5)[0] == 200:
+                    break
+            time.sleep(1)
+        assert any("raylet" in p for p in _in_session(proc.pid)), _in_session(proc.pid)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=120) == 0
+        deadline = time.monotonic() + 30
+        while _in_session(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert _in_session(proc.pid) == []
+    finally:
+        for line in _in_session(proc.pid):  # a failed run leaves nothing behind either
+            with contextlib.suppress(OSError):
+                os.kill(int(line.split()[0]), signal.SIGKILL)
+        proc.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")
