@@ -19,7 +19,7 @@ from aiohttp.abc import AbstractAccessLogger
 
 from laya_onnx.core.router import Router
 from laya_onnx.serve import contract
-from laya_onnx.serve.contract import LocalDecider, Reply
+from laya_onnx.serve.contract import LocalDecider
 from laya_onnx.serve.drain import Drain
 from laya_onnx.serve.errors import BODY_UNDECODABLE, UNSUPPORTED_VERSION, ApiError
 from laya_onnx.serve.keys import INFERENCE_MS, QUEUE_WAIT_MS, TRACE_ID
@@ -58,16 +58,6 @@ async def _chunks(request: web.Request) -> AsyncIterator[bytes]:
         raise ApiError(400, BODY_UNDECODABLE) from None
 
 
-async def _reply(service: DecisionService, call: Call, protocol: Any) -> Reply:
-    if not getattr(protocol, "unsupported_version", False):
-        return await service.handle(call)
-    call.request_id = new_request_id()  # HTTP/0.9 or 2.0 on this port (connection.py)
-    reply = service.refusal(ApiError(505, UNSUPPORTED_VERSION))
-    reply.headers[REQUEST_ID_HEADER] = call.request_id
-    reply.close = True
-    return reply
-
-
 async def handle(request: web.Request) -> web.StreamResponse:
     """Every request: into the pipeline as a `Call`, its `Reply` written back."""
     app = request.app
@@ -76,7 +66,13 @@ async def handle(request: web.Request) -> web.StreamResponse:
     began = time.perf_counter()
     response: web.StreamResponse | None = None
     try:
-        reply = await _reply(app[SERVICE], call, request.protocol)
+        if getattr(request.protocol, "unsupported_version", False):  # HTTP/0.9 or 2.0 on this port
+            call.request_id = new_request_id()
+            reply = app[SERVICE].refusal(ApiError(505, UNSUPPORTED_VERSION))
+            reply.headers[REQUEST_ID_HEADER] = call.request_id
+            reply.close = True
+        else:
+            reply = await app[SERVICE].handle(call)
         if call.trace_id is not None:
             request[TRACE_ID] = call.trace_id
         if reply.inference_ms is not None:  # for a recorder outside the pipeline (the bench's)

@@ -181,13 +181,8 @@ async def read_body(
 
 
 def page_refusal(headers: Any) -> ApiError | None:
-    """415 for a body a web page sent as anything but JSON; None otherwise.
-
-    A browser names the page's origin (`Origin`, `Sec-Fetch-Site`). A page can send a text/plain
-    POST to any origin without asking it first (no CORS preflight); a JSON body from a page
-    always asks, and this server never says yes. Other clients keep laya-serve's behaviour:
-    the body is read as JSON whatever its type.
-    """
+    """415 for a body a web page (`Origin`, `Sec-Fetch-Site`) sent as anything but JSON; None
+    otherwise (serve/README.md#where-this-differs-from-laya-serve-and-why)."""
     if "Origin" not in headers and "Sec-Fetch-Site" not in headers:
         return None
     media = (headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()

@@ -38,10 +38,8 @@ _INVALID_URL = getattr(http_exceptions, "InvalidURLError", ())
 
 
 def parser_refusal(status: int, exc: BaseException | None) -> tuple[int, str]:
-    """Status and client-safe detail for an error aiohttp hands to `handle_error`.
-
-    The texts are fixed: aiohttp's messages quote the request's bytes.
-    """
+    """Status and fixed client-safe detail for an error aiohttp hands to `handle_error` (aiohttp's
+    messages quote the request's bytes)."""
     if isinstance(exc, http_exceptions.LineTooLong):
         return 431, LONG_LINE
     if isinstance(exc, http_exceptions.BadHttpMessage) and "too many headers" in str(exc).lower():
@@ -154,7 +152,7 @@ class LayaRequestHandler(web.RequestHandler):
         idle_timeout: float,
         header_read_timeout: float,
         error_payload: Callable[[int, str], Any],
-        max_connections: int = 0,
+        max_connections: int,
         **kwargs: Any,
     ) -> None:
         super().__init__(manager, **kwargs)
