@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from laya_onnx.core.grouping import Outcome, group_key, run_group
@@ -89,16 +90,8 @@ class MicroBatcher:
         task.add_done_callback(self._running.discard)
 
     async def _run(self, group: _Group) -> None:
-        def work() -> list[Outcome]:
-            return run_group(
-                self.agent,
-                group.states,
-                group.questions,
-                group.controls,
-                self._configured_group,
-                group.limits,
-            )
-
+        group_args = (group.states, group.questions, group.controls, self._configured_group, group.limits)
+        work = partial(run_group, self.agent, *group_args)
         try:
             outcomes = await self._execute(work, GroupLimits(group.limits))
         except BaseException as exc:  # the worker refused the group: every member hears why

@@ -484,8 +484,6 @@ class IdleUnload:
                 continue
             try:
                 await run_on_worker(self.unload_if_idle)
-            except asyncio.CancelledError:
-                raise
             except Exception:  # a failed unload must not stop the next attempt
                 log.exception("idle unload failed")
 
