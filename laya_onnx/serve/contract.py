@@ -1,7 +1,7 @@
-"""The decision routes' contract, with no web framework in it: a body's checks, what the agent is
-asked, and how its answer is shaped and rendered in the wire profile (docs/http-api.md#answers,
-docs/http-api.md#the-jev-profile). The aiohttp app and the Ray ingress both decide through it.
-"""
+"""One decision, top-down, with no web framework in it: `LocalDecider` (admission, the deadline,
+the checks of `validate.py`, the pass on the inference worker), then how its answer or refusal is
+shaped and rendered in the wire profile (docs/http-api.md#answers, docs/http-api.md#the-jev-profile).
+The aiohttp app and each Ray model replica decide through it."""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ from laya_onnx.core import settings as table
 from laya_onnx.core import tournament, tracing
 from laya_onnx.core.errors import LayaInputError, PassTooLarge
 from laya_onnx.core.hooks import aggregate_usage
-from laya_onnx.core.protocol import DecisionAgent
 from laya_onnx.core.work import CallLimits, CallStopped, CallTooLarge, call_limits
 from laya_onnx.serve import schema
 from laya_onnx.serve import validate as v
@@ -145,33 +144,37 @@ class LocalDecider:
             deadline_setting=table.REQUEST_TIMEOUT.env,
         )
         served.mark()  # admitted: the idle window restarts
-        parse = parse_systemone if route == "systemone" else parse_batch
-        decision = parse(raw, served.agent, served, settings)
+        batch = route != "systemone"
+        what = "batch inference" if batch else "inference"
+        # the checks in order (docs/http-api.md#refusals-in-order): the first failing one is raised
+        body, controls, fallback, unknown = v.check(raw, served.agent, served, settings, batch)
         del raw
         queued = time.perf_counter()
-        if self.batcher is not None and isinstance(decision, OneDecision):
+        if self.batcher is not None and not batch:
             try:
-                outcome = await self.batcher.submit(
-                    decision.state, decision.questions, decision.controls, limits
-                )
+                outcome = await self.batcher.submit(body["state"], body["questions"], controls, limits)
             except asyncio.CancelledError:
                 limits.cancel(ABANDONED)
                 raise
             if outcome.error is not None:
-                raise pass_refusal(outcome.error, decision.what, served.name)
+                raise pass_refusal(outcome.error, what, served.name)
             self.on_wait(ROUTE_PATHS[route], (outcome.started - queued) * 1000.0)
             result, started, ended = outcome.result, outcome.started, outcome.ended
             group = outcome.group_size
             tracing.record("laya.queue", queued, started, {"laya.microbatch.size": group})
         else:
-            run = partial(decision.run, served.agent, settings)
-            result, started, ended = await self._infer(run, decision, limits, route)
+            plan = tournament.predict_batch_as_planned if batch else tournament.predict_as_planned
+            states = body["states"] if batch else body["state"]
+            run = partial(
+                plan, served.agent, states, body["questions"], settings.tournament_group, **controls
+            )
+            result, started, ended = await self._infer(run, what, limits, route)
             group = 1
-        body = render_payload(partial(decision.payload, result, served, settings), decision.what, served.name)
+        shaped = partial(payload, result, served, settings, fallback, batch)
         return Reply(
             200,
-            body,
-            answer_headers(decision, result, served),
+            render_payload(shaped, what, served.name),
+            answer_headers(fallback, unknown, result, served),
             inference_ms=(ended - started) * 1000.0,
             queue_ms=(started - queued) * 1000.0,
             work=work_done(result),
@@ -179,7 +182,7 @@ class LocalDecider:
         )
 
     async def _infer(
-        self, fn: Callable[[], Any], decision: Any, limits: CallLimits, route: str
+        self, fn: Callable[[], Any], what: str, limits: CallLimits, route: str
     ) -> tuple[Any, float, float]:
         """`fn` on the worker, timed; its failures as refusals, here on the loop (where the log
         line carries the request id)."""
@@ -198,7 +201,7 @@ class LocalDecider:
             if started is not None:
                 self.on_wait(ROUTE_PATHS[route], (started - queued) * 1000.0)
                 tracing.record("laya.queue", queued, started)
-            raise pass_refusal(exc, decision.what, self.served.name) from None
+            raise pass_refusal(exc, what, self.served.name) from None
         assert started is not None  # the worker ran `timed`
         self.on_wait(ROUTE_PATHS[route], (started - queued) * 1000.0)
         tracing.record("laya.queue", queued, started)
@@ -318,70 +321,7 @@ def _release_from_worker(loop: asyncio.AbstractEventLoop, lock: WorkerLock) -> N
         loop.call_soon_threadsafe(lock.release)
 
 
-# -- the checks ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class OneDecision:
-    """A `/v1/systemone` request that passed every check: what to ask the agent."""
-
-    state: Any
-    questions: Any
-    #: Only the controls the caller sent.
-    controls: dict[str, Any] = field(default_factory=dict)
-    #: The body's `model` when it named no checkpoint here (`served.ModelChoice.fallback`).
-    fallback: str | None = None
-    #: The fields of the body and its questions that nothing reads, as `X-Unknown-Fields` names them.
-    unknown: str | None = None
-
-    what = "inference"
-
-    def run(self, agent: DecisionAgent, settings: Settings) -> dict[str, Any]:
-        return tournament.predict_as_planned(
-            agent, self.state, self.questions, settings.tournament_group, **self.controls
-        )
-
-    def payload(self, result: dict[str, Any], checkpoint: Served, settings: Settings) -> dict[str, Any]:
-        return shape(settings, checkpoint.with_routing(result), self.fallback)
-
-
-@dataclass(frozen=True)
-class BatchDecision:
-    """A `/v1/systemone/batch` request that passed every check (its controls hold the batch plan)."""
-
-    states: list[Any]
-    questions: Any
-    controls: dict[str, Any] = field(default_factory=dict)
-    fallback: str | None = None
-    unknown: str | None = None
-
-    what = "batch inference"
-
-    def run(self, agent: DecisionAgent, settings: Settings) -> list[dict[str, Any]]:
-        return tournament.predict_batch_as_planned(
-            agent, self.states, self.questions, settings.tournament_group, **self.controls
-        )
-
-    def payload(
-        self, results: list[dict[str, Any]], checkpoint: Served, settings: Settings
-    ) -> dict[str, Any]:
-        routed = [checkpoint.with_routing(r) for r in results]
-        return {
-            "results": [shape(settings, r, self.fallback) for r in routed],
-            "total_usage": aggregate_usage(routed),
-        }
-
-
-def parse_systemone(raw: bytes, agent: DecisionAgent, checkpoint: Served, settings: Settings) -> OneDecision:
-    """The checks of docs/http-api.md#post-v1systemone in order (`validate.check`)."""
-    body, controls, fallback, unknown = v.check(raw, agent, checkpoint, settings, batch=False)
-    return OneDecision(body["state"], body["questions"], controls, fallback, unknown)
-
-
-def parse_batch(raw: bytes, agent: DecisionAgent, checkpoint: Served, settings: Settings) -> BatchDecision:
-    """The checks of docs/http-api.md#post-v1systemonebatch in order (`validate.check`)."""
-    body, controls, fallback, unknown = v.check(raw, agent, checkpoint, settings, batch=True)
-    return BatchDecision(body["states"], body["questions"], controls, fallback, unknown)
+# -- the pass and the answer -----------------------------------------------------------------
 
 
 def pass_refusal(exc: Exception, what: str, model: str) -> ApiError:
@@ -398,9 +338,6 @@ def pass_refusal(exc: Exception, what: str, model: str) -> ApiError:
         return ApiError(422, str(exc))
     log.error("%s failed for model=%s", what, model, exc_info=exc)
     return ApiError(500, INFERENCE_FAILED)
-
-
-# -- the answer ------------------------------------------------------------------------------
 
 
 def jev_confidence(answer: dict[str, Any]) -> float | None:
@@ -524,6 +461,15 @@ def render(payload: Any) -> bytes:
     return text.encode("utf-8")
 
 
+def payload(result: Any, checkpoint: Served, settings: Settings, fallback: str | None, batch: bool) -> Any:
+    """A decision's answer in the wire profile: one result, or a batch's list of them and its
+    total usage (docs/http-api.md#batch)."""
+    if not batch:
+        return shape(settings, checkpoint.with_routing(result), fallback)
+    routed = [checkpoint.with_routing(r) for r in result]
+    return {"results": [shape(settings, r, fallback) for r in routed], "total_usage": aggregate_usage(routed)}
+
+
 def render_payload(make_payload: Callable[[], Any], what: str, model: str) -> bytes:
     """Shape and render after inference: a non-finite float is a 422, anything else a logged 500."""
     try:
@@ -555,17 +501,19 @@ def metrics_checkpoint(result: Any, checkpoint: Served) -> str:
     return names[0] if len(names) == 1 else checkpoint.name
 
 
-def answer_headers(decision: OneDecision | BatchDecision, result: Any, checkpoint: Served) -> dict[str, str]:
+def answer_headers(
+    fallback: str | None, unknown: str | None, result: Any, checkpoint: Served
+) -> dict[str, str]:
     """What the client sent that the server did not take as written: `X-Model-Fallback` (and a log
     line) for a `model` served nowhere here, `X-Unknown-Fields` for fields nothing reads, each in
     printable ASCII (docs/http-api.md#request-fields, docs/http-api.md#the-model-field)."""
     headers = {}
-    if decision.fallback is not None:
+    if fallback is not None:
         answered = ", ".join(answering_checkpoints(result, checkpoint)) or checkpoint.name
-        log.info("model %.200r names no checkpoint served here; answered by %s", decision.fallback, answered)
+        log.info("model %.200r names no checkpoint served here; answered by %s", fallback, answered)
         headers[MODEL_FALLBACK_HEADER] = "".join(c if " " <= c <= "~" else "?" for c in answered)
-    if decision.unknown is not None:
-        headers[UNKNOWN_FIELDS_HEADER] = decision.unknown
+    if unknown is not None:
+        headers[UNKNOWN_FIELDS_HEADER] = unknown
     return headers
 
 
