@@ -10,8 +10,8 @@ the group's call raises, every member is run alone, so each gets its own answer 
 refusal with the text it would have had alone. A group is also run member by member when its
 questions are answered by elimination (`core.tournament.plan_group`).
 
-The front ends bring the grouping window: the aiohttp server's micro-batcher
-(`serve.microbatch`), Ray Serve's batches (`serve.ray_app`) and `laya-onnx score`'s row batches.
+The front ends bring the grouping window: the server's micro-batcher (`serve.microbatch`, on
+Ray Serve's model replicas too) and `laya-onnx score`'s row batches.
 """
 
 from __future__ import annotations
