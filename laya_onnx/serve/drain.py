@@ -162,13 +162,10 @@ class Drain:
 
 
 class WorkerLock:
-    """One pass at a time on the worker (`async with lock:`), first come first served.
-
-    While draining, a waiter whose pass would not finish by the stop time is refused
-    (`DrainRefusal`) instead of started: when the drain begins, after every pass, and when its
-    turn comes. A pass is estimated by the holder's own planned seconds (`CallLimits.charged`),
-    else by the longest recent one.
-    """
+    """One pass at a time on the worker (`async with lock:`), first come first served. While
+    draining, a waiter whose pass would not finish by the stop time is refused (`DrainRefusal`)
+    instead of started: when the drain begins, after every pass, and when its turn comes. A pass
+    is estimated by the holder's planned seconds (`CallLimits.charged`), else the longest recent."""
 
     def __init__(self, drain: Drain) -> None:
         self._drain = drain

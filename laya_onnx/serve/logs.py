@@ -190,9 +190,8 @@ def access_logger_class(access_log: str, log_format: str) -> type[_AccessLogger]
 
 
 def configure_logging(level: int, access_log: str, log_format: str = "text") -> logging.Logger | None:
-    """The root handler in `log_format`, and the access logger (None when off). JSON access lines
-    get a handler of their own that prints them bare and does not propagate: a shipper reading
-    stderr sees one JSON object per line."""
+    """The root handler in `log_format`, and the access logger (None when off); JSON access lines
+    print bare on a handler of their own, so a shipper reading stderr sees one object a line."""
     handler = logging.StreamHandler()
     if log_format == "json":
         handler.setFormatter(JsonFormatter())

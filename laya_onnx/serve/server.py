@@ -128,10 +128,9 @@ def run_server(
     threads: int | None = None,
     log_format: str | None = None,
 ) -> None:
-    """`laya-onnx serve`: its flags are this function's arguments, each winning over its variable
-    (`laya-onnx serve --help`). A models directory or `models` (`NAME=BUNDLE` texts) serve several
-    checkpoints through a `laya_onnx.Router`. Raises `ConfigError` or OSError before the bundle
-    is loaded, SystemExit with the loader's message when it cannot be."""
+    """`laya-onnx serve` (`--help`: each flag an argument here, winning over its variable); a models
+    directory or `models` (`NAME=BUNDLE`) serve a `laya_onnx.Router`. Raises `ConfigError` or
+    OSError before the bundle is loaded, SystemExit with the loader's message when it cannot be."""
     plan = _prepare(host, port, log_format=log_format)
     options = {"providers": list(providers) if providers else None, "threads": threads}
     _run(plan, partial(_load, bundle, models, strict_providers=strict_providers, **options), str(bundle))
