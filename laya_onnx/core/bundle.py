@@ -36,6 +36,7 @@ from laya_onnx.core.manifest import (
     PrecisionRecord,
     SourceRecord,
 )
+from laya_onnx.core.verified import VerifiedFiles
 
 GRAPH_FILE = "laya.onnx"
 #: The graph's weights when they are stored as ONNX external data (large graphs), beside GRAPH_FILE.
@@ -266,7 +267,9 @@ class Bundle:
     @classmethod
     def open(cls, root: os.PathLike, verify: bool = True, *, defer_weights: bool = False) -> Bundle:
         """Open a bundle. `verify=True` checks every sha256 the manifest lists before any file is
-        parsed, so a corrupted or swapped graph is refused instead of answering wrongly.
+        parsed, so a corrupted or swapped graph is refused instead of answering wrongly (with
+        `$LAYA_SESSION_CACHE` set, a file unchanged since a load verified it is not hashed again:
+        `laya_onnx.core.verified`).
 
         `defer_weights=True` leaves out the graph's external data (raw tensor bytes, which nothing
         parses: the verified graph says where each tensor lies): the caller checks it with
@@ -299,7 +302,8 @@ class Bundle:
         check_graph_data(root, manifest)
         if verify:
             later = set(manifest.external_data) if defer_weights else set()
-            verify_files(root, {name: e for name, e in manifest.files.items() if name not in later})
+            listed = {name: e for name, e in manifest.files.items() if name not in later}
+            verify_files(root, listed, VerifiedFiles.from_settings())
         for need in (GRAPH_FILE, CONFIG_FILE, TOKENIZER_DIR + "/tokenizer.json"):
             if not (root / need).exists():
                 raise BundleError(f"bundle {str(root)!r} has no {need}; is it a laya-onnx export?")
@@ -309,7 +313,8 @@ class Bundle:
     def verify_weights(self) -> None:
         """Check the graph's external data against the manifest (what `open(defer_weights=True)`
         left unchecked)."""
-        verify_files(self.root, {name: self.manifest.files[name] for name in self.manifest.external_data})
+        external = {name: self.manifest.files[name] for name in self.manifest.external_data}
+        verify_files(self.root, external, VerifiedFiles.from_settings())
 
 
 @contextmanager
@@ -381,8 +386,9 @@ def is_safe_name(name: str) -> bool:
     )
 
 
-def verify_files(root: Path, files: dict[str, FileEntry]) -> None:
-    """Check each listed file's sha256; names must stay inside `root`."""
+def verify_files(root: Path, files: dict[str, FileEntry], records: VerifiedFiles | None = None) -> None:
+    """Check each listed file's sha256; names must stay inside `root`. A file `records` holds as
+    verified, unchanged since, is not hashed again; one that matches is recorded there."""
     for name, entry in files.items():
         if not is_safe_name(name):
             raise BundleError(f"bundle manifest lists an unsafe path {name!r}")
@@ -390,9 +396,14 @@ def verify_files(root: Path, files: dict[str, FileEntry]) -> None:
         if not path.is_file():
             raise BundleError(f"bundle {str(root)!r} is missing {name!r}, which its manifest lists")
         want = entry.sha256
+        if records is not None and records.holds(path, want):
+            continue
+        stat = path.stat()
         got = sha256_file(path)
         if got.lower() != want.lower():
             raise BundleError(
                 f"bundle {str(root)!r}: sha256 mismatch for {name!r} (manifest {want}, file {got}); "
                 "the bundle was modified or corrupted, re-export it"
             )
+        if records is not None:
+            records.add(path, stat, got)

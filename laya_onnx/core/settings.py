@@ -111,7 +111,8 @@ SESSION_CACHE = _entry(
         "refuse",
         "a folder where each bundle graph loaded on the CPU provider is saved optimized, its weights "
         "prepacked, for this CPU and onnxruntime (made on first load, kept only if it answers bit for "
-        "bit as the bundle's graph); later loads map it instead of preparing the graph again",
+        "bit as the bundle's graph); later loads map it instead of preparing the graph again, and "
+        "hash no bundle file that is unchanged since a load verified it",
         "core",
         shown_default="unset: every load prepares the graph",
     )

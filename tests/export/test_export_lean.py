@@ -193,6 +193,39 @@ def test_a_damaged_data_file_is_named_whatever_the_session_says(external_bundle,
     assert not list(cache.glob("*/prepared.onnx"))
 
 
+def test_with_a_session_cache_the_data_file_is_hashed_once(external_bundle, tmp_path, monkeypatch):
+    """The next load of an unchanged bundle trusts the first one's hashes (core/verified.py); a
+    changed data file is hashed again and refused, prepared graph or not."""
+    from laya_onnx.core import bundle as bundle_module
+    from laya_onnx.core import verified
+    from laya_onnx.core.agent import ONNXAgent
+
+    monkeypatch.setattr(verified, "SETTLE_SECONDS", 0.0)
+    monkeypatch.setenv("LAYA_SESSION_CACHE", str(tmp_path / "cache"))
+    local = tmp_path / "bundle"
+    shutil.copytree(external_bundle, local)
+    hashed: list[str] = []
+    real = bundle_module.sha256_file
+
+    def counting(path, *args, **kwargs):
+        hashed.append(Path(path).name)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(bundle_module, "sha256_file", counting)
+    questions = {"q": {"type": "noul", "instructions": "Hi?"}}
+    first = ONNXAgent(local, providers=["CPUExecutionProvider"]).predict("hi", questions)["answers"]
+    assert hashed.count(GRAPH_DATA_FILE) == 1
+    second = ONNXAgent(local, providers=["CPUExecutionProvider"]).predict("hi", questions)["answers"]
+    assert hashed.count(GRAPH_DATA_FILE) == 1 and hashed.count(GRAPH_FILE) == 1
+    assert second == first
+
+    raw = bytearray((local / GRAPH_DATA_FILE).read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    (local / GRAPH_DATA_FILE).write_bytes(bytes(raw))
+    with pytest.raises(BundleError, match="sha256 mismatch for 'laya.onnx.data'"):
+        ONNXAgent(local, providers=["CPUExecutionProvider"])
+
+
 def test_weights_are_folded_and_streamed(external_bundle):
     """No Transpose is left in front of an initializer (the fold torch's constant folding did,
     done one weight at a time), and every initializer is a torch weight or its transpose."""
