@@ -474,8 +474,10 @@ def run_soak(
     minutes: float = DEFAULT_MINUTES,
     progress: Callable[[str], Any] = print,
     log_path: os.PathLike[str] | str | None = None,
+    settle_s: float = 10.0,
 ) -> dict[str, Any]:
-    """Serve `bundle` in a child process, soak it for `minutes`, stop it; the figures."""
+    """Serve `bundle` in a child process, soak it for `minutes`, stop it; the figures (the idle
+    ones after `settle_s` seconds of quiet, time for the server to give memory back)."""
     with served(bundle, log_path) as (port, proc):
 
         async def main() -> dict[str, Any]:
@@ -484,7 +486,7 @@ def run_soak(
             await warm(port, soak)
             idle_before = await _idle_figures(proc.pid, 2.0)
             await soak.run()
-            idle_after = await _idle_figures(proc.pid, 10.0)
+            idle_after = await _idle_figures(proc.pid, settle_s)
             return _report(soak, bundle, minutes, idle_before, idle_after)
 
         return asyncio.run(main())

@@ -462,7 +462,9 @@ def test_memory_returns_after_a_request_with_a_huge_instruction(tiny, tmp_path):
 def test_the_soak_benchmark_reports_a_short_run(tiny, tmp_path):
     from laya_onnx.bench.soak import run_soak
 
-    report = run_soak(tiny, minutes=0.1, progress=lambda line: None, log_path=tmp_path / "server.log")
+    report = run_soak(
+        tiny, minutes=0.1, progress=lambda line: None, log_path=tmp_path / "server.log", settle_s=1.0
+    )
     assert report["honest"]["answered"] > 0 and not report["honest"]["refused_or_failed"]
     assert report["hostile"]["decompression bomb (gzip)"] == {"413": 1}
     assert report["health_ms"]["n"] > 0 and report["rss_mib"]["idle_before"] > 0
