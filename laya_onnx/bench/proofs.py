@@ -13,8 +13,8 @@ server held (the soak's clients, `soak.py`):
     request, three times while they hold their connections: status and latency.
 
 With each: the load average before and after, the server's RSS and its peak RSS over the
-attack (Linux's VmHWM, reset per attack where /proc lets it be), and the access log's
-`cancelled` lines. The CPU class heads the report. Figures are printed, never asserted.
+attack (Linux's VmHWM, reset per attack where /proc lets it be), and the access lines the
+attack added, by how each request ended (`cancelled` when its client left before the answer). The CPU class heads the report. Figures are printed, never asserted.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import tempfile
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -142,9 +143,9 @@ class Proofs(Soak):
         }
 
     async def measured(self, attack: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
-        """One attack, with the load average, RSS and peak RSS around it and the access log's
-        `cancelled` lines it added."""
-        cancelled = self._cancelled_lines()
+        """One attack, with the load average, RSS and peak RSS around it and the access lines it
+        added, counted by how each request ended."""
+        ended = self._access_lines()
         reset = _reset_peak_rss(self.pid)
         before = process_figures(self.pid)
         load_before = os.getloadavg()
@@ -154,29 +155,31 @@ class Proofs(Soak):
             "rss_mib_before": before.get("rss_mib"),
             "rss_mib_after": after.get("rss_mib"),
             ("peak_rss_mib" if reset else "peak_rss_mib_since_start"): after.get("peak_rss_mib"),
-            "access_log_cancelled": await self._settled_cancelled_lines() - cancelled,
+            "access_log_ended": dict(await self._settled_access_lines() - ended),
         }
         figures["load_average_before_after"] = [round(load_before[0], 2), round(os.getloadavg()[0], 2)]
         return figures
 
-    async def _settled_cancelled_lines(self, quiet_s: float = 0.5, most_s: float = 5.0) -> int:
-        """The `cancelled` count once the server has stopped adding to it: it writes a cut
+    async def _settled_access_lines(self, quiet_s: float = 0.5, most_s: float = 5.0) -> Counter[str]:
+        """The access lines once the server has stopped adding to them: it writes a cut
         request's line when it notices the cut, which can come after the client has gone."""
-        count, waited = self._cancelled_lines(), 0.0
+        lines, waited = self._access_lines(), 0.0
         while waited < most_s:
             await asyncio.sleep(quiet_s)
             waited += quiet_s
-            now = self._cancelled_lines()
-            if now == count:
+            now = self._access_lines()
+            if now == lines:
                 return now
-            count = now
-        return count
+            lines = now
+        return lines
 
-    def _cancelled_lines(self) -> int:
+    def _access_lines(self) -> Counter[str]:
+        """The access log's lines so far, counted by their `ended=` field."""
         try:
-            return self.log_path.read_text(encoding="utf-8", errors="replace").count(" cancelled ")
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
         except OSError:
-            return 0
+            return Counter()
+        return Counter(re.findall(r" ended=([a-z-]+)$", text, re.MULTILINE))
 
 
 def run_proofs(
@@ -226,7 +229,7 @@ def format_summary(report: dict[str, Any]) -> str:
         server, load = figures["server"], figures["load_average_before_after"]
         peak = server.get("peak_rss_mib") or server.get("peak_rss_mib_since_start")
         lines.append(
-            "%s: load %s -> %s, RSS %s -> %s MiB, peak %s MiB, %d cancelled in the access log"
+            "%s: load %s -> %s, RSS %s -> %s MiB, peak %s MiB, access lines %s"
             % (
                 name,
                 load[0],
@@ -234,7 +237,7 @@ def format_summary(report: dict[str, Any]) -> str:
                 server["rss_mib_before"],
                 server["rss_mib_after"],
                 peak,
-                server["access_log_cancelled"],
+                ", ".join("%d %s" % (n, e) for e, n in sorted(server["access_log_ended"].items())) or "none",
             )
         )
         for what, outcome in figures.items():
