@@ -63,7 +63,7 @@ def encoder_config_dict(preset: Preset, tokenizer, specials) -> dict[str, Any]:
         local_attention=preset.local_attention,
         # 5.x takes this 4.x key through its **kwargs at run time (its __post_init__ builds
         # layer_types from it) but its dataclass signature does not declare it.
-        global_attn_every_n_layers=preset.global_attn_every_n_layers,  # type: ignore[call-arg]
+        global_attn_every_n_layers=preset.global_attn_every_n_layers,
         rope_parameters={
             "full_attention": {"rope_type": "default", "rope_theta": preset.global_rope_theta},
             "sliding_attention": {"rope_type": "default", "rope_theta": preset.local_rope_theta},
