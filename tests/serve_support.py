@@ -5,7 +5,7 @@ No pytest plugin: each async test is wrapped by `aio`, which runs it on a fresh 
 `listening()` runs the app as `laya-onnx serve` does instead (`RunningServer`), for what only
 the real server does: connection timeouts, the parser's refusals, the drain; `exchange`,
 `request`, `parse_responses` and `read_one` speak raw HTTP/1.1 to either.
-The fake agent implements `laya_onnx.serve.protocol.ServedAgent`; it is deterministic, records
+The fake agent implements `laya_onnx.serve.served.ServedAgent`; it is deterministic, records
 every call and the thread it ran on, and can be made to block on an Event so tests can prove
 that /health answers during inference and that the admission bound refuses the excess.
 
@@ -39,7 +39,7 @@ from laya_onnx.core.gate import apply_confidence_gate
 from laya_onnx.core.manifest import Manifest
 from laya_onnx.core.tournament import DEFAULT_GROUP_SIZE
 from laya_onnx.serve import create_app
-from laya_onnx.serve.protocol import ServedAgent
+from laya_onnx.serve.served import ServedAgent
 from laya_onnx.serve.server import RunningServer
 from laya_onnx.serve.settings import ServerLimits
 

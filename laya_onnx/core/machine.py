@@ -128,6 +128,22 @@ def onnxruntime_build() -> dict[str, Any]:
     return {"distribution": None, "version": None}
 
 
+#: The device label of each execution provider whose name does not say it.
+PROVIDER_DEVICES = {
+    "TensorrtExecutionProvider": "cuda",
+    "MIGraphXExecutionProvider": "rocm",
+    "CoreMLExecutionProvider": "mps",
+    "DmlExecutionProvider": "dml",
+}
+
+
+def provider_device(provider: Any) -> str | None:
+    """The device label a provider computes on (`CUDAExecutionProvider` -> `cuda`)."""
+    if not isinstance(provider, str):
+        return None
+    return PROVIDER_DEVICES.get(provider) or provider.replace("ExecutionProvider", "").lower() or None
+
+
 def attached_providers() -> dict[str, str]:
     """{provider: "attached" | why not} for every provider this onnxruntime build lists, each tried
     on `PROBE_GRAPH` alone (a provider onnxruntime drops silently shows as not attached)."""

@@ -311,6 +311,19 @@ def process_memory() -> dict[str, int]:
     return out
 
 
+def process_rss() -> dict[str, int | None]:
+    """This process's resident memory now and at its peak, in bytes (/proc; the peak from
+    getrusage where /proc is missing)."""
+    import resource
+
+    try:
+        memory = process_memory()
+    except OSError:
+        memory = {}
+    peak = memory.get("VmHWM") or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {"rss_bytes": memory.get("VmRSS"), "peak_rss_bytes": peak}
+
+
 def probe_pass(graph: str, rows: int, length: int, threads: int | None) -> dict[str, Any]:
     """Run one pass in this (fresh) process; the peak growth over the warmed-up idle RSS."""
     import time

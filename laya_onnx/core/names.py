@@ -53,6 +53,19 @@ def published_name(repo: str, subfolder: str | None = None) -> str | None:
     return _BY_LOCATION.get((repo.strip().lower(), sub))
 
 
+def published_repos(name: str) -> list[str]:
+    """The standalone Hub repos checkpoint `name` is published under (not the bundle repo, which
+    as a request's `model` means "let the router choose")."""
+    return sorted(
+        repo for repo, sub in PUBLISHED_CHECKPOINTS.get(name, ()) if sub is None and repo != BUNDLE_REPO
+    )
+
+
+def published_ids() -> dict[str, str]:
+    """Standalone Hub ids (lowercased) a client may send as `model` -> the checkpoint name."""
+    return {repo.lower(): name for name in PUBLISHED_CHECKPOINTS for repo in published_repos(name)}
+
+
 #: The `encoder` every checkpoint `laya-onnx make-checkpoint` writes starts with this: random weights
 #: in the release layout, for tests and speed work (`laya_onnx.checkpoints.presets`).
 TEST_ENCODER_PREFIX = "laya-onnx/"
@@ -107,7 +120,9 @@ __all__ = [
     "aliases_of",
     "bundle_random_weights",
     "canonical_name",
+    "published_ids",
     "published_name",
+    "published_repos",
     "random_weights_preset",
     "stand_in_role",
 ]

@@ -4,7 +4,7 @@
 the request grouping (`core.grouping`), the elimination plan (`core.tournament.plan_group`), the
 server and `laya-onnx score` read nothing else, so a change to the agent that breaks them is a
 type error rather than a `getattr` that quietly answers with a default. The server's own
-protocol (`serve.protocol.ServedAgent`) adds what it reports about the checkpoint.
+protocol (`serve.served.ServedAgent`) adds what it reports about the checkpoint.
 """
 
 from __future__ import annotations

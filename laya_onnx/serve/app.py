@@ -25,8 +25,7 @@ from laya_onnx.serve.errors import BODY_UNDECODABLE, UNSUPPORTED_VERSION, ApiErr
 from laya_onnx.serve.keys import INFERENCE_MS, QUEUE_WAIT_MS, TRACE_ID
 from laya_onnx.serve.logs import ENDED, REQUEST_ID_HEADER, RESET, SEND_TIMEOUT, log_cut, new_request_id
 from laya_onnx.serve.metrics import Metrics
-from laya_onnx.serve.protocol import ServedAgent
-from laya_onnx.serve.served import Served
+from laya_onnx.serve.served import Served, ServedAgent
 from laya_onnx.serve.service import Call, DecisionService
 from laya_onnx.serve.settings import Settings
 

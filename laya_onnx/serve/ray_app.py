@@ -22,8 +22,7 @@ from laya_onnx.serve.body import BodyBuffer
 from laya_onnx.serve.contract import LocalDecider, Reply
 from laya_onnx.serve.errors import BUSY, ApiError
 from laya_onnx.serve.metrics import RequestMetrics
-from laya_onnx.serve.served import Served, build_router
-from laya_onnx.serve.server import is_models_dir
+from laya_onnx.serve.served import Served, load_agent
 from laya_onnx.serve.service import Call, DecisionService
 from laya_onnx.serve.settings import Settings
 
@@ -37,13 +36,8 @@ class LayaModel:
     """The decisions, `/health` and `/v1/models` of one bundle or Router, on a `LocalDecider`."""
 
     async def __init__(self, args: dict[str, Any]):  # type: ignore[misc]  # Ray awaits it
-        bundle, models, providers = args.get("bundle"), args.get("models") or (), args.get("providers")
-        if models or is_models_dir(bundle):
-            agent: Any = build_router(bundle, models, providers=providers)
-        else:
-            from laya_onnx import ONNXAgent
-
-            agent = ONNXAgent(bundle, providers=providers, threads=args.get("threads"))
+        options = {"providers": args.get("providers"), "threads": args.get("threads")}
+        agent = load_agent(args.get("bundle"), args.get("models") or (), **options)
         self.decider = LocalDecider(Served.of(agent), Settings.from_env(**(args.get("settings") or {})))
         await self.decider.start()
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import resource
 
-from laya_onnx.core.memory import process_memory
+from laya_onnx.core.memory import process_rss
 from laya_onnx.core.session import trim_heap
 
 log = logging.getLogger("laya_onnx.serve")
@@ -17,17 +16,6 @@ log = logging.getLogger("laya_onnx.serve")
 RELEASE_MARGIN = 64 * 1024 * 1024
 #: Seconds between two releases at most (each collects garbage: a few ms to tens of ms).
 RELEASE_INTERVAL = 5.0
-
-
-def process_rss() -> dict[str, int | None]:
-    """This process's resident memory now and at its peak, in bytes (/proc; peak from getrusage
-    where /proc is missing)."""
-    try:
-        memory = process_memory()
-    except OSError:
-        memory = {}
-    peak = memory.get("VmHWM") or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"rss_bytes": memory.get("VmRSS"), "peak_rss_bytes": peak}
 
 
 class MemoryKeeper:

@@ -1,52 +1,80 @@
-"""What a server serves: a `laya_onnx.Router`, over a models folder or over one bundle.
-
-`Served` is the one agent the worker calls (each call answered by `Router.predict` /
-`predict_batch`), how a body's `model` and `task` are taken (docs/http-api.md#the-model-field),
-the `routing` block, `/health` (docs/http-api.md#health), `/v1/models`, LAYA_IDLE_UNLOAD_SECONDS
-and the warm-up (serve/README.md#several-checkpoints-serve-models_dir). One bundle is a Router of
-one (`OneBundle`): the same path, with the bytes of the single-bundle wire.
+"""What a server serves: a `laya_onnx.Router` over a models folder, or one bundle as a Router of
+one (`OneBundle`, with the single-bundle wire's bytes). `Served` is the agent the worker calls,
+how a body's `model` and `task` are taken (docs/http-api.md#the-model-field), `/health`
+(docs/http-api.md#health), `/v1/models`, LAYA_IDLE_UNLOAD_SECONDS and the warm-up
+(serve/README.md#several-checkpoints-serve-models_dir).
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import os
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from laya_onnx.core import settings
-from laya_onnx.core.bundle import GRAPH_FILE, MANIFEST_FILE, Bundle, bundle_origin
+from laya_onnx.core.bundle import GRAPH_FILE, MANIFEST_FILE, Bundle, bundle_origin, sha256_file
 from laya_onnx.core.errors import ConfigError, InvalidRequest
 from laya_onnx.core.hooks import BaseHook, PredictContext
+from laya_onnx.core.machine import provider_device
+from laya_onnx.core.memory import process_rss
 from laya_onnx.core.names import (
     BUNDLE_REPO,
     PUBLISHED_CHECKPOINTS,
     aliases_of,
     bundle_random_weights,
     canonical_name,
+    published_ids,
     published_name,
+    published_repos,
 )
-from laya_onnx.core.router import Router, bundles_in
+from laya_onnx.core.protocol import DecisionAgent
+from laya_onnx.core.router import Router, bundles_in, is_bundle_dir
 from laya_onnx.core.session import FallbackEntry, resolve_threads
 from laya_onnx.serve.errors import ApiError
-from laya_onnx.serve.rss import process_rss
 
 log = logging.getLogger("laya_onnx.serve")
 
 #: Jev requires a string; a bundle records no release date of its checkpoint.
 UNKNOWN_RELEASE_DATE = "unknown"
-#: `model` values that ask for whatever this server answers with (TypeSafe's "latest" id): not
-#: a fallback to report, unlike a name this server does not know.
-GENERIC_MODEL_IDS = frozenset({"jev-latest"})
 #: The controls of one batch item, as laya-serve copies them into every request of the batch.
 ITEM_CONTROLS = ("model", "task", "lang", "lang_guess", "max_len", "head_max_len")
-#: Row lengths the warm-up runs one pass at (at most the bundle's max_len), so that the first
-#: requests do not pay for onnxruntime's first meeting with these shapes.
+#: Row lengths the warm-up runs one pass at (up to the bundle's max_len).
 WARM_LENGTHS = (32, 64, 128, 256, 512)
+
+
+@runtime_checkable
+class ServedAgent(DecisionAgent, Protocol):
+    """What the server reads of an agent it serves (`ONNXAgent`, the tests' fake), beside the core's
+    `DecisionAgent`: a change that breaks the server is a type error, not a quiet `getattr`
+    default. Read from the loop while a pass runs, so each must be safe to read concurrently:
+    `name` (what requests may call it), `revision` (its Hub commit, if known), `providers` (those
+    its session runs on, best first), `requested_providers`, `int8_kernel` (the int8 GEMM, "u8s8"
+    or "u8u8"; None for other precisions) and `fallbacks` ({provider: {"count", "last_reason"}})."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def revision(self) -> str | None: ...
+
+    @property
+    def bundle(self) -> Bundle: ...
+
+    @property
+    def providers(self) -> list[str]: ...
+
+    @property
+    def requested_providers(self) -> list[str]: ...
+
+    @property
+    def int8_kernel(self) -> str | None: ...
+
+    @property
+    def fallbacks(self) -> dict[str, FallbackEntry]: ...
 
 
 def parse_model_option(text: str) -> tuple[str, str]:
@@ -64,13 +92,11 @@ def build_router(
     strict_providers: bool = False,
     threads: int | None = None,
 ) -> Router:
-    """The Router `laya-onnx serve MODELS_DIR` runs, from a models directory, `--model NAME=BUNDLE`
-    options and laya-serve's variables (serve/README.md#several-checkpoints-serve-models_dir;
-    `threads` overrides LAYA_THREADS). Refusals are ConfigError, before any bundle is loaded."""
+    """The Router of `laya-onnx serve MODELS_DIR` and `--model NAME=BUNDLE` under laya-serve's
+    variables (serve/README.md#several-checkpoints-serve-models_dir); refusals are ConfigError,
+    before any bundle is loaded."""
     models: dict[str, Any] = dict(bundles_in(models_dir)) if models_dir is not None else {}
-    for option in named:
-        name, bundle = parse_model_option(option)
-        models[name] = bundle
+    models.update(map(parse_model_option, named))
     models.update(settings.EXTRA_MODELS.read())
     options: dict[str, Any] = {"auto_task_detection": settings.AUTO_TASK.read()}
     max_loaded = settings.MAX_LOADED.read()
@@ -80,10 +106,8 @@ def build_router(
     threads = resolve_threads(threads)
     if threads is not None:
         agent_kwargs["threads"] = threads
-    if agent_kwargs:
-        options["agent_kwargs"] = agent_kwargs
     try:
-        router = Router(models, providers=providers, **options)
+        router = Router(models, providers=providers, agent_kwargs=agent_kwargs, **options)
         default = settings.DEFAULT_MODEL.read()
         if default is not None:
             try:
@@ -104,18 +128,34 @@ def build_router(
     return router
 
 
-class ModelChoice(NamedTuple):
-    """A body's `model` as the server took it."""
+def is_models_dir(path: os.PathLike | str | None) -> bool:
+    """A folder of bundle folders (`laya-onnx export --all`), rather than one bundle."""
+    if path is None or not os.path.isdir(path) or is_bundle_dir(Path(path)):
+        return False
+    return any(child.is_dir() and is_bundle_dir(child) for child in Path(path).iterdir())
 
-    #: The checkpoint it pins (None: the router chooses).
+
+def load_agent(bundle: os.PathLike | str | None, models: Sequence[str] = (), **options: Any) -> Any:
+    """A Router for a models directory or `models` (`NAME=BUNDLE`), else the bundle's `ONNXAgent`."""
+    if models or bundle is None or is_models_dir(bundle):
+        return build_router(bundle, models, **options)
+    from laya_onnx import ONNXAgent
+
+    return ONNXAgent(bundle, **options)
+
+
+class ModelChoice(NamedTuple):
+    """A body's `model` as the server took it: the checkpoint it pins (None: the router chooses),
+    and its text when it named nothing here and was answered anyway (`X-Model-Fallback`)."""
+
     pinned: str | None = None
-    #: Its text when it named no checkpoint here and was answered anyway (`X-Model-Fallback`).
     fallback: str | None = None
 
 
 def fallback_choice(text: str) -> ModelChoice:
-    """The choice for a `model` that named nothing here: answered anyway, reported as a fallback."""
-    return ModelChoice(None, None if text.lower() in GENERIC_MODEL_IDS else text)
+    """A `model` that named nothing here: answered anyway, reported unless it asks for whatever
+    the server answers with (TypeSafe's "latest" id)."""
+    return ModelChoice(None, None if text.lower() == "jev-latest" else text)
 
 
 def names_a_path(text: str) -> bool:
@@ -124,8 +164,8 @@ def names_a_path(text: str) -> bool:
 
 
 class Served(BaseHook):
-    """A Router's checkpoints on the wire and the agent the worker calls (module docstring); as a
-    hook of its Router, it logs every load with its time (the cold start) and every unload."""
+    """A Router's checkpoints on the wire and the agent the worker calls; as a hook of its
+    Router, it logs every load with its time (the cold start) and every unload."""
 
     name = "router"  # in log lines: no single checkpoint answers every request
 
@@ -151,7 +191,6 @@ class Served(BaseHook):
 
     @property
     def agent(self) -> Served:
-        """What the worker calls: this object, whose every call the Router answers."""
         return self
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -165,7 +204,6 @@ class Served(BaseHook):
         return self._call(self.router.predict, state, questions, **controls)
 
     def predict_batch(self, states: Sequence[Any], questions: Any, **controls: Any) -> list[dict[str, Any]]:
-        """laya-serve's batch: the item controls copied into every state's request."""
         item = {k: controls.pop(k) for k in ITEM_CONTROLS if k in controls}
         requests = [{"state": s, "questions": questions, **item} for s in states]
         return self._call(self.router.predict_batch, requests, **controls)
@@ -204,8 +242,7 @@ class Served(BaseHook):
     # -- a decision's model, task and routing ---------------------------------------------------
 
     def check_model(self, model: Any) -> ModelChoice:
-        """laya-serve's `_resolve_model` (docs/http-api.md#the-model-field): no model, or the
-        bundle repo, lets the router choose; any other text is `_named`'s."""
+        """laya-serve's `_resolve_model`: no model, or the bundle repo, lets the router choose."""
         if not model:
             return ModelChoice()
         text = str(model).strip()
@@ -247,7 +284,6 @@ class Served(BaseHook):
     # -- /health ----------------------------------------------------------------------------------
 
     def resident(self) -> dict[str, Any]:
-        """{name on the wire: agent} of the loaded checkpoints."""
         return self.router.resident()
 
     def unhealthy(self) -> list[str]:
@@ -255,12 +291,12 @@ class Served(BaseHook):
         return [name for name, each in self.resident().items() if not getattr(each, "healthy", True)]
 
     def health(self, full: bool) -> tuple[int, dict[str, Any]]:
-        """`/health`'s status and payload (docs/http-api.md#health), the full one only when `full`.
-        Reads attributes and fallback snapshots, never a pass, so it answers while one runs."""
+        """`/health`'s status and payload, the full one only when `full`: attributes and fallback
+        snapshots, never a pass, so it answers while one runs."""
         sick = self.unhealthy()
         payload: dict[str, Any] = self._health() if full else {"status": "ok"}
         if sick:
-            payload["status"] = "unhealthy"  # a checkpoint's device keeps failing passes
+            payload["status"] = "unhealthy"
             if full:
                 payload["unhealthy"] = sick
         return (503 if sick else 200), payload
@@ -308,24 +344,19 @@ class Served(BaseHook):
     # -- /v1/models -------------------------------------------------------------------------------
 
     def listing(self, full: bool) -> dict[str, Any]:
-        """`/v1/models` (serve/README.md#v1models): every checkpoint with a bundle, Jev's keys, and
-        the `x_` keys when `full` (no key set, or its bearer)."""
+        """`/v1/models` (serve/README.md#v1models): Jev's keys, and the `x_` keys when `full`."""
         resident = self.resident()
         models = []
         for name, source in self._listed().items():
             loaded = resident.get(name)
             random = getattr(loaded, "random_weights", None) if loaded else bundle_random_weights(source)
             description = "laya %s checkpoint served by laya-onnx (ONNX Runtime)" % name
-            if random:  # a test checkpoint's bundle says what it is
+            if random:
                 description = (
                     "%s: random test weights (preset %s) served by laya-onnx; its answers carry no meaning"
                     % (name, random)
                 )
-            entry: dict[str, Any] = {
-                "name": name,
-                "description": description,
-                "release_date": UNKNOWN_RELEASE_DATE,
-            }
+            entry = {"name": name, "description": description, "release_date": UNKNOWN_RELEASE_DATE}
             if full:
                 entry.update(self._card(name, loaded, random))
                 if random:
@@ -336,7 +367,7 @@ class Served(BaseHook):
         return {"models": models}
 
     def _listed(self) -> dict[str, Any]:
-        """{name: bundle source} of the checkpoints listed: those with a bundle, and the loaded."""
+        """{name: bundle source} of the checkpoints with a bundle, and of the loaded."""
         resident = self.resident()
         return {n: s for n, s in self.router.models.items() if s is not None or n in resident}
 
@@ -348,8 +379,6 @@ class Served(BaseHook):
             "x_loaded": loaded is not None,
             "x_revision": getattr(loaded, "revision", None),
         }
-
-    # -- the warm-up --------------------------------------------------------------------------------
 
     def warm_up(self) -> None:
         """On the worker: each loaded bundle's speed probe and one pass per warm length (an agent
@@ -370,9 +399,8 @@ class Served(BaseHook):
 
 
 class OneBundle(Served):
-    """One loaded agent served as a Router of one, every call pinned to it by its `model`
-    control; its name, `routing` block, refusals, /health and /v1/models are the single-bundle
-    wire's (docs/http-api.md#the-model-field)."""
+    """One loaded agent as a Router of one, every call pinned to it; its name, `routing` block,
+    refusals, /health and /v1/models are the single-bundle wire's."""
 
     def __init__(self, agent: Any):
         router = Router()
@@ -391,9 +419,11 @@ class OneBundle(Served):
         self.max_pass_memory = getattr(agent, "max_pass_memory", None)
         self.repo = bundle_origin(agent.bundle.manifest, agent.bundle.root) or agent.name
         self.baselines[self.name] = fallback_baseline(agent.fallbacks)
-        #: laya.onnx's digest as the manifest lists it (verified when the bundle was opened), and
-        #: manifest.json's own, which pins every file of the bundle
-        self.digests = (agent.bundle.manifest.digest(GRAPH_FILE), manifest_sha256(agent.bundle))
+        try:  # manifest.json lists every file's digest: its own pins the bundle
+            manifest_sha256: str | None = sha256_file(Path(agent.bundle.root) / MANIFEST_FILE)
+        except OSError:  # removed or unreadable since the bundle was opened
+            manifest_sha256 = None
+        self.digests = (agent.bundle.manifest.digest(GRAPH_FILE), manifest_sha256)
 
     def _unknown(self, value: Any) -> str:
         aliases = aliases_of(self.name)
@@ -419,7 +449,6 @@ class OneBundle(Served):
         return {"model": self.key}  # the checks above refused a model or task it is not
 
     def with_routing(self, result: dict[str, Any]) -> dict[str, Any]:
-        # nothing was routed: the one checkpoint answered
         routing = {"model": self.name, "repo": self.repo, "reason": "served bundle"}
         return {**result, "routing": {**routing, "detection": None, "workflow": None}}
 
@@ -453,7 +482,7 @@ class OneBundle(Served):
 
 class IdleUnload:
     """LAYA_IDLE_UNLOAD_SECONDS: after that long without a decision request the resident
-    checkpoints are unloaded on the worker, never beside a pass; `mark()` on every request and pass."""
+    checkpoints are unloaded on the worker, never beside a pass."""
 
     def __init__(self, router: Router, seconds: float):
         self.router = router
@@ -488,50 +517,9 @@ class IdleUnload:
                 log.exception("idle unload failed")
 
 
-def published_repos(name: str) -> list[str]:
-    """The standalone Hub repos laya publishes checkpoint `name` under (not the bundle repo,
-    which means "let the router choose")."""
-    return sorted(
-        repo for repo, sub in PUBLISHED_CHECKPOINTS.get(name, ()) if sub is None and repo != BUNDLE_REPO
-    )
-
-
-def published_ids() -> dict[str, str]:
-    """Standalone Hub ids a client may send as `model` -> the checkpoint name."""
-    return {repo.lower(): name for name in PUBLISHED_CHECKPOINTS for repo in published_repos(name)}
-
-
-def manifest_sha256(bundle: Bundle) -> str | None:
-    """sha256 of manifest.json's bytes: it lists every file's digest, so it pins the bundle.
-    None when it cannot be read."""
-    try:
-        return hashlib.sha256((Path(bundle.root) / MANIFEST_FILE).read_bytes()).hexdigest()
-    except OSError:  # removed or unreadable since the bundle was opened
-        return None
-
-
-_PROVIDER_DEVICES = {
-    "CPUExecutionProvider": "cpu",
-    "CUDAExecutionProvider": "cuda",
-    "TensorrtExecutionProvider": "cuda",
-    "ROCMExecutionProvider": "rocm",
-    "MIGraphXExecutionProvider": "rocm",
-    "CoreMLExecutionProvider": "mps",
-    "DmlExecutionProvider": "dml",
-    "OpenVINOExecutionProvider": "openvino",
-}
-
-
-def provider_device(provider: Any) -> str | None:
-    """The device label a provider computes on (`CUDAExecutionProvider` -> `cuda`)."""
-    if not isinstance(provider, str):
-        return None
-    return _PROVIDER_DEVICES.get(provider) or provider.replace("ExecutionProvider", "").lower() or None
-
-
 def cpu_fallbacks(fallbacks: dict[str, FallbackEntry], baseline: dict[str, int]) -> dict[str, Any]:
-    """laya-serve's `{count, last_reason}` (serve/README.md#health): the counts above `baseline`,
-    those at load (providers that never attached are not fallbacks)."""
+    """laya-serve's `{count, last_reason}`: the counts above `baseline`, those at load (providers
+    that never attached are not fallbacks)."""
     count, reason = 0, None
     for provider, entry in fallbacks.items():
         delta = entry["count"] - baseline.get(provider, 0)

@@ -13,10 +13,8 @@ import signal
 import socket
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiohttp import web
 
@@ -25,6 +23,7 @@ from laya_onnx.core.errors import ConfigError
 from laya_onnx.serve.app import ACCESS_LOG, DRAIN, create_app
 from laya_onnx.serve.connection import LayaRequestHandler, handler_factory, on_loop_error
 from laya_onnx.serve.logs import access_logger_class, configure_logging
+from laya_onnx.serve.served import load_agent
 from laya_onnx.serve.settings import ServerLimits, Settings, resolve_host, resolve_port
 
 log = logging.getLogger("laya_onnx.serve")
@@ -35,18 +34,12 @@ DRAIN_SIGNALS = tuple(
     for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
     if hasattr(signal, name)
 )
-#: Connections the kernel queues before the server accepts them.
-BACKLOG = 128
-#: At most this many seconds of the grace are kept for writing the last answers and closing.
-MAX_CLOSING_MARGIN = 1.0
 
 
-@dataclass
-class _Plan:
-    """Everything decided before the model is loaded."""
+class _Plan(NamedTuple):
+    """Everything decided before the model is loaded (a refused setting stops the server first)."""
 
     limits: ServerLimits
-    #: The app's settings, read here so a refused one stops the server before the model loads.
     app_settings: Settings
     access_log: logging.Logger | None
     sockets: list[socket.socket]
@@ -109,15 +102,6 @@ def _prepare(
     return _Plan(limits, app_settings, access_log, sockets=_bind(host, port))
 
 
-def is_models_dir(path: os.PathLike | str | None) -> bool:
-    """A folder of bundle folders (`laya-onnx export --all`), rather than one bundle."""
-    from laya_onnx.core.router import is_bundle_dir
-
-    if path is None or not os.path.isdir(path) or is_bundle_dir(Path(path)):
-        return False
-    return any(child.is_dir() and is_bundle_dir(child) for child in Path(path).iterdir())
-
-
 def run_server(
     bundle: os.PathLike | str | None,
     host: str | None = None,
@@ -128,24 +112,16 @@ def run_server(
     threads: int | None = None,
     log_format: str | None = None,
 ) -> None:
-    """`laya-onnx serve` (`--help`: each flag an argument here, winning over its variable); a models
-    directory or `models` (`NAME=BUNDLE`) serve a `laya_onnx.Router`. Raises `ConfigError` or
-    OSError before the bundle is loaded, SystemExit with the loader's message when it cannot be."""
+    """`laya-onnx serve` (`--help`: each flag an argument here, winning over its variable). Raises
+    `ConfigError` or OSError before the bundle is loaded, SystemExit when it cannot be loaded."""
     plan = _prepare(host, port, log_format=log_format)
     options = {"providers": list(providers) if providers else None, "threads": threads}
     _run(plan, partial(_load, bundle, models, strict_providers=strict_providers, **options), str(bundle))
 
 
 def _load(bundle: os.PathLike | str | None, models: Sequence[str], **options: Any) -> Any:
-    """The agent, a Router for a models directory or `models`; SystemExit when it cannot load."""
-    from laya_onnx import ONNXAgent
-
     try:
-        if models or bundle is None or is_models_dir(bundle):
-            from laya_onnx.serve.served import build_router
-
-            return build_router(bundle, models, **options)
-        return ONNXAgent(bundle, **options)
+        return load_agent(bundle, models, **options)
     except ConfigError:
         raise
     except (OSError, ValueError) as exc:
@@ -220,7 +196,7 @@ class RunningServer:
             loop.set_exception_handler(on_loop_error)  # a failed accept: one line a while
             for sock in sockets:
                 try:
-                    server.listeners.append(await loop.create_server(factory, sock=sock, backlog=BACKLOG))
+                    server.listeners.append(await loop.create_server(factory, sock=sock, backlog=128))
                 except OSError as exc:
                     raise _cannot_listen(sock.getsockname(), exc) from None
         except BaseException:
@@ -279,7 +255,7 @@ class RunningServer:
 
 def _closing_margin(limits: ServerLimits) -> float:
     """Seconds kept at the end of the grace to write the last answers and close down."""
-    return min(MAX_CLOSING_MARGIN, limits.shutdown_grace / 4)
+    return min(1.0, limits.shutdown_grace / 4)
 
 
 async def _serve(app: web.Application, agent: Any, plan: _Plan, source: str | None) -> None:
