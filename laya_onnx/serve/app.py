@@ -1,9 +1,7 @@
 """The aiohttp front end: `create_app(agent)` -> `web.Application`, moving bytes between aiohttp
-and `DecisionService` (serve/service.py), which routes and answers every request.
-
-What stays here is aiohttp's own: the app's lifecycle and keys, how aiohttp runs its connections
-(`HANDLER_ARGS`), writing an answer (serve/README.md#connections) and the access line of a request
-whose client went away. Connection limits are connection.py's; the process is server.py's.
+and `DecisionService` (serve/service.py), which routes and answers every request. Here: the app's
+lifecycle and keys, writing an answer (serve/README.md#connections) and the access line of a
+request whose client went away.
 """
 
 from __future__ import annotations
@@ -36,8 +34,6 @@ log = logging.getLogger("laya_onnx.serve")
 HANDLER_ARGS: dict[str, Any] = {"auto_decompress": False, "lingering_time": 0}
 #: Bytes of an answer handed to the connection at once.
 WRITE_SLICE = 64 * 1024
-#: Fixed details for statuses aiohttp produces itself (no request text is ever echoed).
-AIOHTTP_DETAILS = {417: "only the Expect value 100-continue is supported"}
 
 SERVICE = web.AppKey("service", DecisionService)
 DECIDER = web.AppKey("decider", LocalDecider)
@@ -120,12 +116,12 @@ async def _write(request: web.Request, response: web.StreamResponse, body: bytes
 
 async def _json_only(request: web.Request, response: web.StreamResponse) -> None:
     """`on_response_prepare`: an error aiohttp answers by itself (an unknown `Expect`: 417) leaves
-    as the app's JSON error body with a request id."""
+    as the app's JSON error body with a request id (and a fixed detail, never request text)."""
     if response.status < 300 or not isinstance(response, web.Response):
         return
     if response.headers.get("Content-Type", "").startswith("application/json"):
         return
-    detail = AIOHTTP_DETAILS.get(response.status, response.reason)
+    detail = "only the Expect value 100-continue is supported" if response.status == 417 else response.reason
     response.body = contract.render(contract.error_body(request.app[SETTINGS], response.status, detail))
     response.headers["Content-Type"] = "application/json"
     response.headers["Content-Length"] = str(len(response.body))

@@ -13,7 +13,6 @@ import signal
 import socket
 import sys
 from collections.abc import Callable, Sequence
-from functools import partial
 from typing import Any, NamedTuple
 
 from aiohttp import web
@@ -95,7 +94,7 @@ def _prepare(
     host = resolve_host(host)
     port = resolve_port(port)
     level = settings.LOG_LEVEL.read()
-    limits = ServerLimits.from_env(log_format)
+    limits = ServerLimits.from_env(**({"log_format": log_format} if log_format else {}))
     app_settings = Settings.from_env(**(overrides or {}))
     access_log = configure_logging(level, limits.access_log, limits.log_format)
     tracing.configure_from_environment()  # spans exported where OTEL_TRACES_EXPORTER says
@@ -116,16 +115,16 @@ def run_server(
     `ConfigError` or OSError before the bundle is loaded, SystemExit when it cannot be loaded."""
     plan = _prepare(host, port, log_format=log_format)
     options = {"providers": list(providers) if providers else None, "threads": threads}
-    _run(plan, partial(_load, bundle, models, strict_providers=strict_providers, **options), str(bundle))
 
+    def load() -> Any:
+        try:
+            return load_agent(bundle, models, strict_providers=strict_providers, **options)
+        except ConfigError:
+            raise
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"laya-onnx: cannot serve {str(bundle or ', '.join(models))!r}: {exc}") from None
 
-def _load(bundle: os.PathLike | str | None, models: Sequence[str], **options: Any) -> Any:
-    try:
-        return load_agent(bundle, models, **options)
-    except ConfigError:
-        raise
-    except (OSError, ValueError) as exc:
-        raise SystemExit(f"laya-onnx: cannot serve {str(bundle or ', '.join(models))!r}: {exc}") from None
+    _run(plan, load, str(bundle))
 
 
 def serve_agent(agent: Any, host: str | None = None, port: int | None = None, **settings: Any) -> None:
@@ -226,10 +225,8 @@ class RunningServer:
         )
         for listener in self.listeners:
             listener.close()
-        closed = 0
-        for conn in self.runner.server.connections if self.runner.server is not None else []:
-            if isinstance(conn, LayaRequestHandler) and conn.begin_drain():
-                closed += 1
+        connections = self.runner.server.connections if self.runner.server is not None else []
+        closed = sum(1 for conn in connections if isinstance(conn, LayaRequestHandler) and conn.begin_drain())
         log.info("stopped accepting connections; closed %d idle connection(s)", closed)
         drain.begin(began + grace - _closing_margin(self.limits))
         if drain.refused:

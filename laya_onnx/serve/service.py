@@ -1,9 +1,8 @@
 """One request, with no web framework in it: `DecisionService.handle(call) -> Reply`.
 
 A front end (the aiohttp app, the Ray ingress) hands over a `Call` and writes the `Reply` back;
-in between, for both: the request id, the route, the bearer, the body, the decision (a `Decider`:
-`contract.LocalDecider` in-process or a Ray model replica), the refusal in the wire profile, the
-timing headers and the metrics (docs/http-api.md#refusals-in-order, docs/http-api.md#routes).
+in between, for both: the request id, the route, the bearer, the body, the decision (a `Decider`),
+the refusal, the timing headers and the metrics (docs/http-api.md#refusals-in-order).
 """
 
 from __future__ import annotations
@@ -72,7 +71,7 @@ class Call:
 
 
 class Decider(Protocol):
-    """Where the decisions are made: in-process (`LocalDecider`) or on a Ray model replica."""
+    """Where the decisions are made: in-process (`contract.LocalDecider`) or on a Ray replica."""
 
     @property
     def draining(self) -> bool: ...
@@ -101,7 +100,6 @@ class DecisionService:
         routes = ROUTES + (DOC_ROUTES if settings.api_key is None and docs else ())
         self.routes: dict[tuple[str, str], str] = {(m, p): n for m, p, n in routes}
         self.paths = {p for _, p, _ in routes}
-        #: The route handlers by name; a decision route reads the body.
         self._handlers: dict[str, Callable[[Call], Awaitable[Reply]]] = {
             "index": self._index,
             "health": self._health,
@@ -225,33 +223,29 @@ class DecisionService:
 
     async def _index(self, call: Call) -> Reply:
         """`GET /`: the routes this server answers (never 401)."""
-        settings = self.settings
-        routes = [(m, p) for (m, p) in self.routes]
-        public = settings.api_key is None
+        public = self.settings.api_key is None
         docs = public and ("GET", "/docs") in self.routes
-        root = call.mounted_at or settings.root_path
-        return Reply(200, render(index_payload(routes, root, public=public, docs=docs)))
+        root = call.mounted_at or self.settings.root_path
+        return Reply(200, render(index_payload(list(self.routes), root, public=public, docs=docs)))
 
     async def _health(self, call: Call) -> Reply:
         """laya-serve's `/health`: liveness for anyone, the full payload with the bearer (or no key)."""
         status, payload = await self.decider.health(self.authorized(call))
         return Reply(status, render(payload))
 
-    async def _live(self, call: Call) -> Reply:
+    async def _live(self, call: Call, ok: str = "ok") -> Reply:
         """Alive unless a restart is the remedy: a checkpoint whose device keeps failing passes
         (503 `unhealthy`). Draining or warming up is not a reason to restart."""
         status, payload = await self.decider.health(False)
-        return Reply(status, render({"status": "ok" if status == 200 else payload["status"]}))
+        return Reply(status, render({"status": ok if status == 200 else payload["status"]}))
 
     async def _ready(self, call: Call) -> Reply:
         """Ready for decisions: warmed up, healthy, and not draining; 503 otherwise."""
-        decider = self.decider
-        if decider.draining:
+        if self.decider.draining:
             return Reply(503, render({"status": "draining"}))
-        if not decider.ready:
+        if not self.decider.ready:
             return Reply(503, render({"status": "warming up"}))
-        status, payload = await decider.health(False)
-        return Reply(status, render({"status": "ready" if status == 200 else payload["status"]}))
+        return await self._live(call, "ready")
 
     async def _models(self, call: Call) -> Reply:
         return Reply(200, render(await self.decider.models(self.authorized(call))))
@@ -267,6 +261,5 @@ class DecisionService:
         return Reply(200, openapi_json(s.root_path, s.jev, s.max_token_budget))
 
     async def _docs(self, call: Call) -> Reply:
-        return Reply(
-            200, docs_html(self.settings.jev).encode("utf-8"), content_type="text/html; charset=utf-8"
-        )
+        html = docs_html(self.settings.jev).encode("utf-8")
+        return Reply(200, html, content_type="text/html; charset=utf-8")

@@ -1,19 +1,18 @@
-"""The serve layer's `LAYA_*` variables, read once at startup and validated.
-
-Each field names its entry of the settings table (`laya_onnx.core.settings`: variable, default,
-what an unreadable value does, help, flag); nothing about a setting is restated here. The default
-bind address is 127.0.0.1 (serve/README.md#what-the-server-is).
+"""The serve layer's `LAYA_*` variables, read once at startup and validated: each field names its
+entry of the settings table (`laya_onnx.core.settings`), where all about a setting is said.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, TypeVar
 
 from laya_onnx.core import settings as table
 from laya_onnx.core.errors import ConfigError
 from laya_onnx.core.parsers import TOURNAMENT_GROUP_RANGE
 from laya_onnx.core.setting import Setting
+
+T = TypeVar("T", bound="_FromEnv")
 
 
 def _entry(setting: Setting[Any]) -> Any:
@@ -21,23 +20,25 @@ def _entry(setting: Setting[Any]) -> Any:
     return field(default=setting.default, metadata={"setting": setting})
 
 
-def _read(cls: Any, overrides: dict[str, Any]) -> Any:
-    """`cls` from the environment; `overrides` win, those of text settings read by their
-    variable's rules."""
-    unknown = sorted(set(overrides) - {f.name for f in fields(cls)})
-    if unknown:
-        known = ", ".join(sorted(f.name for f in fields(cls)))
-        raise TypeError("create_app() got unknown settings: %s (known: %s)" % (", ".join(unknown), known))
-    values = {}
-    for f in fields(cls):
-        setting = f.metadata["setting"]
-        value = overrides.get(f.name, setting.default)
-        if f.name not in overrides:
-            value = setting.read()
-        elif isinstance(value, str) and not isinstance(setting.default, (int, float)):
-            value = setting.read({setting.env: value})
-        values[f.name] = value
-    return cls(**values)
+class _FromEnv:
+    @classmethod
+    def from_env(cls: type[T], **overrides: Any) -> T:
+        """From the environment; `overrides` win (their variables are not read), those of text
+        settings read by their variable's rules."""
+        own = fields(cls)  # type: ignore[arg-type]  # each subclass is a dataclass
+        unknown = sorted(set(overrides) - {f.name for f in own})
+        if unknown:
+            known = ", ".join(sorted(f.name for f in own))
+            raise TypeError("create_app() got unknown settings: %s (known: %s)" % (", ".join(unknown), known))
+        values = {}
+        for f in own:
+            setting, value = f.metadata["setting"], overrides.get(f.name)
+            if f.name not in overrides:
+                value = setting.read()
+            elif isinstance(value, str) and not isinstance(setting.default, (int, float)):
+                value = setting.read({setting.env: value})
+            values[f.name] = value
+        return cls(**values)
 
 
 def resolve_host(cli_value: str | None = None) -> str:
@@ -57,7 +58,7 @@ def resolve_port(cli_value: int | None = None) -> int:
 
 
 @dataclass(frozen=True)
-class ServerLimits:
+class ServerLimits(_FromEnv):
     """What the process around the app runs with; read before the bundle is loaded."""
 
     shutdown_grace: float = _entry(table.SHUTDOWN_GRACE_SECONDS)
@@ -67,14 +68,9 @@ class ServerLimits:
     max_connections: int = _entry(table.MAX_CONNECTIONS)
     log_format: str = _entry(table.LOG_FORMAT)
 
-    @classmethod
-    def from_env(cls, log_format: str | None = None) -> ServerLimits:
-        """From the variables; `log_format` (the flag) wins over LAYA_LOG_FORMAT."""
-        return _read(cls, {"log_format": log_format} if log_format else {})
-
 
 @dataclass(frozen=True)
-class Settings:
+class Settings(_FromEnv):
     """What one app runs with, read once when it is built (`create_app`)
     (docs/http-api.md#where-this-server-differs-from-laya-serve)."""
 
@@ -96,29 +92,19 @@ class Settings:
 
     def __post_init__(self) -> None:
         key = self.api_key
-        if key is not None:
-            fault = next((i for i, c in enumerate(key) if ord(c) < 0x20 or ord(c) == 0x7F), None)
-            if fault is not None or key != key.strip():
-                where = (
-                    "a control character at index %d" % fault
-                    if fault is not None
-                    else "surrounding whitespace"
-                )
-                raise ConfigError(
-                    "%s holds %s: no client can send that key in an Authorization header, so every "
-                    "request would be refused; set it without" % (table.API_KEY.env, where)
-                )
+        fault = next((i for i, c in enumerate(key or "") if ord(c) < 0x20 or ord(c) == 0x7F), None)
+        if fault is not None or (key is not None and key != key.strip()):
+            where = "surrounding whitespace" if fault is None else "a control character at index %d" % fault
+            raise ConfigError(
+                "%s holds %s: no client can send that key in an Authorization header, so every "
+                "request would be refused; set it without" % (table.API_KEY.env, where)
+            )
         group = self.tournament_group
         low, high = TOURNAMENT_GROUP_RANGE
         if isinstance(group, bool) or not isinstance(group, int) or not (group == 0 or low <= group <= high):
             raise ConfigError(
                 "tournament_group must be 0 (derived) or an integer in %d..%d, got %r" % (low, high, group)
             )
-
-    @classmethod
-    def from_env(cls, **overrides: Any) -> Settings:
-        """The environment's settings; `overrides` win (and their variables are not read)."""
-        return _read(cls, overrides)
 
     @property
     def jev(self) -> bool:
