@@ -1,8 +1,6 @@
-"""HTTP serving of laya-onnx bundles over TypeSafe Jev's `/v1/systemone` (docs/http-api.md).
-
-`create_app(agent)` builds the aiohttp app, `run_server(bundle, ...)` is `laya-onnx serve`,
-`serve_agent(agent, ...)` serves an agent already built. aiohttp loads on first use of one of
-them, so a front end on another framework (Ray Serve) imports `serve.contract` without it.
+"""HTTP serving of laya-onnx bundles over TypeSafe Jev's `/v1/systemone` (docs/http-api.md):
+`create_app(agent)`, `run_server(bundle, ...)` (`laya-onnx serve`), `serve_agent(agent, ...)`.
+aiohttp loads on first use of one of them, so Ray Serve's front end imports without it.
 """
 
 from __future__ import annotations

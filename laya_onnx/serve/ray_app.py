@@ -1,8 +1,6 @@
-"""Ray Serve deployment: the server's routes on a Ray cluster, through the same pipeline.
-
-`build(args)` (a config file's `import_path`) binds `LayaIngress`, Starlette's request as the
-pipeline's `Call` (`service.DecisionService`) and its `Reply` written back, to `LayaModel`, one
-`contract.LocalDecider` per replica (serve/README.md#ray-serves-http-edge).
+"""Ray Serve deployment (serve/README.md#ray-serves-http-edge): `build(args)`, a config file's
+`import_path`, binds `LayaIngress` (Starlette's request through `service.DecisionService`) to
+`LayaModel`, one `contract.LocalDecider` per replica.
 """
 
 from __future__ import annotations
@@ -134,8 +132,8 @@ def build(args: dict[str, Any]) -> Any:
 
 
 def run_config(config: str, blocking: bool = True) -> None:
-    """Ray's `serve run CONFIG` here (on the Ray instance joined, RAY_ADDRESS or a local one):
-    until interrupted, or, not blocking, until submitted (tests and bench, on their `ray.init`)."""
+    """Ray's `serve run CONFIG` on the Ray instance joined (RAY_ADDRESS or a local one): until
+    interrupted, or, not blocking, until submitted."""
     from ray.serve.scripts import cli
 
     argv = ["run", config] + ([] if blocking else ["--non-blocking"])

@@ -22,7 +22,6 @@ class MemoryKeeper:
     """One per app, on its loop: `start()` once serving, `after_request()` after each decision."""
 
     def __init__(self) -> None:
-        #: RSS when the app started serving (None before `start`, or off /proc).
         self.baseline: int | None = None
         self._last = -float("inf")  # loop time of the last release
         self._task: asyncio.Task[None] | None = None

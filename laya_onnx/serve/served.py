@@ -1,7 +1,6 @@
-"""What a server serves: a `laya_onnx.Router` over a models folder, or one bundle as a Router of
-one (`OneBundle`, with the single-bundle wire's bytes). `Served` is the agent the worker calls,
-how a body's `model` and `task` are taken (docs/http-api.md#the-model-field), `/health`
-(docs/http-api.md#health), `/v1/models`, LAYA_IDLE_UNLOAD_SECONDS and the warm-up
+"""What a server serves: a `laya_onnx.Router`, or one bundle as a Router of one (`OneBundle`).
+`Served` is the agent the worker calls, how a body's `model` and `task` are taken
+(docs/http-api.md#the-model-field), `/health`, `/v1/models`, idle unloading and the warm-up
 (serve/README.md#several-checkpoints-serve-models_dir).
 """
 
@@ -48,12 +47,10 @@ WARM_LENGTHS = (32, 64, 128, 256, 512)
 
 @runtime_checkable
 class ServedAgent(DecisionAgent, Protocol):
-    """What the server reads of an agent it serves (`ONNXAgent`, the tests' fake), beside the core's
-    `DecisionAgent`: a change that breaks the server is a type error, not a quiet `getattr`
-    default. Read from the loop while a pass runs, so each must be safe to read concurrently:
-    `name` (what requests may call it), `revision` (its Hub commit, if known), `providers` (those
-    its session runs on, best first), `requested_providers`, `int8_kernel` (the int8 GEMM, "u8s8"
-    or "u8u8"; None for other precisions) and `fallbacks` ({provider: {"count", "last_reason"}})."""
+    """What the server reads of an agent beside the core's `DecisionAgent` (a change that breaks it is
+    a type error, not a quiet `getattr` default), from the loop while a pass runs: each must be safe
+    to read concurrently. `providers`: those its session runs on, best first; `int8_kernel`: the
+    int8 GEMM ("u8s8", "u8u8") or None; `fallbacks`: {provider: {"count", "last_reason"}}."""
 
     @property
     def name(self) -> str: ...
@@ -93,8 +90,7 @@ def build_router(
     threads: int | None = None,
 ) -> Router:
     """The Router of `laya-onnx serve MODELS_DIR` and `--model NAME=BUNDLE` under laya-serve's
-    variables (serve/README.md#several-checkpoints-serve-models_dir); refusals are ConfigError,
-    before any bundle is loaded."""
+    variables; refusals are ConfigError, before any bundle is loaded."""
     models: dict[str, Any] = dict(bundles_in(models_dir)) if models_dir is not None else {}
     models.update(map(parse_model_option, named))
     models.update(settings.EXTRA_MODELS.read())
@@ -153,8 +149,7 @@ class ModelChoice(NamedTuple):
 
 
 def fallback_choice(text: str) -> ModelChoice:
-    """A `model` that named nothing here: answered anyway, reported unless it asks for whatever
-    the server answers with (TypeSafe's "latest" id)."""
+    """A `model` naming nothing here: answered anyway, reported unless it is TypeSafe's "latest"."""
     return ModelChoice(None, None if text.lower() == "jev-latest" else text)
 
 
@@ -164,8 +159,8 @@ def names_a_path(text: str) -> bool:
 
 
 class Served(BaseHook):
-    """A Router's checkpoints on the wire and the agent the worker calls; as a hook of its
-    Router, it logs every load with its time (the cold start) and every unload."""
+    """A Router's checkpoints on the wire and the agent the worker calls; as the Router's hook, it
+    logs every load with its time (the cold start) and every unload."""
 
     name = "router"  # in log lines: no single checkpoint answers every request
 
@@ -266,12 +261,8 @@ class Served(BaseHook):
 
     def routing_controls(self, model: str | None, task: Any, lang_guess: str | None) -> dict[str, Any]:
         """What the Router is asked to route by."""
-        controls: dict[str, Any] = {"model": model}
-        if task is not None:
-            controls["task"] = task
-        if lang_guess is not None:
-            controls["lang_guess"] = lang_guess
-        return controls
+        sent = {"task": task, "lang_guess": lang_guess}
+        return {"model": model, **{k: v for k, v in sent.items() if v is not None}}
 
     def with_routing(self, result: dict[str, Any]) -> dict[str, Any]:
         return result  # the Router's own block, already last
@@ -291,8 +282,8 @@ class Served(BaseHook):
         return [name for name, each in self.resident().items() if not getattr(each, "healthy", True)]
 
     def health(self, full: bool) -> tuple[int, dict[str, Any]]:
-        """`/health`'s status and payload, the full one only when `full`: attributes and fallback
-        snapshots, never a pass, so it answers while one runs."""
+        """`/health`'s status and payload (the full one when `full`): never a pass, so it answers
+        while one runs."""
         sick = self.unhealthy()
         payload: dict[str, Any] = self._health() if full else {"status": "ok"}
         if sick:
@@ -382,7 +373,7 @@ class Served(BaseHook):
 
     def warm_up(self) -> None:
         """On the worker: each loaded bundle's speed probe and one pass per warm length (an agent
-        without an onnxruntime session, such as a test's fake, has nothing to warm)."""
+        without an onnxruntime session has nothing to warm)."""
         from laya_onnx.core.memory import probe_feeds
         from laya_onnx.core.work import PROBE_LENGTH
 
@@ -430,9 +421,8 @@ class OneBundle(Served):
         return "unknown model %r; choose one of %s (or an alias: %s)" % (value, [self.name], aliases)
 
     def _named(self, model: Any, text: str) -> ModelChoice:
-        """This checkpoint for its names and for any other name (that one as a reported fallback);
-        422 for a path, an unpublished Hub id or another laya checkpoint's name, which laya-serve
-        would pin and this checkpoint would answer wrongly."""
+        """This checkpoint for its names and, as a reported fallback, any other; 422 for a path, a
+        Hub id or another laya checkpoint's name (which this checkpoint would answer wrongly)."""
         target = published_name(text.lower()) or canonical_name(text)
         if target == self.name:
             return ModelChoice()
@@ -466,8 +456,7 @@ class OneBundle(Served):
         return {self.name: None}
 
     def _card(self, name: str, loaded: Any, random: str | None) -> dict[str, Any]:
-        """The bundle's `x_` keys: its Hub ids (the bundle repo last: it means "auto", which is
-        this checkpoint), revision, origin, digests, precision and providers."""
+        """The bundle's `x_` keys; the bundle repo is last of its Hub ids (it means "auto")."""
         hub_ids = [] if random else [*published_repos(self.name), BUNDLE_REPO]
         return {
             "x_aliases": aliases_of(self.name) + hub_ids,

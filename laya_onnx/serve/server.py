@@ -52,7 +52,7 @@ def _where(address: Any) -> str:
 
 def _bind(host: str, port: int) -> list[socket.socket]:
     """Bind, without listening, every address `host` resolves to: the port is held while the
-    model loads, and a client is refused outright instead of queued for a server not up yet."""
+    model loads, and a client is refused outright rather than queued."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
@@ -84,7 +84,7 @@ def _bind(host: str, port: int) -> list[socket.socket]:
 
 
 def _cannot_listen(address: Any, exc: OSError) -> OSError:
-    """The bind/listen failure, saying where: `laya-onnx serve` reports it in one line, exit 1."""
+    """The bind/listen failure, saying where (`laya-onnx serve` reports it in one line, exit 1)."""
     return OSError(exc.errno, "cannot listen on %s: %s" % (_where(address), exc.strerror or exc))
 
 

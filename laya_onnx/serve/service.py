@@ -185,9 +185,8 @@ class DecisionService:
         return path
 
     def authorized(self, call: Call) -> bool:
-        """Whether `call` sends exactly one `Authorization: Bearer <key>`; True without a key
-        (docs/http-api.md#authentication). Compared in constant time as the bytes on the wire
-        (aiohttp's surrogateescape undone), so an undecodable header is a 401, not an exception."""
+        """Exactly one `Authorization: Bearer <key>`, or no key set; compared in constant time as
+        the wire's bytes, so an undecodable header is a 401, not an exception."""
         key = self.settings.api_key
         if key is None:
             return True
