@@ -90,7 +90,7 @@ class RemoteDecider:
             try:
                 return await getattr(self.model, method).remote(*args)
             except BackPressureError:  # every replica and its queue full: our 503, not Ray's
-                raise ApiError(503, BUSY, {"Retry-After": "1"}) from None
+                break
             except RayActorError as exc:
                 log.warning("LayaModel replica died under %s (try %d/%d): %s", method, attempt, RETRIES, exc)
         raise ApiError(503, BUSY, {"Retry-After": "1"})

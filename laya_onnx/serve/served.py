@@ -41,8 +41,6 @@ log = logging.getLogger("laya_onnx.serve")
 UNKNOWN_RELEASE_DATE = "unknown"
 #: The controls of one batch item, as laya-serve copies them into every request of the batch.
 ITEM_CONTROLS = ("model", "task", "lang", "lang_guess", "max_len", "head_max_len")
-#: Row lengths the warm-up runs one pass at (up to the bundle's max_len).
-WARM_LENGTHS = (32, 64, 128, 256, 512)
 
 
 @runtime_checkable
@@ -383,7 +381,7 @@ class Served(BaseHook):
                 continue
             clock.seconds(1, PROBE_LENGTH)
             longest = int(getattr(agent, "max_len", 512) or 512)
-            for length in WARM_LENGTHS:
+            for length in (32, 64, 128, 256, 512):
                 if length <= longest:
                     session.run(probe_feeds(1, length))
             log.info("warmed up %s", getattr(agent, "name", "the checkpoint"))
