@@ -20,6 +20,7 @@ from typing import Any
 from laya_onnx.core import settings as table
 from laya_onnx.core import tournament, tracing
 from laya_onnx.core.errors import LayaInputError, PassTooLarge
+from laya_onnx.core.grouping import Outcome
 from laya_onnx.core.hooks import aggregate_usage
 from laya_onnx.core.work import CallLimits, CallStopped, CallTooLarge, call_limits
 from laya_onnx.serve import schema
@@ -35,21 +36,10 @@ from laya_onnx.serve.settings import Settings
 
 log = logging.getLogger("laya_onnx.serve")
 
-WORKER_THREAD_PREFIX = "laya-infer"
 #: A decision route's template by its name (the metrics' label).
 ROUTE_PATHS = {"systemone": "/v1/systemone", "systemone_batch": "/v1/systemone/batch"}
-DEADLINE_PASSED = "request not answered within %%g s of its admission (%s); no further pass of it runs" % (
-    table.REQUEST_TIMEOUT.env
-)
 #: What the worker is told when the request it runs for is abandoned (the answer is not sent).
 ABANDONED = "its client went away or its deadline passed"
-
-#: Names the body's fields that nothing reads (docs/http-api.md#request-fields).
-UNKNOWN_FIELDS_HEADER = "X-Unknown-Fields"
-#: The checkpoints that answered a `model` naming none served here (docs/http-api.md#the-model-field);
-#: the Jev profile names them in the body too.
-MODEL_FALLBACK_HEADER = "X-Model-Fallback"
-MODEL_FALLBACK_FIELD = "x_model_fallback"
 #: The Jev contract's keys per answer type and of `usage`, in TypeSafe's order (docs/http-api.md#the-jev-profile).
 JEV_KEYS = {
     "choice": tuple(schema.JevChoiceAnswer.model_fields),
@@ -58,8 +48,7 @@ JEV_KEYS = {
 }
 USAGE_KEYS = tuple(schema.Tokens.model_fields)
 ROOT_KEYS = tuple(k for k in schema.JevSystemOneResponse.model_fields if not k.startswith("x_"))
-#: What `LAYA_JEV_STRICT` keeps (docs/http-api.md#strict-projection): the same keys, a score's
-#: `legend` last, as laya-serve lists it.
+#: What `LAYA_JEV_STRICT` keeps (docs/http-api.md#strict-projection): a score's `legend` last.
 STRICT_KEYS = {kind: tuple(sorted(keys, key=lambda k: k == "legend")) for kind, keys in JEV_KEYS.items()}
 #: The Jev profile's `error_type` by status (docs/http-api.md#the-jev-profile).
 ERROR_TYPES = {
@@ -83,8 +72,7 @@ class Reply:
     body: bytes
     headers: dict[str, str] = field(default_factory=dict)
     content_type: str = "application/json"
-    #: The route's template for the metrics (`UNMATCHED` for no route).
-    route: str = UNMATCHED
+    route: str = UNMATCHED  # the route's template for the metrics
     #: The connection must close after this answer (draining, or the body was left unread).
     close: bool = False
     #: Of a successful decision: the pass's and the wait's milliseconds, its (question rows,
@@ -96,10 +84,8 @@ class Reply:
 
 
 class LocalDecider:
-    """Decisions in this process, once the body is read: admission, the request's limits and
-    deadline, the checks, the pass on the one inference worker (or a micro-batch), the answer
-    shaped and rendered (docs/http-api.md#concurrency, docs/http-api.md#refusals-in-order).
-    `start()` and `stop()` bind it to the serving loop."""
+    """Decisions in this process, once the body is read (docs/http-api.md#concurrency,
+    docs/http-api.md#refusals-in-order); `start()` and `stop()` bind it to the serving loop."""
 
     def __init__(self, served: Served, settings: Settings):
         self.served = served
@@ -133,7 +119,8 @@ class LocalDecider:
             return await asyncio.wait_for(self._answer(route, raw), timeout)
         except asyncio.TimeoutError:
             log.info("504: not answered within %gs of admission", timeout)
-            raise ApiError(504, DEADLINE_PASSED % timeout) from None
+            detail = "request not answered within %g s of its admission (%s); no further pass of it runs"
+            raise ApiError(504, detail % (timeout, table.REQUEST_TIMEOUT.env)) from None
 
     async def _answer(self, route: str, raw: bytes) -> Reply:
         served, settings = self.served, self.settings
@@ -149,63 +136,38 @@ class LocalDecider:
         # the checks in order (docs/http-api.md#refusals-in-order): the first failing one is raised
         body, controls, fallback, unknown = v.check(raw, served.agent, served, settings, batch)
         del raw
+        batcher = None if batch else self.batcher
         queued = time.perf_counter()
-        if self.batcher is not None and not batch:
-            try:
-                outcome = await self.batcher.submit(body["state"], body["questions"], controls, limits)
-            except asyncio.CancelledError:
-                limits.cancel(ABANDONED)
-                raise
-            if outcome.error is not None:
-                raise pass_refusal(outcome.error, what, served.name)
-            self.on_wait(ROUTE_PATHS[route], (outcome.started - queued) * 1000.0)
-            result, started, ended = outcome.result, outcome.started, outcome.ended
-            group = outcome.group_size
-            tracing.record("laya.queue", queued, started, {"laya.microbatch.size": group})
-        else:
-            plan = tournament.predict_batch_as_planned if batch else tournament.predict_as_planned
-            states = body["states"] if batch else body["state"]
-            run = partial(
-                plan, served.agent, states, body["questions"], settings.tournament_group, **controls
-            )
-            result, started, ended = await self._infer(run, what, limits, route)
-            group = 1
-        shaped = partial(payload, result, served, settings, fallback, batch)
+        try:
+            if batcher is not None:
+                outcome = await batcher.submit(body["state"], body["questions"], controls, limits)
+            else:
+                plan = tournament.predict_batch_as_planned if batch else tournament.predict_as_planned
+                states = body["states"] if batch else body["state"]
+                run = partial(
+                    plan, served.agent, states, body["questions"], settings.tournament_group, **controls
+                )
+                outcome = await self.on_worker(partial(_timed, run), limits)
+        except asyncio.CancelledError:
+            limits.cancel(ABANDONED)
+            raise
+        started, result = outcome.started, outcome.result
+        self.on_wait(ROUTE_PATHS[route], (started - queued) * 1000.0)
+        size = {"laya.microbatch.size": outcome.group_size} if batcher is not None else None
+        tracing.record("laya.queue", queued, started, size)
+        if outcome.error is not None:
+            raise pass_refusal(outcome.error, what, served.name)
+        rendered = render_result(result, served, settings, fallback, batch, what)
+        names = answering_checkpoints(result, served)
         return Reply(
             200,
-            render_payload(shaped, what, served.name),
-            answer_headers(fallback, unknown, result, served),
-            inference_ms=(ended - started) * 1000.0,
+            rendered,
+            answer_headers(fallback, unknown, names, served.name),
+            inference_ms=(outcome.ended - started) * 1000.0,
             queue_ms=(started - queued) * 1000.0,
             work=work_done(result),
-            served=Answered(metrics_checkpoint(result, served), limits.passes, group),
+            served=Answered(names[0] if len(names) == 1 else served.name, limits.passes, outcome.group_size),
         )
-
-    async def _infer(
-        self, fn: Callable[[], Any], what: str, limits: CallLimits, route: str
-    ) -> tuple[Any, float, float]:
-        """`fn` on the worker, timed; its failures as refusals, here on the loop (where the log
-        line carries the request id)."""
-        queued, started = time.perf_counter(), None
-
-        def timed() -> Any:
-            nonlocal started
-            started = time.perf_counter()
-            return fn()
-
-        try:
-            result = await self.on_worker(timed, limits)
-        except ApiError:  # the worker lock's own refusal (a drain), not the pass's
-            raise
-        except Exception as exc:
-            if started is not None:
-                self.on_wait(ROUTE_PATHS[route], (started - queued) * 1000.0)
-                tracing.record("laya.queue", queued, started)
-            raise pass_refusal(exc, what, self.served.name) from None
-        assert started is not None  # the worker ran `timed`
-        self.on_wait(ROUTE_PATHS[route], (started - queued) * 1000.0)
-        tracing.record("laya.queue", queued, started)
-        return result, started, time.perf_counter()
 
     async def on_worker(self, fn: Callable[[], Any], limits: CallLimits | None = None) -> Any:
         """`fn` on the inference worker under `limits` once the worker is free, first come first
@@ -238,7 +200,7 @@ class LocalDecider:
     # -- lifecycle, and what the edge asks ---------------------------------------------------
 
     async def start(self) -> None:
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=WORKER_THREAD_PREFIX)
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="laya-infer")
         self.lock = WorkerLock(self.drain)
         self.drain.bind(self.lock)
         self.admission = asyncio.Semaphore(self.settings.max_concurrent)
@@ -308,6 +270,16 @@ class LocalDecider:
 
     async def models(self, full: bool) -> Any:
         return self.served.listing(full)
+
+
+def _timed(fn: Callable[[], Any]) -> Outcome:
+    """`fn`'s result or exception, and when it began and ended (on the worker)."""
+    started = time.perf_counter()
+    try:
+        result = fn()
+    except Exception as exc:
+        return Outcome(error=exc, started=started, ended=time.perf_counter())
+    return Outcome(result=result, started=started, ended=time.perf_counter())
 
 
 def _run_limited(limits: CallLimits | None, fn: Callable[[], Any]) -> Any:
@@ -436,7 +408,7 @@ def shape(settings: Settings, result: dict[str, Any], fallback: str | None) -> d
     if settings.jev:
         if fallback is not None:
             answered = {"requested": fallback, "answered_by": answered_by(result)}
-            result = {**result, MODEL_FALLBACK_FIELD: answered}
+            result = {**result, "x_model_fallback": answered}
         result = jev_result(result)
     elif not settings.jev_strict:
         return with_jev_confidence(result)
@@ -461,23 +433,21 @@ def render(payload: Any) -> bytes:
     return text.encode("utf-8")
 
 
-def payload(result: Any, checkpoint: Served, settings: Settings, fallback: str | None, batch: bool) -> Any:
-    """A decision's answer in the wire profile: one result, or a batch's list of them and its
-    total usage (docs/http-api.md#batch)."""
-    if not batch:
-        return shape(settings, checkpoint.with_routing(result), fallback)
-    routed = [checkpoint.with_routing(r) for r in result]
-    return {"results": [shape(settings, r, fallback) for r in routed], "total_usage": aggregate_usage(routed)}
-
-
-def render_payload(make_payload: Callable[[], Any], what: str, model: str) -> bytes:
-    """Shape and render after inference: a non-finite float is a 422, anything else a logged 500."""
+def render_result(
+    result: Any, checkpoint: Served, settings: Settings, fallback: str | None, batch: bool, what: str
+) -> bytes:
+    """A decision's answer in the wire profile: one result, or a batch's list of them and its total
+    usage (docs/http-api.md#batch); a non-finite float is a 422, any other failure a logged 500."""
     try:
-        return render(make_payload())
+        if not batch:
+            return render(shape(settings, checkpoint.with_routing(result), fallback))
+        routed = [checkpoint.with_routing(r) for r in result]
+        results = [shape(settings, r, fallback) for r in routed]
+        return render({"results": results, "total_usage": aggregate_usage(routed)})
     except NonFiniteNumber:
         raise ApiError(422, NON_FINITE) from None
     except Exception:
-        log.exception("%s failed for model=%s", what, model)
+        log.exception("%s failed for model=%s", what, checkpoint.name)
         raise ApiError(500, INFERENCE_FAILED) from None
 
 
@@ -494,26 +464,17 @@ def answering_checkpoints(result: Any, checkpoint: Served) -> list[str]:
     return [n for n in dict.fromkeys(answered_by(checkpoint.with_routing(r)) for r in results) if n]
 
 
-def metrics_checkpoint(result: Any, checkpoint: Served) -> str:
-    """The `checkpoint` label of a decision's metrics: the one served checkpoint that answered it,
-    this server's name when several did."""
-    names = answering_checkpoints(result, checkpoint)
-    return names[0] if len(names) == 1 else checkpoint.name
-
-
-def answer_headers(
-    fallback: str | None, unknown: str | None, result: Any, checkpoint: Served
-) -> dict[str, str]:
-    """What the client sent that the server did not take as written: `X-Model-Fallback` (and a log
-    line) for a `model` served nowhere here, `X-Unknown-Fields` for fields nothing reads, each in
-    printable ASCII (docs/http-api.md#request-fields, docs/http-api.md#the-model-field)."""
+def answer_headers(fallback: str | None, unknown: str | None, names: list[str], name: str) -> dict[str, str]:
+    """`X-Model-Fallback` (and a log line) for a `model` served nowhere here, naming the answering
+    checkpoints `names` (else this server's `name`); `X-Unknown-Fields` for fields nothing reads;
+    each in printable ASCII (docs/http-api.md#request-fields, docs/http-api.md#the-model-field)."""
     headers = {}
     if fallback is not None:
-        answered = ", ".join(answering_checkpoints(result, checkpoint)) or checkpoint.name
+        answered = ", ".join(names) or name
         log.info("model %.200r names no checkpoint served here; answered by %s", fallback, answered)
-        headers[MODEL_FALLBACK_HEADER] = "".join(c if " " <= c <= "~" else "?" for c in answered)
+        headers["X-Model-Fallback"] = "".join(c if " " <= c <= "~" else "?" for c in answered)
     if unknown is not None:
-        headers[UNKNOWN_FIELDS_HEADER] = unknown
+        headers["X-Unknown-Fields"] = unknown
     return headers
 
 

@@ -13,9 +13,10 @@ def request_key(name: str, kind: type) -> Any:
     return web.RequestKey(name, kind) if hasattr(web, "RequestKey") else "laya_onnx." + name
 
 
-#: Milliseconds of the worker's pass (successful passes only).
+#: Milliseconds of the worker's pass, and of the wait for it (successful passes only).
 INFERENCE_MS: Any = request_key("inference_ms", float)
-#: Milliseconds the request waited for the inference worker.
 QUEUE_WAIT_MS: Any = request_key("queue_wait_ms", float)
 #: The request's trace id (W3C hex) while the server traces, for its access line.
 TRACE_ID: Any = request_key("trace_id", str)
+#: How the answer's write ended (`logs.WHOLE` when absent).
+ENDED: Any = request_key("ended", str)

@@ -1,8 +1,4 @@
-"""Request ids, the log format and the access log (serve/README.md#request-ids-and-logs).
-
-While a request is handled its id sits in `current_request_id`, and every log line written on its
-behalf carries it. The access log is one line per response, whole or cut.
-"""
+"""Request ids, the log formats and the access log (serve/README.md#request-ids-and-logs)."""
 
 from __future__ import annotations
 
@@ -20,17 +16,20 @@ from aiohttp.abc import AbstractAccessLogger
 
 from laya_onnx.core import tracing
 from laya_onnx.core.notices import log_warnings
-from laya_onnx.serve.keys import TRACE_ID
+from laya_onnx.serve.keys import ENDED, TRACE_ID
 
 REQUEST_ID_HEADER = "X-Request-Id"
 ACCESS_LOGGER = "laya_onnx.serve.access"
 #: What a caller-supplied id may look like: UUIDs, ULIDs, trace ids (`Root=1-...`), base64.
 _VALID_REQUEST_ID = re.compile(r"[A-Za-z0-9._~:/+=@-]{1,128}")
-
 #: The id of the request the current task is handling, for log lines (None outside a request).
 current_request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "laya_onnx_request_id", default=None
 )
+
+
+#: How an answer's write ended (serve/README.md#request-ids-and-logs); `cancelled` is the status too.
+WHOLE, RESET, SEND_TIMEOUT, CANCELLED = "whole", "reset", "send-timeout", "cancelled"
 
 
 def new_request_id() -> str:
@@ -78,13 +77,6 @@ class JsonFormatter(logging.Formatter):
         if record.stack_info:
             fields["stack"] = self.formatStack(record.stack_info)
         return json.dumps(fields, ensure_ascii=False, separators=(",", ":"), default=str)
-
-
-#: Request key: how the answer's write ended (`WHOLE` when absent).
-ENDED: Any = web.RequestKey("ended", str) if hasattr(web, "RequestKey") else "laya_onnx.ended"
-#: How an answer's write ended: `whole`; `reset` (the client went away mid-answer);
-#: `send-timeout` (LAYA_SEND_TIMEOUT); `cancelled` (it went away before any answer: also the status).
-WHOLE, RESET, SEND_TIMEOUT, CANCELLED = "whole", "reset", "send-timeout", "cancelled"
 
 
 def _access_fields(
@@ -149,16 +141,14 @@ _UNPRINTABLE = re.compile('[\x00-\x1f\x7f-\x9f\u2028\u2029"\\\\]')
 
 
 def printable(value: Any) -> str:
-    """`value` as text with every character of `_UNPRINTABLE` written `\\xNN` (or `\\uNNNN`):
-    a decoded path such as `/x%0A<a forged line>%1B[2J` stays on its own line, inert."""
+    """`value` as text with every character of `_UNPRINTABLE` written `\\xNN` (or `\\uNNNN`)."""
     return _UNPRINTABLE.sub(
         lambda m: ("\\x%02x" if ord(m.group()) < 0x100 else "\\u%04x") % ord(m.group()), str(value)
     )
 
 
 class TextAccessLogger(_AccessLogger):
-    """`127.0.0.1 "POST /v1/systemone" 200 512B 12.34ms request_id=... ended=whole` at INFO;
-    every text field passes through `printable`."""
+    """`127.0.0.1 "POST /v1/systemone" 200 512B 12.34ms request_id=... ended=whole` at INFO."""
 
     LINE = (
         '%(remote)s "%(method)s %(path)s" %(status)s %(bytes_sent)dB %(duration_ms).2fms '
@@ -178,10 +168,7 @@ class JsonAccessLogger(_AccessLogger):
         self.logger.info(json.dumps(fields, ensure_ascii=False, separators=(",", ":")))
 
 
-ACCESS_LOGGERS: dict[str, type[_AccessLogger]] = {
-    "text": TextAccessLogger,
-    "json": JsonAccessLogger,
-}
+ACCESS_LOGGERS: dict[str, type[_AccessLogger]] = {"text": TextAccessLogger, "json": JsonAccessLogger}
 
 
 def access_logger_class(access_log: str, log_format: str) -> type[_AccessLogger]:
