@@ -1,8 +1,5 @@
-"""Request bodies, framework-neutral (docs/http-api.md#limits): the transfer and content
-codings read (others are 501 / 415), decoding bounded by the cap in steps of `STEP` bytes (a
-decompression bomb costs the cap, not its size; CPU work, run off the event loop), and
-`BodyBuffer`, the bound on what the bodies being read hold at once (503 beyond it).
-"""
+"""Request bodies, framework-neutral (docs/http-api.md#limits): read within the caps, decoded in
+bounded steps off the event loop (a decompression bomb costs the cap, not its size)."""
 
 from __future__ import annotations
 
@@ -23,7 +20,6 @@ from laya_onnx.serve.errors import (
 
 #: The cap on a request body, raw and decoded.
 MAX_BODY_BYTES = 2 * 1024 * 1024
-
 #: Decoded bytes produced per decompressor call: a bound on one step's memory and time.
 STEP = 256 * 1024
 #: What a decoder accepts (`x-gzip` is gzip's old name, RFC 9110 §8.4.1.3).
@@ -54,17 +50,14 @@ class Decoder:
     def __init__(self, coding: str):
         self.coding = "gzip" if coding == "x-gzip" else coding
         self._d: Any = None
-        #: The last step filled its whole output limit: zlib may hold more output for input
-        #: it has already consumed.
-        self._full = False
+        self._full = False  # the last step filled its limit: zlib may hold more output
         if self.coding == "gzip":
             self._d = zlib.decompressobj(16 + zlib.MAX_WBITS)
         elif self.coding == "zstd":
             self._d = zstd_module().ZstdDecompressor()
-        #: deflate: zlib-wrapped (RFC 9110) or raw (what some clients send), told by the first byte.
 
     def _step(self, data: bytes, limit: int) -> bytes:
-        if self._d is None:  # deflate, first bytes: RFC 1950's CM nibble is 8
+        if self._d is None:  # deflate, zlib-wrapped (RFC 1950's CM nibble is 8) or raw
             self._d = zlib.decompressobj(zlib.MAX_WBITS if data[0] & 0x0F == 8 else -zlib.MAX_WBITS)
         if self.coding == "zstd":
             return b"" if self._d.eof else self._d.decompress(data, limit)
@@ -82,8 +75,7 @@ class Decoder:
         return bool(self._d.unconsumed_tail) or self._full
 
     def feed(self, data: bytes, room: int) -> bytes:
-        """Decode `data` (after what earlier calls left pending): everything it yields, or the
-        first `room + 1` bytes of it — more than `room` means the body is over the cap."""
+        """Decode `data` after what is pending: all of it, or its first `room + 1` bytes (over the cap)."""
         if not data and not self._pending():
             return b""
         out: list[bytes] = []
@@ -105,15 +97,14 @@ class Decoder:
 
 
 class BodyBuffer:
-    """The bytes held by the bodies being read, against a limit (one per app, on its loop)."""
+    """The bytes the bodies being read hold at once, against a limit (one per app, on its loop)."""
 
     def __init__(self, limit: int):
         self.limit = limit
         self.held = 0
 
     def take(self, n: int) -> None:
-        """Hold `n` more bytes (fewer when negative), or refuse the request (503, Retry-After)
-        when over the limit."""
+        """Hold `n` more bytes (fewer when negative), or refuse the request past the limit (503)."""
         if n > 0 and self.held + n > self.limit:
             raise ApiError(503, BUSY, {"Retry-After": "1"})
         self.held += n
@@ -128,9 +119,8 @@ def check_body_size(n_bytes: int) -> None:
 async def read_body(
     headers: Any, chunks: AsyncIterator[bytes], timeout: float, buffer: BodyBuffer | None
 ) -> bytes:
-    """The decoded body, at most MAX_BODY_BYTES, delivered within `timeout` seconds: the stream
-    itself is counted, raw and decoded (Content-Length is only a hint). `headers` has `get` and
-    `getall`; `buffer` (None: unbounded) holds what the bodies being read hold."""
+    """The decoded body, at most MAX_BODY_BYTES raw and decoded (Content-Length is only a hint),
+    delivered within `timeout` seconds; `buffer` (None: unbounded) counts what it holds."""
     if any(coding != "chunked" for coding in _codings(headers.getall("Transfer-Encoding", []))):
         raise ApiError(501, UNSUPPORTED_TRANSFER)
     declared = headers.get("Content-Length") or ""
@@ -181,8 +171,8 @@ async def read_body(
 
 
 def page_refusal(headers: Any) -> ApiError | None:
-    """415 for a body a web page (`Origin`, `Sec-Fetch-Site`) sent as anything but JSON; None
-    otherwise (serve/README.md#where-this-differs-from-laya-serve-and-why)."""
+    """415 for a body a web page (`Origin`, `Sec-Fetch-Site`) sent as anything but JSON, else None
+    (serve/README.md#where-this-differs-from-laya-serve-and-why)."""
     if "Origin" not in headers and "Sec-Fetch-Site" not in headers:
         return None
     media = (headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()

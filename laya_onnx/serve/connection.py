@@ -1,12 +1,7 @@
-"""The HTTP connection: what the server does below the app (serve/README.md#connections).
-
-`LayaRequestHandler` is aiohttp's connection protocol plus what that section lists, and the drain.
-aiohttp has no hook for these (aio-libs/aiohttp#3287): the methods overridden are asyncio's
-(`connection_made`, `data_received`, `eof_received`, `connection_lost`) and aiohttp's
-public-named `finish_response`, `handle_error` and `log_exception`; a request is known to have
-begun when aiohttp builds its request object (`handler_factory`). Their signatures are pinned
-with the aiohttp versions pyproject.toml allows (tests/serve/test_serve_connections.py).
-"""
+"""The HTTP connection below the app (serve/README.md#connections): aiohttp's connection protocol
+with the connection cap, the timeouts, the parser's refusals in the wire profile and the drain.
+aiohttp has no hook for these (aio-libs/aiohttp#3287): asyncio's protocol methods and aiohttp's
+public-named ones are overridden, pinned by tests/serve/test_serve_connections.py."""
 
 from __future__ import annotations
 
@@ -38,8 +33,8 @@ _INVALID_URL = getattr(http_exceptions, "InvalidURLError", ())
 
 
 def parser_refusal(status: int, exc: BaseException | None) -> tuple[int, str]:
-    """Status and fixed client-safe detail for an error aiohttp hands to `handle_error` (aiohttp's
-    messages quote the request's bytes)."""
+    """Status and a fixed detail for an error aiohttp hands to `handle_error` (its own message
+    quotes the request's bytes)."""
     if isinstance(exc, http_exceptions.LineTooLong):
         return 431, LONG_LINE
     if isinstance(exc, http_exceptions.BadHttpMessage) and "too many headers" in str(exc).lower():
@@ -65,17 +60,16 @@ LONG_LINE = "request line or header field too long"
 GONE_PROBE_SECONDS = 0.05
 #: Linux's TCP state of a socket reset by its peer (`TCP_INFO`'s first byte).
 TCP_CLOSE = 7
-#: aiohttp's limit on a request line (its `max_line_size`), checked here first (`_refuse_long_line`).
+#: aiohttp's limit on a request line (its `max_line_size`), checked here first.
 MAX_REQUEST_LINE = 8190
 #: After refusing a request line: how long, and how many bytes, the rest is read and dropped.
 LINGER_SECONDS = 2.0
 LINGER_BYTES = 16 * 1024 * 1024
-#: Connections past the cap kept for the health routes before new ones are refused outright.
+#: Connections past the cap kept for the health routes, and file descriptors kept free.
 HEALTH_RESERVE = 32
-#: File descriptors kept free of connections when the cap comes from the open-files limit.
 FD_MARGIN = 64
 CAP_SETTING = settings.MAX_CONNECTIONS.env
-#: Seconds between two log lines about refused or failed connections (a flood logs one a while).
+#: Seconds between two log lines about refused or failed connections.
 LOG_INTERVAL = 10.0
 _last_logged: dict[str, float] = {}
 _suppressed: dict[str, int] = {}
@@ -104,8 +98,8 @@ def _throttled_log(message: str, *args: Any) -> None:
 
 
 def on_loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-    """The serving loop's exception handler: a failed accept (out of file descriptors, memory)
-    is logged at most once per LOG_INTERVAL, without a traceback; anything else as asyncio would."""
+    """The serving loop's exception handler: a failed accept is logged at most once per
+    LOG_INTERVAL, without a traceback; anything else as asyncio would."""
     exc = context.get("exception")
     if isinstance(exc, OSError) and "accept" in str(context.get("message", "")):
         _throttled_log("cannot accept connections: %s (raise LimitNOFILE, or lower %s)", exc, CAP_SETTING)
@@ -119,12 +113,8 @@ _TRANSFER_ENCODING = re.compile(rb"\r\ntransfer-encoding[ \t]*:", re.IGNORECASE)
 
 
 def framed_pieces(data: bytes) -> Iterator[bytes]:
-    """`data` (starting at a request's first byte) cut after each request it holds whole.
-
-    Only a head with exactly one plain Content-Length (no Transfer-Encoding) is framed here;
-    anything else ends the cutting and goes to the parser as it is, which stays the judge of
-    what is valid. Joined, the pieces are `data`.
-    """
+    """`data` (from a request's first byte) cut after each request it holds whole, framed by one
+    plain Content-Length; anything else goes to the parser as it is. Joined, the pieces are `data`."""
     start = 0
     while True:
         head_end = data.find(_HEAD_END, start)
@@ -143,7 +133,7 @@ def framed_pieces(data: bytes) -> Iterator[bytes]:
 
 
 class LayaRequestHandler(web.RequestHandler):
-    """aiohttp's connection protocol with the cap, timeouts, JSON parser refusals and drain."""
+    """aiohttp's connection protocol with the cap, the timeouts, the parser's refusals and the drain."""
 
     def __init__(
         self,
@@ -198,8 +188,8 @@ class LayaRequestHandler(web.RequestHandler):
             self._timer = None
 
     def _write_refusal(self, status: int, detail: str, why: str = "") -> None:
-        """A whole `Connection: close` JSON refusal straight to the socket, where no request object
-        exists (nothing else writes to it between requests); `why` logs it."""
+        """A whole `Connection: close` refusal straight to the socket, between requests (no request
+        object exists); `why` logs it."""
         request_id = new_request_id()
         if why:
             peer = self.transport.get_extra_info("peername") if self.transport is not None else None
@@ -239,10 +229,9 @@ class LayaRequestHandler(web.RequestHandler):
             self.health_only = True
 
     def eof_received(self) -> bool:  # type: ignore[override]  # asyncio reads the bool
-        """The client closed its side. With an HTTP/1.1 request of it still unanswered, the socket
-        stays open for the answer: a client that only half-closed gets it. Whether the client is
-        gone instead is learnt by an interim `100 Continue` (which every HTTP/1.1 client reads
-        past): a closed socket answers it with a reset, and the request is then cancelled."""
+        """The client closed its side: with an HTTP/1.1 request unanswered, the socket stays open
+        for its answer, and an interim `100 Continue` tells whether the client is gone instead (a
+        closed socket answers it with a reset, and the request is cancelled)."""
         transport = self.transport
         if self._between_requests() or self._discarded is not None or transport is None:
             return False
@@ -254,7 +243,6 @@ class LayaRequestHandler(web.RequestHandler):
         return True
 
     def _gone_or_half_closed(self) -> None:
-        """After the probe: a reset socket (the client is gone) is closed, cancelling its request."""
         transport = self.transport
         sock = transport.get_extra_info("socket") if transport is not None else None
         if sock is None:
@@ -295,9 +283,8 @@ class LayaRequestHandler(web.RequestHandler):
             super().data_received(piece)
 
     def _refuse_long_line(self) -> None:
-        """431 for a request line over MAX_REQUEST_LINE, and a lingering close: what the client
-        still sends is read and dropped (LINGER_SECONDS, LINGER_BYTES at most), so it reads the
-        431 rather than a reset of a socket closed under its upload."""
+        """431 for a request line over MAX_REQUEST_LINE, then a lingering close: the rest is read and
+        dropped, so the client reads the 431 rather than a reset under its upload."""
         transport = self.transport
         if transport is None:
             return
@@ -309,8 +296,7 @@ class LayaRequestHandler(web.RequestHandler):
         self._arm(LINGER_SECONDS, self.force_close)
 
     def request_began(self, version: Any) -> None:
-        """aiohttp built the request object of a parsed head (or of a parser refusal) naming
-        HTTP `version`: its handling has begun, and no timer runs under it."""
+        """aiohttp built the request object of a head (or of a parser refusal) naming `version`."""
         self._begun += 1
         self._head_started = False
         self._disarm()
@@ -346,8 +332,8 @@ class LayaRequestHandler(web.RequestHandler):
         exc: BaseException | None = None,
         message: str | None = None,
     ) -> web.StreamResponse:
-        """The parser's refusals (and any error that escaped the app) in the wire profile,
-        logged in one line without the request's bytes (another failure with its traceback)."""
+        """The parser's refusals (and any error that escaped the app) in the wire profile, logged
+        without the request's bytes."""
         status, detail = parser_refusal(status, exc)
         request_id = new_request_id()
         peer = request.remote
@@ -369,8 +355,7 @@ class LayaRequestHandler(web.RequestHandler):
         return response
 
     def log_exception(self, *args: Any, **kwargs: Any) -> None:
-        """A body aiohttp could not decode, met again while it discards the rest of a body already
-        answered 400: one line, not aiohttp's traceback."""
+        """A body aiohttp could not decode, met again while discarding it after its 400: one line."""
         exc = kwargs.get("exc_info")
         if isinstance(exc, web.RequestPayloadError):
             log.info("closed a connection whose request body could not be decoded (%s)", type(exc).__name__)
@@ -402,8 +387,8 @@ class LayaRequestHandler(web.RequestHandler):
 
 
 def handler_factory(runner: web.AppRunner, **kwargs: Any) -> Any:
-    """The protocol factory for `loop.create_server`, in place of `runner.server`, with which the
-    connections still register (the runner's shutdown sees them); `kwargs`: `LayaRequestHandler`'s."""
+    """The protocol factory for `loop.create_server` in place of `runner.server`, with which the
+    connections still register; `kwargs`: `LayaRequestHandler`'s."""
     server = runner.server
     if server is None:
         raise RuntimeError("call runner.setup() before serving")

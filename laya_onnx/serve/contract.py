@@ -361,11 +361,7 @@ def strict_projection(result: dict[str, Any]) -> dict[str, Any]:
         keys = STRICT_KEYS.get(str(a.get("type"))) if isinstance(a, dict) else None
         answers[qid] = a if keys is None else {k: a[k] for k in keys}
     usage = result.get("usage") or {}
-    return {
-        "model": result["model"],
-        "answers": answers,
-        "usage": {k: usage.get(k, 0) for k in USAGE_KEYS},
-    }
+    return {"model": result["model"], "answers": answers, "usage": {k: usage.get(k, 0) for k in USAGE_KEYS}}
 
 
 def _extra(key: str) -> str:

@@ -1,9 +1,5 @@
-"""Graceful shutdown: which admitted decision requests a drain still answers, which it refuses
-with 503 + Retry-After (serve/README.md#stopping-a-terminating-signal-drains).
-
-`WorkerLock` is the one-pass-at-a-time lock around the worker call (`LocalDecider.on_worker`);
-`Drain` is the state admission, the lock and the server's signal handler share, on the serving loop.
-"""
+"""The drain (serve/README.md#stopping-a-terminating-signal-drains) and the worker's lock, which
+refuses a waiter that would not finish by the drain's stop time."""
 
 from __future__ import annotations
 
@@ -41,7 +37,7 @@ WOULD_NOT_FINISH = "its pass would not finish before the drain's stop time"
 
 
 class Drain:
-    """Shutdown state of one app: when answering must stop, and what happened to the requests."""
+    """One app's shutdown state, on the serving loop: when answering must stop, and the counts."""
 
     def __init__(self) -> None:
         #: `loop.time()` by which every decision request must have its answer; None = serving.
@@ -60,7 +56,6 @@ class Drain:
         return self.stop_at is not None
 
     def bind(self, lock: WorkerLock) -> None:
-        """Attach the loop-bound parts; called by the app's startup on the serving loop."""
         self.lock = lock
         self._deadline = asyncio.get_running_loop().create_future()
         self._idle = asyncio.Event()
@@ -78,16 +73,14 @@ class Drain:
             loop.call_later(REJUDGE_SECONDS, self._rejudge)
 
     def _rejudge(self) -> None:
-        """Judge the queue again while draining: the running request's own estimate may have
-        become known since (its passes are planned once its states are encoded)."""
+        """Judge the queue again: the running request's estimate may be known since."""
         if self.lock is None or self.stop_at is None or self._deadline is None or self._deadline.done():
             return
         self.lock.refuse_unfinishable(self.stop_at)
         asyncio.get_running_loop().call_later(REJUDGE_SECONDS, self._rejudge)
 
     def _at_stop_time(self) -> None:
-        # Several timers can be pending when the stop time was brought forward; the first one
-        # to fire at or after the current stop time does the work, the others find it done.
+        # of the timers a stop time brought forward left, the first at or after it does the work
         if self._deadline is None or self._deadline.done() or self.stop_at is None:
             return
         if asyncio.get_running_loop().time() + 1e-3 < self.stop_at:
@@ -97,13 +90,12 @@ class Drain:
             self.lock.refuse_all()
 
     def refuse(self, reason: str) -> DrainRefusal:
-        """Count a refusal; the caller raises it into the request (or hands it to a waiter)."""
         self.refused += 1
         return DrainRefusal(reason)
 
     async def run(self, handling: Awaitable[T]) -> T:
-        """Run one admitted decision request as its own task, so that at the stop time the drain
-        can refuse it (503) while a pass it started is still on the worker (then abandoned)."""
+        """An admitted decision request as its own task: at the stop time it is refused (503)
+        even while its pass is still on the worker (then abandoned)."""
         task = asyncio.ensure_future(handling)
         self.in_flight += 1
         self._settle()
@@ -150,8 +142,7 @@ class Drain:
                 self._idle.set()
 
     async def wait_idle(self, timeout: float) -> bool:
-        """Wait until no decision request is in flight and no answer is being written; False
-        when `timeout` ran out first."""
+        """No decision request in flight and no answer being written; False after `timeout`."""
         if self._idle is None or (self.in_flight == 0 and self._writing == 0):
             return True
         try:
@@ -162,10 +153,10 @@ class Drain:
 
 
 class WorkerLock:
-    """One pass at a time on the worker (`async with lock:`), first come first served. While
-    draining, a waiter whose pass would not finish by the stop time is refused (`DrainRefusal`)
-    instead of started: when the drain begins, after every pass, and when its turn comes. A pass
-    is estimated by the holder's planned seconds (`CallLimits.charged`), else the longest recent."""
+    """One pass at a time on the worker, first come first served. While draining, a waiter whose
+    pass would not finish by the stop time is refused instead of started: when the drain begins,
+    after every pass, and when its turn comes. A pass is estimated by the holder's planned seconds
+    (`CallLimits.charged`), else the longest recent one."""
 
     def __init__(self, drain: Drain) -> None:
         self._drain = drain
@@ -180,7 +171,6 @@ class WorkerLock:
         return sum(1 for fut in self._queue if not fut.done())
 
     def pass_estimate(self) -> float | None:
-        """Seconds one pass takes, judged from the longest recent one (None before the first)."""
         return max(self._recent) if self._recent else None
 
     def refuse_unfinishable(self, stop_at: float) -> None:
@@ -206,13 +196,12 @@ class WorkerLock:
                 free_at += each
 
     def refuse_all(self) -> None:
-        """At the stop time: every waiter is refused."""
         for fut in list(self._queue):
             if not fut.done():
                 fut.set_exception(self._drain.refuse("still waiting for the worker at the stop time"))
 
     async def acquire(self, limits: CallLimits | None = None) -> None:
-        """Wait for the worker; `limits` are the holder's (their estimate informs the drain)."""
+        """Wait for the worker; the holder's `limits` tell the drain its estimate."""
         loop = asyncio.get_running_loop()
         if not self.busy and not self._queue:
             self.busy = True
@@ -242,12 +231,10 @@ class WorkerLock:
         self._holder = None
         self._hand_over()
         if self._drain.stop_at is not None:
-            # the estimate may have just become known, or grown: judge the queue again now
-            # rather than make a waiter sit through turns it will not get
+            # the estimate may have become known, or grown: a waiter sits through no turn it won't get
             self.refuse_unfinishable(self._drain.stop_at)
 
     def _hand_over(self) -> None:
-        """Give the lock to the first live waiter, or mark it free."""
         while self._queue:
             fut = self._queue.popleft()
             if not fut.done():

@@ -1,8 +1,4 @@
-"""Prometheus metrics for one server: what `/metrics` exposes (serve/README.md#metrics).
-
-`DecisionService.handle` (serve/service.py) counts and times every request it answers; the
-worker's queue depth, provider fallbacks and the process's memory are read at scrape time.
-"""
+"""Prometheus metrics for one server: what `/metrics` exposes (serve/README.md#metrics)."""
 
 from __future__ import annotations
 
@@ -22,21 +18,14 @@ PREFIX = "laya_onnx"
 M = TypeVar("M", Counter, Gauge, Histogram)
 #: Seconds. Covers a loopback health probe (~1 ms) up to a long batch on a CPU (tens of s).
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-#: Per-request work: question rows, input tokens, passes; and requests per call on the worker.
-ROWS_BUCKETS = (1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000, 5000)
-TOKENS_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536, 262144)
-PASSES_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 32, 64, 128)
-GROUP_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
-#: The route label of a request that matched no route: one label, so scanners probing random
-#: paths cannot grow the label set without bound.
+#: The route label of every request that matched no route (scanners cannot grow the label set).
 UNMATCHED = "unmatched"
-#: The status label of a request whose handler was cancelled because the client went away
-#: (nginx's 499): nobody received an answer, and it is not a server failure.
+#: The status label of a request whose client went away before its answer (nginx's 499).
 CLIENT_GONE = 499
 
 
 def work_done(result: Any) -> tuple[int, int]:
-    """(question rows answered, input tokens read) for a pass's result — one dict or a list."""
+    """(question rows answered, input tokens read) of a pass's result, one dict or a list."""
     rows = tokens = 0
     for item in result if isinstance(result, list) else [result]:
         if not isinstance(item, dict):
@@ -52,35 +41,16 @@ def work_done(result: Any) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class Answered:
-    """A successful decision for the per-request metrics: the served checkpoint that answered
-    (never a client's text), its call's passes and the requests that call answered."""
+    """A successful decision's checkpoint, its call's passes and the requests that call answered."""
 
     checkpoint: str
     passes: int
     group_size: int = 1
 
 
-class ProviderFallbacks(Collector):
-    """`laya_onnx_provider_fallbacks_total{provider}`: /health's `provider_fallbacks` table, read
-    at scrape time (a provider that never attached at startup counts there too)."""
-
-    def __init__(self, agent: Served):
-        self.agent = agent
-
-    def collect(self) -> Iterable[Metric]:
-        family = CounterMetricFamily(
-            PREFIX + "_provider_fallbacks",
-            "Passes (or session builds) an execution provider failed and handed to the next one.",
-            labels=["provider"],
-        )
-        for provider, entry in sorted(self.agent.fallbacks.items()):  # a snapshot
-            family.add_metric([provider], entry["count"])
-        yield family
-
-
 class RequestMetrics:
-    """What both servers count at their HTTP edge, on a registry of their own (several apps in one
-    process never collide); the Ray Serve ingress exports these, the aiohttp app adds its worker's."""
+    """What both front ends count at their HTTP edge, on a registry of their own (apps in one
+    process never collide)."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -117,21 +87,19 @@ class RequestMetrics:
             f"Decision requests refused with 503 because {settings.MAX_CONCURRENT.env} were already in flight.",
             ["route"],
         )
-        # per successful decision request, by the served checkpoint that answered it (a label
-        # whose values are the server's own names, never a client's text)
         self.request_rows = self.add(
             Histogram,
             "_request_rows",
             "Question rows (one per question per state) of a successful decision request.",
             ["checkpoint"],
-            ROWS_BUCKETS,
+            (1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000, 5000),
         )
         self.request_tokens = self.add(
             Histogram,
             "_request_input_tokens",
             "Input tokens (non-pad, over all rows) a successful decision request read.",
             ["checkpoint"],
-            TOKENS_BUCKETS,
+            (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536, 262144),
         )
         self.request_passes = self.add(
             Histogram,
@@ -139,7 +107,7 @@ class RequestMetrics:
             "Forward passes of the call that answered a successful decision request (a "
             "micro-batch's passes count for each of its requests).",
             ["checkpoint"],
-            PASSES_BUCKETS,
+            (1, 2, 3, 4, 6, 8, 12, 16, 32, 64, 128),
         )
         self.group_size = self.add(
             Histogram,
@@ -147,14 +115,13 @@ class RequestMetrics:
             "Per successful decision request: how many requests the call on the worker that "
             "answered it answered in all (its micro-batch; 1 without a batch window).",
             [],
-            GROUP_BUCKETS,
+            (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64),
         )
         ProcessCollector(registry=self.registry)  # process_resident_memory_bytes, cpu seconds, fds
 
     def add(
         self, kind: type[M], name: str, doc: str, labels: Sequence[str] = (), buckets: Sequence[float] = ()
     ) -> M:
-        """Declare `PREFIX + name` on this app's registry (a histogram with its `buckets`)."""
         extra: dict[str, Any] = {"buckets": buckets} if buckets else {}
         return kind(PREFIX + name, doc, labels, registry=self.registry, **extra)
 
@@ -178,14 +145,12 @@ class RequestMetrics:
         self.group_size.observe(answered.group_size)
 
     def worked(self, rows: int, tokens: int) -> None:
-        """What a successful pass answered (`work_done`)."""
         self.rows.inc(rows)
         self.tokens.inc(tokens)
 
 
-class Metrics(RequestMetrics):
-    """The aiohttp app's metrics: the edge's, and its worker's queue, admission limit and the
-    agent's provider fallbacks."""
+class Metrics(RequestMetrics, Collector):
+    """The aiohttp app's: the edge's, its worker's queue, admission limit and provider fallbacks."""
 
     def __init__(self, agent: Served, max_concurrent: int, queue_depth: Callable[[], int]):
         super().__init__()
@@ -204,8 +169,19 @@ class Metrics(RequestMetrics):
         self.add(
             Gauge, "_admission_limit", f"{settings.MAX_CONCURRENT.env}: decision requests admitted at once."
         ).set(max_concurrent)
-        self.registry.register(ProviderFallbacks(agent))
+        self.agent = agent
+        self.registry.register(self)  # `collect`, at scrape time
 
     def waited(self, route: str, ms: float) -> None:
-        """How long a decision waited for the worker."""
         self.queue_wait.labels(route).observe(ms / 1000.0)
+
+    def collect(self) -> Iterable[Metric]:
+        """`laya_onnx_provider_fallbacks_total{provider}`: /health's `provider_fallbacks` table."""
+        family = CounterMetricFamily(
+            PREFIX + "_provider_fallbacks",
+            "Passes (or session builds) an execution provider failed and handed to the next one.",
+            labels=["provider"],
+        )
+        for provider, entry in sorted(self.agent.fallbacks.items()):  # a snapshot
+            family.add_metric([provider], entry["count"])
+        yield family

@@ -1,9 +1,5 @@
 """Micro-batching (LAYA_BATCH_WINDOW_MS): the window in which concurrent `/v1/systemone`
-decisions that share a `core.grouping.group_key` gather, to run as `core.grouping.run_group`.
-
-Framework-free: `execute` runs a blocking callable on the front end's inference worker. A waiting
-request keeps its admission slot; `predict_batch` splits passes to fit the memory budget.
-"""
+decisions that share a `core.grouping.group_key` gather, to run as `core.grouping.run_group`."""
 
 from __future__ import annotations
 
@@ -27,25 +23,17 @@ class _Group:
     controls: dict[str, Any]
     states: list[Any] = field(default_factory=list)
     futures: list[asyncio.Future[Outcome]] = field(default_factory=list)
-    #: Each member's own limits (the group's pass runs under their `GroupLimits`).
     limits: list[CallLimits | None] = field(default_factory=list)
     timer: asyncio.TimerHandle | None = None
 
 
 class MicroBatcher:
-    """Collects decisions per `group_key` for `window_s`, then runs each group with `execute`
-    (created on the serving loop); a group of `max_group` runs at once, window or not."""
+    """Collects decisions per `group_key` for `window_s`, then runs each group with `execute` on
+    the inference worker; a group of `max_group` runs at once, window or not."""
 
     def __init__(
-        self,
-        agent: DecisionAgent,
-        window_s: float,
-        execute: Execute,
-        configured_group: int,
-        max_group: int,
+        self, agent: DecisionAgent, window_s: float, execute: Execute, configured_group: int, max_group: int
     ):
-        if not window_s > 0:
-            raise ValueError("the batching window must be positive, got %r" % (window_s,))
         self.agent = agent
         self.window_s = window_s
         self.max_group = max(1, int(max_group))
@@ -57,8 +45,7 @@ class MicroBatcher:
     async def submit(
         self, state: Any, questions: Any, controls: dict[str, Any], limits: CallLimits | None = None
     ) -> Outcome:
-        """This request's `Outcome` (its result or exception), run with its group or alone under
-        its own `limits`; raises what `execute` raised (the worker refused the group: a drain)."""
+        """This request's `Outcome`, run with its group or alone; raises what `execute` raised."""
         loop = asyncio.get_running_loop()
         key = group_key(questions, controls)
         future: asyncio.Future[Outcome] = loop.create_future()
