@@ -16,8 +16,44 @@ from laya_onnx.serve.served import Served
 
 PREFIX = "laya_onnx"
 M = TypeVar("M", Counter, Gauge, Histogram)
+#: Each metric's help text, by its name after PREFIX.
+HELP = {
+    "_http_requests": "HTTP requests answered, by route template, method and status code.",
+    "_http_request_duration_seconds": (
+        "Time from the request reaching the application to its response being ready."
+    ),
+    "_http_requests_in_flight": "Requests being handled now, by route template.",
+    "_inference_duration_seconds": (
+        "Time of successful forward passes on the worker (what X-Inference-Time-Ms reports)."
+    ),
+    "_rows": "Question rows answered (one per question per state).",
+    "_input_tokens": "Input tokens read by successful passes (non-pad tokens over all rows).",
+    "_busy_refusals": (
+        f"Decision requests refused with 503 because {settings.MAX_CONCURRENT.env} were already in flight."
+    ),
+    "_request_rows": "Question rows (one per question per state) of a successful decision request.",
+    "_request_input_tokens": "Input tokens (non-pad, over all rows) a successful decision request read.",
+    "_request_passes": (
+        "Forward passes of the call that answered a successful decision request (a "
+        "micro-batch's passes count for each of its requests)."
+    ),
+    "_microbatch_size": (
+        "Per successful decision request: how many requests the call on the worker that "
+        "answered it answered in all (its micro-batch; 1 without a batch window)."
+    ),
+    "_inference_queue_wait_seconds": "Time a decision request waited for the single inference worker.",
+    "_inference_queue_depth": (
+        "Decision requests waiting for the inference worker now (the running one excluded)."
+    ),
+    "_admission_limit": f"{settings.MAX_CONCURRENT.env}: decision requests admitted at once.",
+}
 #: Seconds. Covers a loopback health probe (~1 ms) up to a long batch on a CPU (tens of s).
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+#: Per-request work: question rows, input tokens, passes; and requests per call on the worker.
+ROWS_BUCKETS = (1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000, 5000)
+TOKENS_BUCKETS = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536, 262144)
+PASSES_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 32, 64, 128)
+GROUP_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
 #: The route label of every request that matched no route (scanners cannot grow the label set).
 UNMATCHED = "unmatched"
 #: The status label of a request whose client went away before its answer (nginx's 499).
@@ -54,76 +90,23 @@ class RequestMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.requests = self.add(
-            Counter,
-            "_http_requests",
-            "HTTP requests answered, by route template, method and status code.",
-            ["route", "method", "status"],
-        )
-        self.latency = self.add(
-            Histogram,
-            "_http_request_duration_seconds",
-            "Time from the request reaching the application to its response being ready.",
-            ["route"],
-            LATENCY_BUCKETS,
-        )
-        self.in_flight = self.add(
-            Gauge, "_http_requests_in_flight", "Requests being handled now, by route template.", ["route"]
-        )
-        self.inference = self.add(
-            Histogram,
-            "_inference_duration_seconds",
-            "Time of successful forward passes on the worker (what X-Inference-Time-Ms reports).",
-            ["route"],
-            LATENCY_BUCKETS,
-        )
-        self.rows = self.add(Counter, "_rows", "Question rows answered (one per question per state).")
-        self.tokens = self.add(
-            Counter, "_input_tokens", "Input tokens read by successful passes (non-pad tokens over all rows)."
-        )
-        self.busy = self.add(
-            Counter,
-            "_busy_refusals",
-            f"Decision requests refused with 503 because {settings.MAX_CONCURRENT.env} were already in flight.",
-            ["route"],
-        )
-        self.request_rows = self.add(
-            Histogram,
-            "_request_rows",
-            "Question rows (one per question per state) of a successful decision request.",
-            ["checkpoint"],
-            (1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000, 5000),
-        )
-        self.request_tokens = self.add(
-            Histogram,
-            "_request_input_tokens",
-            "Input tokens (non-pad, over all rows) a successful decision request read.",
-            ["checkpoint"],
-            (16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 65536, 262144),
-        )
-        self.request_passes = self.add(
-            Histogram,
-            "_request_passes",
-            "Forward passes of the call that answered a successful decision request (a "
-            "micro-batch's passes count for each of its requests).",
-            ["checkpoint"],
-            (1, 2, 3, 4, 6, 8, 12, 16, 32, 64, 128),
-        )
-        self.group_size = self.add(
-            Histogram,
-            "_microbatch_size",
-            "Per successful decision request: how many requests the call on the worker that "
-            "answered it answered in all (its micro-batch; 1 without a batch window).",
-            [],
-            (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64),
-        )
+        self.requests = self.add(Counter, "_http_requests", ["route", "method", "status"])
+        self.latency = self.add(Histogram, "_http_request_duration_seconds", ["route"], LATENCY_BUCKETS)
+        self.in_flight = self.add(Gauge, "_http_requests_in_flight", ["route"])
+        self.inference = self.add(Histogram, "_inference_duration_seconds", ["route"], LATENCY_BUCKETS)
+        self.rows = self.add(Counter, "_rows")
+        self.tokens = self.add(Counter, "_input_tokens")
+        self.busy = self.add(Counter, "_busy_refusals", ["route"])
+        self.request_rows = self.add(Histogram, "_request_rows", ["checkpoint"], ROWS_BUCKETS)
+        self.request_tokens = self.add(Histogram, "_request_input_tokens", ["checkpoint"], TOKENS_BUCKETS)
+        self.request_passes = self.add(Histogram, "_request_passes", ["checkpoint"], PASSES_BUCKETS)
+        self.group_size = self.add(Histogram, "_microbatch_size", [], GROUP_BUCKETS)
         ProcessCollector(registry=self.registry)  # process_resident_memory_bytes, cpu seconds, fds
 
-    def add(
-        self, kind: type[M], name: str, doc: str, labels: Sequence[str] = (), buckets: Sequence[float] = ()
-    ) -> M:
+    def add(self, kind: type[M], name: str, labels: Sequence[str] = (), buckets: Sequence[float] = ()) -> M:
+        """The metric `PREFIX + name` with its help text, on this app's registry."""
         extra: dict[str, Any] = {"buckets": buckets} if buckets else {}
-        return kind(PREFIX + name, doc, labels, registry=self.registry, **extra)
+        return kind(PREFIX + name, HELP[name], labels, registry=self.registry, **extra)
 
     def exposition(self, accept: str | None) -> tuple[bytes, str]:
         """The scrape body and its Content-Type, negotiated from the Accept header."""
@@ -154,23 +137,12 @@ class Metrics(RequestMetrics, Collector):
 
     def __init__(self, agent: Served, max_concurrent: int, queue_depth: Callable[[], int]):
         super().__init__()
-        self.queue_wait = self.add(
-            Histogram,
-            "_inference_queue_wait_seconds",
-            "Time a decision request waited for the single inference worker.",
-            ["route"],
-            LATENCY_BUCKETS,
-        )
-        self.add(
-            Gauge,
-            "_inference_queue_depth",
-            "Decision requests waiting for the inference worker now (the running one excluded).",
-        ).set_function(queue_depth)  # read from the worker lock at scrape time
-        self.add(
-            Gauge, "_admission_limit", f"{settings.MAX_CONCURRENT.env}: decision requests admitted at once."
-        ).set(max_concurrent)
+        self.queue_wait = self.add(Histogram, "_inference_queue_wait_seconds", ["route"], LATENCY_BUCKETS)
+        # read at scrape time: the worker lock's queue, and the fallbacks (`collect`)
+        self.add(Gauge, "_inference_queue_depth").set_function(queue_depth)
+        self.add(Gauge, "_admission_limit").set(max_concurrent)
         self.agent = agent
-        self.registry.register(self)  # `collect`, at scrape time
+        self.registry.register(self)
 
     def waited(self, route: str, ms: float) -> None:
         self.queue_wait.labels(route).observe(ms / 1000.0)
