@@ -177,25 +177,21 @@ class LocalDecider:
         if lock is None or executor is None:  # made on startup; a request cannot come earlier
             raise RuntimeError("inference requested outside the server's run (no worker)")
         await lock.acquire(limits)
-        loop = asyncio.get_running_loop()
+        loop, release = asyncio.get_running_loop(), True
         try:
             # in this request's context: the pass's spans are its children, its log lines its id
             job: Future[Any] = executor.submit(tracing.in_current_context(partial(_run_limited, limits, fn)))
-        except BaseException:
-            lock.release()
-            raise
-        try:
-            result = await asyncio.wrap_future(job)
-        except asyncio.CancelledError:
-            if limits is not None:
-                limits.cancel(ABANDONED)
-            job.add_done_callback(lambda _: _release_from_worker(loop, lock))
-            raise
-        except BaseException:
-            lock.release()
-            raise
-        lock.release()
-        return result
+            try:
+                return await asyncio.wrap_future(job)
+            except asyncio.CancelledError:
+                if limits is not None:
+                    limits.cancel(ABANDONED)
+                job.add_done_callback(lambda _: _release_from_worker(loop, lock))
+                release = False
+                raise
+        finally:
+            if release:
+                lock.release()
 
     # -- lifecycle, and what the edge asks ---------------------------------------------------
 
@@ -205,15 +201,8 @@ class LocalDecider:
         self.drain.bind(self.lock)
         self.admission = asyncio.Semaphore(self.settings.max_concurrent)
         self.memory.start()
-        settings = self.settings
-        if settings.batch_window_ms > 0:
-            self.batcher = MicroBatcher(
-                self.served.agent,
-                settings.batch_window_ms / 1000.0,
-                self.on_worker,
-                configured_group=settings.tournament_group,
-                max_group=settings.batch_max_requests,
-            )
+        if self.settings.batch_window_ms > 0:
+            self.batcher = MicroBatcher(self.served.agent, self.settings, self.on_worker)
         self._tasks.append(asyncio.create_task(self._warm_up()))
         idle = self.served.idle
         if idle is not None:

@@ -12,6 +12,7 @@ from typing import Any
 from laya_onnx.core.grouping import Outcome, group_key, run_group
 from laya_onnx.core.protocol import DecisionAgent
 from laya_onnx.core.work import CallLimits, GroupLimits
+from laya_onnx.serve.settings import Settings
 
 #: Runs a blocking callable on the worker under the given limits.
 Execute = Callable[[Callable[[], Any], CallLimits | None], Awaitable[Any]]
@@ -28,17 +29,15 @@ class _Group:
 
 
 class MicroBatcher:
-    """Collects decisions per `group_key` for `window_s`, then runs each group with `execute` on
-    the inference worker; a group of `max_group` runs at once, window or not."""
+    """Collects decisions per `group_key` for LAYA_BATCH_WINDOW_MS, then runs each group with
+    `execute` on the inference worker; a group of LAYA_BATCH_MAX_REQUESTS runs at once."""
 
-    def __init__(
-        self, agent: DecisionAgent, window_s: float, execute: Execute, configured_group: int, max_group: int
-    ):
+    def __init__(self, agent: DecisionAgent, settings: Settings, execute: Execute):
         self.agent = agent
-        self.window_s = window_s
-        self.max_group = max(1, int(max_group))
+        self.window_s = settings.batch_window_ms / 1000.0
+        self.max_group = max(1, int(settings.batch_max_requests))
         self._execute = execute
-        self._configured_group = configured_group
+        self._configured_group = settings.tournament_group
         self._open: dict[Hashable, _Group] = {}
         self._running: set[asyncio.Task[None]] = set()
 
