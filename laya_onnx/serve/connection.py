@@ -1,7 +1,6 @@
-"""The HTTP connection below the app (serve/README.md#connections): aiohttp's connection protocol
-with the connection cap, the timeouts, the parser's refusals in the wire profile and the drain.
-aiohttp has no hook for these (aio-libs/aiohttp#3287): asyncio's protocol methods and aiohttp's
-public-named ones are overridden, pinned by tests/serve/test_serve_connections.py."""
+"""The HTTP connection below the app (serve/README.md#connections). aiohttp has no hook for it
+(aio-libs/aiohttp#3287): asyncio's protocol methods and aiohttp's public-named ones are
+overridden, their signatures pinned by tests/serve/test_serve_connections.py."""
 
 from __future__ import annotations
 
@@ -33,8 +32,7 @@ _INVALID_URL = getattr(http_exceptions, "InvalidURLError", ())
 
 
 def parser_refusal(status: int, exc: BaseException | None) -> tuple[int, str]:
-    """Status and a fixed detail for an error aiohttp hands to `handle_error` (its own message
-    quotes the request's bytes)."""
+    """Status and a fixed detail for an error aiohttp hands to `handle_error` (never its message)."""
     if isinstance(exc, http_exceptions.LineTooLong):
         return 431, LONG_LINE
     if isinstance(exc, http_exceptions.BadHttpMessage) and "too many headers" in str(exc).lower():
@@ -98,8 +96,7 @@ def _throttled_log(message: str, *args: Any) -> None:
 
 
 def on_loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-    """The serving loop's exception handler: a failed accept is logged at most once per
-    LOG_INTERVAL, without a traceback; anything else as asyncio would."""
+    """The serving loop's exception handler: a failed accept is `_throttled_log`ged, no traceback."""
     exc = context.get("exception")
     if isinstance(exc, OSError) and "accept" in str(context.get("message", "")):
         _throttled_log("cannot accept connections: %s (raise LimitNOFILE, or lower %s)", exc, CAP_SETTING)
@@ -188,8 +185,7 @@ class LayaRequestHandler(web.RequestHandler):
             self._timer = None
 
     def _write_refusal(self, status: int, detail: str, why: str = "") -> None:
-        """A whole `Connection: close` refusal straight to the socket, between requests (no request
-        object exists); `why` logs it."""
+        """A whole `Connection: close` refusal straight to the socket, between requests; `why` logs it."""
         request_id = new_request_id()
         if why:
             peer = self.transport.get_extra_info("peername") if self.transport is not None else None
@@ -332,8 +328,7 @@ class LayaRequestHandler(web.RequestHandler):
         exc: BaseException | None = None,
         message: str | None = None,
     ) -> web.StreamResponse:
-        """The parser's refusals (and any error that escaped the app) in the wire profile, logged
-        without the request's bytes."""
+        """The parser's refusals (and any error that escaped the app) in the wire profile."""
         status, detail = parser_refusal(status, exc)
         request_id = new_request_id()
         peer = request.remote
@@ -387,8 +382,7 @@ class LayaRequestHandler(web.RequestHandler):
 
 
 def handler_factory(runner: web.AppRunner, **kwargs: Any) -> Any:
-    """The protocol factory for `loop.create_server` in place of `runner.server`, with which the
-    connections still register; `kwargs`: `LayaRequestHandler`'s."""
+    """`loop.create_server`'s protocol factory in place of `runner.server`, where connections register."""
     server = runner.server
     if server is None:
         raise RuntimeError("call runner.setup() before serving")

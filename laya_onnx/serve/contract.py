@@ -1,7 +1,6 @@
 """One decision, top-down, with no web framework in it: `LocalDecider` (admission, the deadline,
-the checks of `validate.py`, the pass on the inference worker), then how its answer or refusal is
-shaped and rendered in the wire profile (docs/http-api.md#answers, docs/http-api.md#the-jev-profile).
-The aiohttp app and each Ray model replica decide through it."""
+the checks of `validate.py`, the pass on the inference worker), then its answer or refusal shaped
+and rendered in the wire profile (docs/http-api.md#answers, docs/http-api.md#the-jev-profile)."""
 
 from __future__ import annotations
 
@@ -40,7 +39,7 @@ log = logging.getLogger("laya_onnx.serve")
 ROUTE_PATHS = {"systemone": "/v1/systemone", "systemone_batch": "/v1/systemone/batch"}
 #: What the worker is told when the request it runs for is abandoned (the answer is not sent).
 ABANDONED = "its client went away or its deadline passed"
-#: The Jev contract's keys per answer type and of `usage`, in TypeSafe's order (docs/http-api.md#the-jev-profile).
+#: The Jev contract's keys per answer type, of `usage` and of a result (docs/http-api.md#the-jev-profile).
 JEV_KEYS = {
     "choice": tuple(schema.JevChoiceAnswer.model_fields),
     "score": tuple(schema.JevScoreAnswer.model_fields),
@@ -170,9 +169,8 @@ class LocalDecider:
         )
 
     async def on_worker(self, fn: Callable[[], Any], limits: CallLimits | None = None) -> Any:
-        """`fn` on the inference worker under `limits` once the worker is free, first come first
-        served. Cancelled meanwhile, `limits` is cancelled (no further pass starts), the caller
-        gets the CancelledError at once and the lock stays held until the worker is free."""
+        """`fn` on the inference worker under `limits`, first come first served. Cancelled, `limits`
+        is cancelled at once and the lock stays held until the worker is free."""
         lock, executor = self.lock, self.executor
         if lock is None or executor is None:  # made on startup; a request cannot come earlier
             raise RuntimeError("inference requested outside the server's run (no worker)")
@@ -286,10 +284,8 @@ def _release_from_worker(loop: asyncio.AbstractEventLoop, lock: WorkerLock) -> N
 
 
 def pass_refusal(exc: Exception, what: str, model: str) -> ApiError:
-    """The refusal for an exception the agent call raised: a pass or call over its budget is a 413,
-    a call stopped for its deadline a 504, the caller's mistake (`LayaInputError`) a 422 with its
-    text; anything else is ours: logged with its traceback (call it where the request's log context
-    is set), answered with a fixed 500 that leaks nothing about the host."""
+    """The refusal for what the agent call raised: over its budget 413, stopped for its deadline 504,
+    the caller's mistake 422 with its text; anything else a logged 500 that leaks nothing."""
     if isinstance(exc, (PassTooLarge, CallTooLarge)):
         return ApiError(413, str(exc))
     if isinstance(exc, CallStopped):
@@ -443,16 +439,14 @@ def answered_by(routed: dict[str, Any]) -> str:
 
 
 def answering_checkpoints(result: Any, checkpoint: Served) -> list[str]:
-    """The served checkpoints that answered a result (a batch's states may route apart), in order
-    of first answer; names from the routing blocks, never a client's text."""
+    """The served checkpoints that answered a result, in order, from its routing blocks."""
     results = result if isinstance(result, list) else [result]
     return [n for n in dict.fromkeys(answered_by(checkpoint.with_routing(r)) for r in results) if n]
 
 
 def answer_headers(fallback: str | None, unknown: str | None, names: list[str], name: str) -> dict[str, str]:
-    """`X-Model-Fallback` (and a log line) for a `model` served nowhere here, naming the answering
-    checkpoints `names` (else this server's `name`); `X-Unknown-Fields` for fields nothing reads;
-    each in printable ASCII (docs/http-api.md#request-fields, docs/http-api.md#the-model-field)."""
+    """`X-Model-Fallback` (and a log line) naming the checkpoints that answered a `model` served
+    nowhere here, `X-Unknown-Fields` (docs/http-api.md#request-fields, #the-model-field)."""
     headers = {}
     if fallback is not None:
         answered = ", ".join(names) or name

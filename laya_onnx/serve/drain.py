@@ -153,10 +153,8 @@ class Drain:
 
 
 class WorkerLock:
-    """One pass at a time on the worker, first come first served. While draining, a waiter whose
-    pass would not finish by the stop time is refused instead of started: when the drain begins,
-    after every pass, and when its turn comes. A pass is estimated by the holder's planned seconds
-    (`CallLimits.charged`), else the longest recent one."""
+    """One pass at a time on the worker, first come first served; while draining, a waiter whose
+    pass would not finish by the stop time is refused instead of started."""
 
     def __init__(self, drain: Drain) -> None:
         self._drain = drain
