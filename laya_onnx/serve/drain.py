@@ -49,7 +49,8 @@ class Drain:
         self.lock: WorkerLock | None = None
         self._writing = 0  # answers being written (any route): a drain waits for them too
         self._deadline: asyncio.Future[None] | None = None
-        self._idle: asyncio.Event | None = None
+        self._idle = asyncio.Event()  # no decision request in flight, no answer being written
+        self._idle.set()
 
     @property
     def draining(self) -> bool:
@@ -58,8 +59,6 @@ class Drain:
     def bind(self, lock: WorkerLock) -> None:
         self.lock = lock
         self._deadline = asyncio.get_running_loop().create_future()
-        self._idle = asyncio.Event()
-        self._idle.set()
 
     def begin(self, stop_at: float) -> None:
         """Start draining, or bring the stop time forward: refuse what can no longer finish."""
@@ -135,15 +134,14 @@ class Drain:
             self._settle()
 
     def _settle(self) -> None:
-        if self._idle is not None:
-            if self.in_flight or self._writing:
-                self._idle.clear()
-            else:
-                self._idle.set()
+        if self.in_flight or self._writing:
+            self._idle.clear()
+        else:
+            self._idle.set()
 
     async def wait_idle(self, timeout: float) -> bool:
         """No decision request in flight and no answer being written; False after `timeout`."""
-        if self._idle is None or (self.in_flight == 0 and self._writing == 0):
+        if self._idle.is_set():
             return True
         try:
             await asyncio.wait_for(self._idle.wait(), max(0.0, timeout))
@@ -175,15 +173,14 @@ class WorkerLock:
         """Refuse, in queue order, the waiters that would not be answered by `stop_at`."""
         estimate = self.pass_estimate()
         # the running request's own estimate (0: not planned yet, or no time model)
-        charged = self._holder.charged if self._holder is not None else 0.0
-        holding = charged if charged > 0 else None
-        if estimate is None and holding is None:
+        holding = self._holder.charged if self._holder is not None else 0.0
+        if estimate is None and not holding > 0:
             return  # nothing measured yet: each waiter is judged when its turn comes
         now = asyncio.get_running_loop().time()
         free_at = now
         if self.busy:  # held, or handed to a waiter that has not resumed yet
             elapsed = now - self._held_since if self._held_since is not None else 0.0
-            free_at += max(0.0, (holding if holding is not None else estimate or 0.0) - elapsed)
+            free_at += max(0.0, (holding if holding > 0 else estimate or 0.0) - elapsed)
         each = estimate or 0.0  # a waiter's own passes are not planned yet
         for fut in list(self._queue):
             if fut.done():
