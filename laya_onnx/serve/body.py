@@ -171,8 +171,7 @@ async def read_body(
 
 
 def page_refusal(headers: Any) -> ApiError | None:
-    """415 for a body a web page (`Origin`, `Sec-Fetch-Site`) sent as anything but JSON, else None
-    (serve/README.md#where-this-differs-from-laya-serve-and-why)."""
+    """415 for a body a web page (`Origin`, `Sec-Fetch-Site`) sent as anything but JSON, else None."""
     if "Origin" not in headers and "Sec-Fetch-Site" not in headers:
         return None
     media = (headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()

@@ -83,8 +83,7 @@ class Reply:
 
 
 class LocalDecider:
-    """Decisions in this process, once the body is read (docs/http-api.md#concurrency,
-    docs/http-api.md#refusals-in-order); `start()` and `stop()` bind it to the serving loop."""
+    """Decisions in this process (docs/http-api.md#concurrency); `start()` binds it to the loop."""
 
     def __init__(self, served: Served, settings: Settings):
         self.served = served

@@ -1,5 +1,4 @@
-"""The drain (serve/README.md#stopping-a-terminating-signal-drains) and the worker's lock, which
-refuses a waiter that would not finish by the drain's stop time."""
+"""The drain (serve/README.md#stopping-a-terminating-signal-drains) and the worker's lock."""
 
 from __future__ import annotations
 

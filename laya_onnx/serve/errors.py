@@ -1,5 +1,4 @@
-"""A refusal (`ApiError`) and the texts more than one module refuses with; its body in each wire
-profile is `contract.error_body`'s."""
+"""A refusal (`ApiError`) and the texts more than one module refuses with (`contract.error_body`)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The facts `app.handle` leaves on an aiohttp request for what reads them after the handler:
-the access log line (`logs.py`) and the bench's recorder (`laya_onnx.bench.saturate`)."""
+"""What `app.handle` leaves on an aiohttp request for the access line and the bench's recorder."""
 
 from __future__ import annotations
 

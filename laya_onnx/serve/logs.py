@@ -58,8 +58,7 @@ def _timestamp(seconds: float) -> str:
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per record: `ts`, `level`, `logger`, `message`, `request_id` and, while a
-    span is current, `trace_id` and `span_id`; a traceback as `exception`."""
+    """One JSON object per record, with the request and trace ids (serve/README.md#request-ids-and-logs)."""
 
     def format(self, record: logging.LogRecord) -> str:
         fields: dict[str, Any] = {

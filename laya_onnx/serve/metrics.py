@@ -85,8 +85,7 @@ class Answered:
 
 
 class RequestMetrics:
-    """What both front ends count at their HTTP edge, on a registry of their own (apps in one
-    process never collide)."""
+    """What both front ends count at their HTTP edge, on a registry of their own."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()

@@ -1,5 +1,4 @@
-"""Micro-batching (LAYA_BATCH_WINDOW_MS): the window in which concurrent `/v1/systemone`
-decisions that share a `core.grouping.group_key` gather, to run as `core.grouping.run_group`."""
+"""Micro-batching: concurrent `/v1/systemone` decisions gathered to run as `core.grouping.run_group`."""
 
 from __future__ import annotations
 
@@ -29,8 +28,8 @@ class _Group:
 
 
 class MicroBatcher:
-    """Collects decisions per `group_key` for LAYA_BATCH_WINDOW_MS, then runs each group with
-    `execute` on the inference worker; a group of LAYA_BATCH_MAX_REQUESTS runs at once."""
+    """Decisions that share a `group_key`, collected for LAYA_BATCH_WINDOW_MS (or until there are
+    LAYA_BATCH_MAX_REQUESTS), then run as one group with `execute` on the inference worker."""
 
     def __init__(self, agent: DecisionAgent, settings: Settings, execute: Execute):
         self.agent = agent
