@@ -102,23 +102,19 @@ class LocalDecider:
 
     async def decide(self, route: str, raw: bytes) -> Reply:
         """One decision: 503 past LAYA_MAX_CONCURRENT (never queued), 504 past its deadline."""
+        timeout = self.settings.request_timeout
         try:
             if self.admission is None or self.admission.locked():
                 raise ApiError(503, BUSY, {"Retry-After": "1"})
             async with self.admission:
-                return await self.drain.run(self._within_deadline(route, raw))
-        finally:
-            # once this request's body and parsed objects are gone (the next turn of the loop)
-            asyncio.get_running_loop().call_soon(self.memory.after_request)
-
-    async def _within_deadline(self, route: str, raw: bytes) -> Reply:
-        timeout = self.settings.request_timeout
-        try:
-            return await asyncio.wait_for(self._answer(route, raw), timeout)
+                return await self.drain.run(asyncio.wait_for(self._answer(route, raw), timeout))
         except asyncio.TimeoutError:
             log.info("504: not answered within %gs of admission", timeout)
             detail = "request not answered within %g s of its admission (%s); no further pass of it runs"
             raise ApiError(504, detail % (timeout, table.REQUEST_TIMEOUT.env)) from None
+        finally:
+            # once this request's body and parsed objects are gone (the next turn of the loop)
+            asyncio.get_running_loop().call_soon(self.memory.after_request)
 
     async def _answer(self, route: str, raw: bytes) -> Reply:
         served, settings = self.served, self.settings
