@@ -66,26 +66,22 @@ class Drain:
         self.stop_at = stop_at if self.stop_at is None else min(self.stop_at, stop_at)
         if self.lock is not None:
             self.lock.refuse_unfinishable(self.stop_at)
-        loop.call_at(self.stop_at, self._at_stop_time)
+        loop.call_at(self.stop_at, self._judge)
         if first:
-            loop.call_later(REJUDGE_SECONDS, self._rejudge)
+            loop.call_later(REJUDGE_SECONDS, self._judge)
 
-    def _rejudge(self) -> None:
-        """Judge the queue again: the running request's estimate may be known since."""
+    def _judge(self) -> None:
+        """At the stop time, refuse every waiter; before it, judge the queue again (the running
+        request's estimate may be known since), and again REJUDGE_SECONDS later."""
         if self.lock is None or self.stop_at is None or self._deadline is None or self._deadline.done():
             return
-        self.lock.refuse_unfinishable(self.stop_at)
-        asyncio.get_running_loop().call_later(REJUDGE_SECONDS, self._rejudge)
-
-    def _at_stop_time(self) -> None:
-        # of the timers a stop time brought forward left, the first at or after it does the work
-        if self._deadline is None or self._deadline.done() or self.stop_at is None:
-            return
-        if asyncio.get_running_loop().time() + 1e-3 < self.stop_at:
-            return
-        self._deadline.set_result(None)
-        if self.lock is not None:
+        loop = asyncio.get_running_loop()
+        if loop.time() + 1e-3 >= self.stop_at:
+            self._deadline.set_result(None)
             self.lock.refuse_all()
+        else:
+            self.lock.refuse_unfinishable(self.stop_at)
+            loop.call_at(min(loop.time() + REJUDGE_SECONDS, self.stop_at), self._judge)
 
     def refuse(self, reason: str) -> DrainRefusal:
         self.refused += 1
