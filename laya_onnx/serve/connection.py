@@ -58,6 +58,7 @@ LONG_LINE = "request line or header field too long"
 GONE_PROBE_SECONDS = 0.05
 #: Linux's TCP state of a socket reset by its peer (`TCP_INFO`'s first byte).
 TCP_CLOSE = 7
+_TCP_INFO = getattr(socket, "TCP_INFO", None)
 #: aiohttp's limit on a request line (its `max_line_size`), checked here first.
 MAX_REQUEST_LINE = 8190
 #: After refusing a request line: how long, and how many bytes, the rest is read and dropped.
@@ -207,12 +208,10 @@ class LayaRequestHandler(web.RequestHandler):
         if over <= 0:
             return
         # idle keep-alive connections make room first, oldest first
-        for conn in list(connections):
-            if over <= 0:
-                break
-            if conn is not self and isinstance(conn, LayaRequestHandler) and conn.idle and conn.transport:
-                conn.force_close()
-                over -= 1
+        idle = [c for c in connections if c is not self and isinstance(c, LayaRequestHandler) and c.idle]
+        for conn in [c for c in idle if c.transport][:over]:
+            conn.force_close()
+            over -= 1
         if over <= 0:
             return
         if over > HEALTH_RESERVE:
@@ -245,11 +244,7 @@ class LayaRequestHandler(web.RequestHandler):
             return
         try:
             error = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-            state = (
-                sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0]
-                if hasattr(socket, "TCP_INFO")
-                else 0
-            )
+            state = sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, 1)[0] if _TCP_INFO is not None else 0
         except OSError:
             error, state = 1, 0
         if error or state == TCP_CLOSE:
