@@ -29,6 +29,29 @@ log = logging.getLogger("laya_onnx.serve")
 # aiohttp < 3.10 has no BadHttpMethod (a BadStatusLine there)
 _BAD_METHOD = getattr(http_exceptions, "BadHttpMethod", ())
 _INVALID_URL = getattr(http_exceptions, "InvalidURLError", ())
+LONG_LINE = "request line or header field too long"
+#: Seconds after a client closed its side before its socket is looked at (gone or half-closed).
+GONE_PROBE_SECONDS = 0.05
+#: Linux's TCP state of a socket reset by its peer (`TCP_INFO`'s first byte).
+TCP_CLOSE = 7
+_TCP_INFO = getattr(socket, "TCP_INFO", None)
+#: aiohttp's limit on a request line (its `max_line_size`), checked here first.
+MAX_REQUEST_LINE = 8190
+#: After refusing a request line: how long, and how many bytes, the rest is read and dropped.
+LINGER_SECONDS = 2.0
+LINGER_BYTES = 16 * 1024 * 1024
+#: Connections past the cap kept for the health routes, and file descriptors kept free.
+HEALTH_RESERVE = 32
+FD_MARGIN = 64
+CAP_SETTING = settings.MAX_CONNECTIONS.env
+#: Seconds between two log lines about refused or failed connections.
+LOG_INTERVAL = 10.0
+_last_logged: dict[str, float] = {}
+_suppressed: dict[str, int] = {}
+#: What `framed_pieces` reads of a request's head.
+_HEAD_END = b"\r\n\r\n"
+_CONTENT_LENGTH = re.compile(rb"\r\ncontent-length[ \t]*:[ \t]*([0-9]{1,18})[ \t]*(?=\r\n)", re.IGNORECASE)
+_TRANSFER_ENCODING = re.compile(rb"\r\ntransfer-encoding[ \t]*:", re.IGNORECASE)
 
 
 def parser_refusal(status: int, exc: BaseException | None) -> tuple[int, str]:
@@ -51,27 +74,6 @@ def parser_refusal(status: int, exc: BaseException | None) -> tuple[int, str]:
         return 400, "malformed request"
     status = 504 if status == 504 else 500
     return status, HTTPStatus(status).phrase
-
-
-LONG_LINE = "request line or header field too long"
-#: Seconds after a client closed its side before its socket is looked at (gone or half-closed).
-GONE_PROBE_SECONDS = 0.05
-#: Linux's TCP state of a socket reset by its peer (`TCP_INFO`'s first byte).
-TCP_CLOSE = 7
-_TCP_INFO = getattr(socket, "TCP_INFO", None)
-#: aiohttp's limit on a request line (its `max_line_size`), checked here first.
-MAX_REQUEST_LINE = 8190
-#: After refusing a request line: how long, and how many bytes, the rest is read and dropped.
-LINGER_SECONDS = 2.0
-LINGER_BYTES = 16 * 1024 * 1024
-#: Connections past the cap kept for the health routes, and file descriptors kept free.
-HEALTH_RESERVE = 32
-FD_MARGIN = 64
-CAP_SETTING = settings.MAX_CONNECTIONS.env
-#: Seconds between two log lines about refused or failed connections.
-LOG_INTERVAL = 10.0
-_last_logged: dict[str, float] = {}
-_suppressed: dict[str, int] = {}
 
 
 def connection_cap() -> int:
@@ -103,11 +105,6 @@ def on_loop_error(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> N
         _throttled_log("cannot accept connections: %s (raise LimitNOFILE, or lower %s)", exc, CAP_SETTING)
         return
     loop.default_exception_handler(context)
-
-
-_HEAD_END = b"\r\n\r\n"
-_CONTENT_LENGTH = re.compile(rb"\r\ncontent-length[ \t]*:[ \t]*([0-9]{1,18})[ \t]*(?=\r\n)", re.IGNORECASE)
-_TRANSFER_ENCODING = re.compile(rb"\r\ntransfer-encoding[ \t]*:", re.IGNORECASE)
 
 
 def framed_pieces(data: bytes) -> Iterator[bytes]:

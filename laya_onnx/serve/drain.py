@@ -22,6 +22,7 @@ RETRY_AFTER_SECONDS = 5
 RECENT_PASSES = 32
 #: Seconds between two judgements of the queue while draining.
 REJUDGE_SECONDS = 0.5
+WOULD_NOT_FINISH = "its pass would not finish before the drain's stop time"
 
 
 class DrainRefusal(ApiError):
@@ -30,9 +31,6 @@ class DrainRefusal(ApiError):
     def __init__(self, reason: str) -> None:
         super().__init__(503, SHUTTING_DOWN, {"Retry-After": str(RETRY_AFTER_SECONDS)})
         self.reason = reason
-
-
-WOULD_NOT_FINISH = "its pass would not finish before the drain's stop time"
 
 
 class Drain:

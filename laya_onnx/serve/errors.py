@@ -4,6 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+#: Details shared by both decision routes, written once so the routes cannot drift apart.
+BODY_TOO_LARGE = "request body too large"
+BODY_TIMEOUT = "request body was not received in time"
+BODY_UNDECODABLE = "request body could not be decoded (transfer or content encoding)"
+INVALID_JSON = "request body must be valid JSON"
+LONE_SURROGATE = "request body contains an unpaired surrogate escape; those cannot be encoded as UTF-8"
+BUSY = "server busy, try again later"
+UNAUTHORIZED = "invalid or missing bearer token"
+INFERENCE_FAILED = "inference failed"
+NON_FINITE = "Out of range float values are not JSON compliant"
+SHUTTING_DOWN = "server is shutting down, try again later"
+HEADERS_TIMEOUT = "request headers were not received in time"
+NOT_JSON_FROM_A_PAGE = "a request from a web page must send its body as application/json"
+UNSUPPORTED_VERSION = "HTTP version not supported; send HTTP/1.1"
+TOO_MANY_CONNECTIONS = "too many open connections, try again later"
+
 
 class ApiError(Exception):
     """A refusal: an HTTP status, headers, and a `detail` written for the caller. Nothing else
@@ -22,20 +38,3 @@ class ApiError(Exception):
         self.item = index
         self.headers["X-Batch-Item"] = str(index)
         return self
-
-
-#: Details shared by both decision routes, written once so the routes cannot drift apart.
-BODY_TOO_LARGE = "request body too large"
-BODY_TIMEOUT = "request body was not received in time"
-BODY_UNDECODABLE = "request body could not be decoded (transfer or content encoding)"
-INVALID_JSON = "request body must be valid JSON"
-LONE_SURROGATE = "request body contains an unpaired surrogate escape; those cannot be encoded as UTF-8"
-BUSY = "server busy, try again later"
-UNAUTHORIZED = "invalid or missing bearer token"
-INFERENCE_FAILED = "inference failed"
-NON_FINITE = "Out of range float values are not JSON compliant"
-SHUTTING_DOWN = "server is shutting down, try again later"
-HEADERS_TIMEOUT = "request headers were not received in time"
-NOT_JSON_FROM_A_PAGE = "a request from a web page must send its body as application/json"
-UNSUPPORTED_VERSION = "HTTP version not supported; send HTTP/1.1"
-TOO_MANY_CONNECTIONS = "too many open connections, try again later"

@@ -26,10 +26,11 @@ _VALID_REQUEST_ID = re.compile(r"[A-Za-z0-9._~:/+=@-]{1,128}")
 current_request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "laya_onnx_request_id", default=None
 )
-
-
 #: How an answer's write ended (serve/README.md#request-ids-and-logs); `cancelled` is the status too.
 WHOLE, RESET, SEND_TIMEOUT, CANCELLED = "whole", "reset", "send-timeout", "cancelled"
+#: What a text log line never carries as is: control characters (C0, DEL, C1), the Unicode line
+#: separators, the quote that delimits the request and the backslash that escapes.
+_UNPRINTABLE = re.compile('[\x00-\x1f\x7f-\x9f\u2028\u2029"\\\\]')
 
 
 def new_request_id() -> str:
@@ -132,11 +133,6 @@ def log_cut(
     else:
         sent = response.body_length if response.prepared else 0
         logger.write(_access_fields(request, response.status, sent, seconds, request_id, RESET))
-
-
-#: What a text log line never carries as is: control characters (C0, DEL, C1), the Unicode line
-#: separators, the quote that delimits the request and the backslash that escapes.
-_UNPRINTABLE = re.compile('[\x00-\x1f\x7f-\x9f\u2028\u2029"\\\\]')
 
 
 def printable(value: Any) -> str:
