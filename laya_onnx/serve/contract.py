@@ -352,7 +352,6 @@ def _jev_answer(answer: Any) -> Any:
     kind = answer.get("type") if isinstance(answer, dict) else None
     if kind not in JEV_KEYS:
         return answer
-    assert isinstance(answer, dict)
     values = dict(answer)
     if "confidence" in values:
         values["x_laya_confidence"] = values.pop("confidence")
@@ -458,11 +457,8 @@ def error_body(settings: Settings, status: int, detail: str, errors: Any = None)
     if not settings.jev:
         return {"detail": detail}
     if status == 422:
-        return {
-            "detail": errors
-            if errors is not None
-            else [{"loc": ["body"], "msg": detail, "type": "value_error"}]
-        }
+        default = [{"loc": ["body"], "msg": detail, "type": "value_error"}]
+        return {"detail": errors if errors is not None else default}
     error_type = ERROR_TYPES.get(status, "internal_error" if status >= 500 else "api_usage_error")
     return {"detail": {"error_type": error_type, "message": detail}}
 

@@ -175,10 +175,8 @@ def configure_logging(level: int, access_log: str, log_format: str = "text") -> 
     """The root handler in `log_format`, and the access logger (None when off); JSON access lines
     print bare on a handler of their own, so a shipper reading stderr sees one object a line."""
     handler = logging.StreamHandler()
-    if log_format == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(RequestIdFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    text = RequestIdFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler.setFormatter(JsonFormatter() if log_format == "json" else text)
     logging.basicConfig(level=level, handlers=[handler], force=True)
     logging.getLogger("laya_onnx").setLevel(level)
     log_warnings()
