@@ -72,10 +72,8 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     content_type: str = "application/json"
     route: str = UNMATCHED  # the route's template for the metrics
-    #: The connection must close after this answer (draining, or the body was left unread).
-    close: bool = False
-    #: Of a successful decision: the pass's and the wait's milliseconds, its (question rows,
-    #: input tokens), and what the per-request metrics count it under.
+    close: bool = False  # the connection closes after this answer (draining, or a body left unread)
+    #: Of a successful decision: the pass's and the wait's ms, its (rows, input tokens), its metrics.
     inference_ms: float | None = None
     queue_ms: float | None = None
     work: tuple[int, int] | None = None

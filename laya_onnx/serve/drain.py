@@ -37,8 +37,7 @@ class Drain:
     """One app's shutdown state, on the serving loop: when answering must stop, and the counts."""
 
     def __init__(self) -> None:
-        #: `loop.time()` by which every decision request must have its answer; None = serving.
-        self.stop_at: float | None = None
+        self.stop_at: float | None = None  # `loop.time()` every answer is due by; None: serving
         self.in_flight = 0  # decision requests past admission, not answered yet
         self.answered = 0  # answered (any status) after the drain began
         self.refused = 0  # refused with 503 because of the drain

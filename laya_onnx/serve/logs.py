@@ -28,8 +28,7 @@ current_request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 )
 #: How an answer's write ended (serve/README.md#request-ids-and-logs); `cancelled` is the status too.
 WHOLE, RESET, SEND_TIMEOUT, CANCELLED = "whole", "reset", "send-timeout", "cancelled"
-#: What a text log line never carries as is: control characters (C0, DEL, C1), the Unicode line
-#: separators, the quote that delimits the request and the backslash that escapes.
+#: What a text log line never carries as is: control characters, line separators, `"` and `\`.
 _UNPRINTABLE = re.compile('[\x00-\x1f\x7f-\x9f\u2028\u2029"\\\\]')
 
 
