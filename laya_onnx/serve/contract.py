@@ -253,10 +253,12 @@ class LocalDecider:
 
 
 def _timed(fn: Callable[[], Any]) -> Outcome:
-    """`fn`'s result or exception, and when it began and ended (on the worker)."""
+    """`fn`'s result or exception (a refusal is raised as it is), and when it began and ended."""
     started = time.perf_counter()
     try:
         result = fn()
+    except ApiError:
+        raise
     except Exception as exc:
         return Outcome(error=exc, started=started, ended=time.perf_counter())
     return Outcome(result=result, started=started, ended=time.perf_counter())
