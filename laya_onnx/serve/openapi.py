@@ -1,8 +1,5 @@
-"""`/openapi.json` and `/docs`, generated from the models of `schema.py` and of the other routes'
-answers (below), and `GET /`, the index of the routes a server answers (`index_payload`).
-
-Both documents are served only without LAYA_API_KEY, as laya-serve does (docs/http-api.md#routes);
-`/docs` is one self-contained HTML page (no script, stylesheet or font from elsewhere).
+"""`/openapi.json` and `/docs` (one self-contained HTML page), generated from the models of `schema.py`
+and of the other routes' answers (below), and `GET /`, the index of the routes a server answers.
 """
 
 from __future__ import annotations
@@ -29,8 +26,6 @@ from laya_onnx.serve.errors import (
     NOT_JSON_FROM_A_PAGE,
     UNAUTHORIZED,
 )
-
-# -- the error bodies (`contract.error_body`) ------------------------------------------------
 
 
 class Error(BaseModel):
@@ -60,9 +55,6 @@ class JevError(BaseModel):
     """The Jev profile's other refusals."""
 
     detail: JevErrorDetail
-
-
-# -- the other routes' answers (docs/http-api.md#health, serve/README.md#health) ---------------
 
 
 class FallbackCount(BaseModel):
@@ -230,8 +222,7 @@ class _Schemas(GenerateJsonSchema):
 
 
 def _components(jev_profile: bool, budget: int) -> dict[str, Any]:
-    """The models' JSON Schemas (2020-12), each named by its model; `max_len` and `head_max_len`
-    capped at this server's token budget (a setting, read after the models are defined)."""
+    """The models' JSON Schemas, named by model; `max_len` and `head_max_len` capped at `budget`."""
     models: tuple[type[BaseModel], ...] = (*_PROFILES[False][:4], *_OTHER_ANSWERS, Error)
     models += (*_PROFILES[True][:4], JevError, JevValidationError) if jev_profile else ()
     pairs = [(m, "validation" if m.__name__.endswith("Request") else "serialization") for m in models]
@@ -250,12 +241,8 @@ def _components(jev_profile: bool, budget: int) -> dict[str, Any]:
 def openapi_document(
     root_path: str = "", jev_profile: bool = False, token_budget: int = settings.MAX_TOKEN_BUDGET.default
 ) -> dict[str, Any]:
-    """The whole document, once per process, root path, wire profile and token budget.
-
-    `jev_profile`: the decision routes take and answer the Jev profile's types and error shapes.
-    With LAYA_ROOT_PATH the document names it as its server, as laya-serve's FastAPI does; the
-    paths stay unprefixed, and both forms answer.
-    """
+    """The whole document in a wire profile; LAYA_ROOT_PATH is its server, as laya-serve's FastAPI
+    has it (the paths stay unprefixed: both forms answer)."""
     single, batch = _PROFILES[jev_profile][:2], _PROFILES[jev_profile][2:4]
     text = {"schema": {"type": "string"}}
     never_401 = "Never 401; the full payload only without %s or with the right bearer." % _KEY
@@ -316,9 +303,8 @@ def openapi_json(
 def index_payload(
     routes: Iterable[tuple[str, str]], root_path: str = "", public: bool = True, docs: bool = True
 ) -> dict[str, Any]:
-    """`GET /`: the (method, path) `routes` a server answers, each with its summary from the
-    document, under `root_path`; `public` (no API key): the version too; `docs`: the links to
-    `/docs` and `/openapi.json`, where they are served."""
+    """`GET /`: the (method, path) `routes` under `root_path` with their summaries; `public` (no API
+    key): the version too; `docs`: the links to `/docs` and `/openapi.json`."""
     paths = openapi_document()["paths"]
     out: dict[str, Any] = {"name": TITLE, "summary": SUMMARY}
     if public:
@@ -351,8 +337,7 @@ def _schema_link(content: dict[str, Any]) -> str:
 
 @lru_cache(maxsize=2)
 def docs_html(jev_profile: bool = False) -> str:
-    """The document as one HTML page: each route with its body and answers, then every schema;
-    its links are in-page anchors only."""
+    """The document as one HTML page, each route then each schema; its links are in-page anchors."""
     doc, e = openapi_document(jev_profile=jev_profile), html.escape
     title = "%s %s" % (TITLE, doc["info"]["version"])
     out = [

@@ -1,10 +1,6 @@
-"""The wire contract of the decision routes as pydantic models, one set for both wire profiles
-(docs/http-api.md#request-fields): every field, limit and description is written here once.
-
-`validate.Body` checks a body with them (docs/http-api.md#refusals-in-order) and `openapi.py`
-generates `/openapi.json` and `/docs` from them. The Jev profile reads the `Jev` variants: a
-question may leave `instructions` out and `questions` must not be empty. The rules a JSON Schema
-cannot state are written into the descriptions and refused with a documented 4xx.
+"""The wire contract of the decision routes as pydantic models, for both wire profiles
+(docs/http-api.md#request-fields): `validate.Body` checks a body with them, `openapi.py` generates
+`/openapi.json` from them. A rule a JSON Schema cannot state is written into its description.
 """
 
 from __future__ import annotations
@@ -77,12 +73,8 @@ def _blank(value: Any, handler: Any) -> Any:
 NonBlank = Annotated[str, Field(pattern=NOT_BLANK), WrapValidator(_blank)]
 
 
-# -- the state -------------------------------------------------------------------------------
-
-
 def state_length(state: Any) -> int:
-    """The state's size as the model reads it: a string as is, anything else as its JSON text;
-    -1 for a value JSON cannot write."""
+    """The state's size as the model reads it (a string, else its JSON text); -1 if JSON cannot write it."""
     if isinstance(state, str):
         return len(state)
     try:
@@ -92,8 +84,7 @@ def state_length(state: Any) -> int:
 
 
 def _state(value: Any) -> Any:
-    """Not null, and not over the size limit as sent (before a long numeric text could be read
-    as a number)."""
+    """Not null, and within the size limit as sent (before a long numeric text is read as a number)."""
     if value is None:
         raise PydanticCustomError("missing", "state must not be null")
     n = state_length(value)
@@ -101,7 +92,7 @@ def _state(value: Any) -> Any:
         raise PydanticCustomError("json_type", "state must be JSON-serializable")
     if n > MAX_STATE_CHARS:
         raise PydanticCustomError(
-            "too_long", "at most {max_length} characters", {"max_length": MAX_STATE_CHARS}
+            "too_long", "at most {max_length} characters", {"max_length": MAX_STATE_CHARS, "length": n}
         )
     return value
 
@@ -114,9 +105,6 @@ State = Annotated[
         "measured that way (413 beyond)." % MAX_STATE_CHARS
     ),
 ]
-
-
-# -- questions -------------------------------------------------------------------------------
 
 
 def _one_branch(value: Any, handler: Any) -> Any:
@@ -313,9 +301,6 @@ JevQuestions = Annotated[
 ]
 
 
-# -- controls --------------------------------------------------------------------------------
-
-
 def _within_budget(value: int | None, info: ValidationInfo) -> int | None:
     cap = (info.context or {}).get("max_token_budget", settings.MAX_TOKEN_BUDGET.default)
     if value is not None and value > cap:
@@ -398,8 +383,6 @@ class JevBatchRequest(_Batch):
 
     questions: JevQuestions
 
-
-# -- answers ---------------------------------------------------------------------------------
 
 _STRICT = f"Absent under {settings.JEV_STRICT.env}."
 _GATE = "Only when the request set min_confidence."

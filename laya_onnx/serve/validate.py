@@ -1,15 +1,12 @@
 """The refusals of a decision body in laya-serve's order and words (docs/http-api.md#refusals-in-order),
-read off the errors of the request models (`schema.py`), in both wire profiles
-(docs/http-api.md#the-jev-profile); the checks no model states (JSON, unpaired surrogates, the
-options of all questions together); the batch plan (docs/http-api.md#batch).
+read off the errors of the request models (`schema.py`) in both wire profiles, beside the checks no
+model states; the batch plan (docs/http-api.md#batch).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
-from collections.abc import Iterator
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -23,16 +20,19 @@ from laya_onnx.serve.errors import INVALID_JSON, LONE_SURROGATE, ApiError
 from laya_onnx.serve.served import Served
 from laya_onnx.serve.settings import Settings
 
-#: Row width a batch is planned with when the request sets no `max_len` (the english default).
-BATCH_ROW_TOKENS_ASSUMED = 512
-#: The keys a body may send only as null: hooks name code running in the server; the batch's
-#: out-parameters could never be read back (the models' null-only fields).
+#: The keys a body may send only as null (the models' null-only fields), by their refusal, in
+#: order: hooks name code running in the server; the batch's out-parameters are never read back.
 HOOK_KEYS = tuple(k for k, f in schema.DecisionRequest.model_fields.items() if f.annotation is type(None))
-OUT_PARAMETERS = tuple(
-    k
-    for k, f in schema.BatchRequest.model_fields.items()
-    if f.annotation is type(None) and k not in HOOK_KEYS
-)
+NULL_ONLY = {
+    "%s run inside the server process and cannot be sent to this endpoint; "
+    "install them where laya-serve runs, or drop them": HOOK_KEYS,
+    "%s is filled in place for an in-process caller and cannot be returned over HTTP; "
+    "read the per-group report from the CLI or a local Router": tuple(
+        k
+        for k, f in schema.BatchRequest.model_fields.items()
+        if f.annotation is type(None) and k not in HOOK_KEYS
+    ),
+}
 #: The fields each route reads (`unknown_named` names the others).
 REQUEST_FIELDS = tuple(schema.DecisionRequest.model_fields)
 BATCH_FIELDS = tuple(schema.BatchRequest.model_fields)
@@ -43,8 +43,6 @@ CONTROLS = tuple(
     for k in schema.DecisionRequest.model_fields
     if k not in (*HOOK_KEYS, "state", "questions", "model", "task")
 )
-#: How many fields nothing reads a response names at most (the first, in the body's order).
-UNKNOWN_FIELDS_NAMED = 16
 _MODELS: dict[tuple[bool, bool], type[BaseModel]] = {
     (False, False): schema.DecisionRequest,
     (False, True): schema.JevSystemOneRequest,
@@ -52,7 +50,6 @@ _MODELS: dict[tuple[bool, bool], type[BaseModel]] = {
     (True, True): schema.JevBatchRequest,
 }
 _SURROGATE = re.compile("[\ud800-\udfff]")
-_TOO_LONG = ("too_long",)
 #: What the model reads for a Jev question without `instructions` (docs/http-api.md#the-jev-profile).
 DEFAULT_INSTRUCTIONS = {
     "choice": "Which option applies?",
@@ -69,44 +66,15 @@ class JevValidationError(ApiError):
         self.errors = errors
 
 
-@contextlib.contextmanager
-def validation_stage(jev: bool) -> Iterator[None]:
-    """Inside, a 400/422 refusal of the body is re-raised as the Jev 422 list when `jev`."""
-    try:
-        yield
-    except JevValidationError:
-        raise
-    except ApiError as exc:
-        if not jev or exc.status not in (400, 422):
-            raise
-        kind = "json_invalid" if exc.status == 400 and "valid JSON" in exc.detail else "value_error"
-        refusal = JevValidationError([{"loc": ["body"], "msg": exc.detail, "type": kind}])
-        if exc.item is not None:  # a batch item at fault: its place in the list, and the header
-            refusal.errors[0]["loc"] = ["body", "states", exc.item]
-            refusal.at_item(exc.item)
-        raise refusal from None
-
-
-def with_default_instructions(questions: dict[str, Any]) -> dict[str, Any]:
-    """The questions as sent, each without `instructions` given its type's neutral one."""
-    out = {}
-    for qid, q in questions.items():
-        if isinstance(q, dict) and q.get("instructions") is None and q.get("type") in DEFAULT_INSTRUCTIONS:
-            q = {**q, "instructions": DEFAULT_INSTRUCTIONS[q["type"]]}
-        out[qid] = q
-    return out
-
-
 def check(
     raw: bytes, agent: Any, checkpoint: Served, settings: Settings, batch: bool
 ) -> tuple[dict[str, Any], dict[str, Any], str | None, str | None]:
-    """A decision body's checks in order (docs/http-api.md#refusals-in-order), the first failing
-    one raised: the body, the controls for the agent (only those the caller sent, what the Router
-    routes by, a batch's pass plan), the `model` it named when served nowhere here, and its
-    fields that nothing reads (`unknown_named`)."""
-    with validation_stage(settings.jev):
-        body = Body(parse_json(raw), batch, settings.jev, settings.max_token_budget)
-        body.limits()
+    """A decision body's checks in order, the first failing one raised (in the Jev profile a 400
+    or 422 as the Jev list): the body, the controls for the agent (only those the caller sent,
+    what the Router routes by, a batch's pass plan), the `model` it named when served nowhere
+    here, and its fields that nothing reads."""
+    try:
+        body = Body(raw, batch, settings.jev, settings.max_token_budget)
         body.refusals()
         model = checkpoint.check_model(body.body.get("model"))
         checked = {k: body.control(k) for k in CONTROLS}
@@ -116,6 +84,15 @@ def check(
         if batch:
             body.plan(controls, agent, settings.max_batch_tokens)
         checkpoint.check_task(body.body.get("task"))
+    except ApiError as exc:
+        if isinstance(exc, JevValidationError) or not settings.jev or exc.status not in (400, 422):
+            raise
+        kind = "json_invalid" if exc.detail == INVALID_JSON else "value_error"
+        refusal = JevValidationError([{"loc": ["body"], "msg": exc.detail, "type": kind}])
+        if exc.item is not None:  # a batch item at fault: its place in the list, and the header
+            refusal.errors[0]["loc"] = ["body", "states", exc.item]
+            refusal.at_item(exc.item)
+        raise refusal from None
     return (
         body.body,
         controls,
@@ -129,21 +106,12 @@ def unknown_named(body: dict[str, Any], known: tuple[str, ...]) -> str | None:
     questions' that nothing reads, each with `=nearest` where a known one is close; printable
     ASCII (anything else, and the list's comma, is "?"), at most 1 000 characters."""
     named = []
-    for f in unknown_fields(body, known, most=UNKNOWN_FIELDS_NAMED):
+    for f in unknown_fields(body, known, most=16):
         where = str(f.name) if f.question is None else "%s.%s" % (f.question, f.name)
         named.append(where if f.did_you_mean is None else "%s=%s" % (where, f.did_you_mean))
     if not named:
         return None
     return ", ".join("".join(c if " " < c <= "~" and c != "," else "?" for c in n) for n in named)[:1000]
-
-
-def parse_json(raw: bytes) -> Any:
-    """`json.loads` on the raw bytes: BOM/UTF-16/UTF-32 detection, NaN literals, last key wins."""
-    try:
-        return json.loads(raw)
-    except (ValueError, RecursionError):
-        # ValueError covers JSONDecodeError, UnicodeDecodeError and the >4300-digit int guard.
-        raise ApiError(400, INVALID_JSON) from None
 
 
 def _jev_schema(error: ErrorDetails) -> bool:
@@ -156,14 +124,17 @@ def _jev_schema(error: ErrorDetails) -> bool:
         return kind == "missing"
     if loc[0] == "states":
         return len(loc) == 1 and kind != "too_long"
-    return loc[0] == "questions" and kind not in (*_TOO_LONG, "null_level")
+    return loc[0] == "questions" and kind not in ("too_long", "null_level")
 
 
 class Body:
     """A decision body and its model's errors, asked in laya-serve's order by the methods below."""
 
-    def __init__(self, body: Any, batch: bool, jev_profile: bool, max_token_budget: int):
-        self.body = body
+    def __init__(self, raw: bytes, batch: bool, jev_profile: bool, max_token_budget: int):
+        try:  # BOM/UTF-16/UTF-32 detection, NaN literals, the last of a repeated key
+            body = self.body = json.loads(raw)
+        except (ValueError, RecursionError):  # also UnicodeDecodeError and the >4300-digit int guard
+            raise ApiError(400, INVALID_JSON) from None
         self.batch = batch
         try:
             _MODELS[batch, jev_profile].model_validate(body, context={"max_token_budget": max_token_budget})
@@ -176,7 +147,13 @@ class Body:
                 raise JevValidationError(
                     [{"loc": ["body", *e["loc"]], "msg": e["msg"], "type": e["type"]} for e in listed]
                 )
-            self.body = {**body, "questions": with_default_instructions(body["questions"])}
+            neutral = DEFAULT_INSTRUCTIONS
+            self.body["questions"] = {
+                qid: {**q, "instructions": neutral[q["type"]]}
+                if isinstance(q, dict) and q.get("instructions") is None and q.get("type") in neutral
+                else q
+                for qid, q in body["questions"].items()
+            }
         fields = ("states", "questions") if batch else ("questions",)
         if not isinstance(body, dict) or any(f not in body for f in fields):
             raise ApiError(
@@ -189,39 +166,47 @@ class Body:
     def _at(self, *loc: Any) -> list[ErrorDetails]:
         return [e for e in self.errors if e["loc"][: len(loc)] == loc]
 
-    def limits(self) -> None:
-        """Step 6 of docs/http-api.md#refusals-in-order: the state(s), the questions, the sizes."""
-        if not self.batch:
-            if self.body.get("state") is None:
-                raise ApiError(400, "'state' is required")
+    def refusals(self) -> None:
+        """Steps 6-8 of docs/http-api.md#refusals-in-order: the state(s), the questions, the sizes;
+        hook keys (the batch's out-parameters next); unpaired surrogates."""
+        if self.batch:
+            states = self.body["states"]
+            for e in self._at("states"):
+                if len(e["loc"]) == 1 and e["type"] == "too_long":
+                    raise ApiError(
+                        413, "too many states in batch (%d > %d)" % (len(states), e["ctx"]["max_length"])
+                    )
+                if len(e["loc"]) == 1:
+                    raise ApiError(400, "'states' must be a non-empty list")
+            for i, state in enumerate(states):  # each state as a request of its own: the questions once
+                if state is None:
+                    raise ApiError(400, "'state' is required").at_item(i)
+                if i == 0:
+                    self._questions()
+                try:
+                    self._size("states", i)
+                except ApiError as exc:
+                    raise exc.at_item(i) from None
+        elif self.body.get("state") is None:
+            raise ApiError(400, "'state' is required")
+        else:
             self._questions()
-            self._size(self.body["state"], ("state",))
-            return
-        states = self.body["states"]
-        for e in self._at("states"):
-            if len(e["loc"]) == 1 and e["type"] == "too_long":
-                raise ApiError(
-                    413, "too many states in batch (%d > %d)" % (len(states), e["ctx"]["max_length"])
-                )
-            if len(e["loc"]) == 1:
-                raise ApiError(400, "'states' must be a non-empty list")
-        for i, state in enumerate(states):  # each state as a request of its own: the questions once
-            if state is None:
-                raise ApiError(400, "'state' is required").at_item(i)
-            if i == 0:
-                self._questions()
-            try:
-                self._size(state, ("states", i))
-            except ApiError as exc:
-                raise exc.at_item(i) from None
+            self._size("state")
+        for text, keys in NULL_ONLY.items():
+            given = sorted(e["loc"][0] for e in self.errors if e["loc"][0] in keys)
+            if given:
+                raise ApiError(422, text % ", ".join(given))
+        if has_lone_surrogate(self.body):
+            raise ApiError(400, LONE_SURROGATE)
 
-    def _size(self, state: Any, loc: tuple[Any, ...]) -> None:
-        errors = self._at(*loc)
-        if any(e["type"] == "json_type" for e in errors):
-            raise ApiError(400, "'state' must be JSON-serializable")
-        if any(e["type"] in _TOO_LONG for e in errors):
-            n = schema.state_length(state)
-            raise ApiError(413, "state too large (%d > %d chars)" % (n, schema.MAX_STATE_CHARS))
+    def _size(self, *loc: Any) -> None:
+        for e in self._at(*loc):
+            if e["type"] == "json_type":
+                raise ApiError(400, "'state' must be JSON-serializable")
+            if e["type"] == "too_long":
+                raise ApiError(
+                    413, "state too large (%d > %d chars)" % (e["ctx"]["length"], schema.MAX_STATE_CHARS)
+                )
 
     def _questions(self) -> None:
         questions = self.body["questions"]
@@ -251,25 +236,6 @@ class Body:
                 413, "too many answer options across questions (%d > %d)" % (total, schema.MAX_TOTAL_OPTIONS)
             )
 
-    def refusals(self) -> None:
-        """Steps 7-8: hook keys (the batch's out-parameters next), then unpaired surrogates."""
-        given = sorted(e["loc"][0] for e in self.errors if e["loc"][0] in HOOK_KEYS)
-        if given:
-            raise ApiError(
-                422,
-                "%s run inside the server process and cannot be sent to this endpoint; "
-                "install them where laya-serve runs, or drop them" % ", ".join(given),
-            )
-        given = sorted(e["loc"][0] for e in self.errors if e["loc"][0] in OUT_PARAMETERS)
-        if given:
-            raise ApiError(
-                422,
-                "%s is filled in place for an in-process caller and cannot be returned "
-                "over HTTP; read the per-group report from the CLI or a local Router" % ", ".join(given),
-            )
-        if has_lone_surrogate(self.body):
-            raise ApiError(400, LONE_SURROGATE)
-
     def plan(self, controls: dict[str, Any], agent: Any, max_batch_tokens: int) -> None:
         """A batch's `batch_size` (the caller's, or `chunk_plan`'s when smaller) and `sort_by_length`."""
         caller_size = self.control("batch_size")
@@ -292,7 +258,7 @@ class Body:
 
 
 def _options(question: Any) -> int:
-    """The options a question counts toward `schema.MAX_TOTAL_OPTIONS` (a noul's are not counted)."""
+    """The options a question counts toward `schema.MAX_TOTAL_OPTIONS` (not a noul's)."""
     if not isinstance(question, dict):
         return 0
     kind, criteria = question.get("type"), question.get("criteria")
@@ -319,11 +285,8 @@ def _control_text(key: str, error: ErrorDetails) -> str:
 
 
 def has_lone_surrogate(value: Any) -> bool:
-    """Whether any key or string anywhere in the parsed body holds an unpaired surrogate.
-
-    Iterative on purpose: `json.loads` accepts nesting far deeper than the recursion limit.
-    A *paired* escape has already become one astral character, so emoji pass.
-    """
+    """Whether any key or string anywhere in the parsed body holds an unpaired surrogate (a paired
+    escape is one astral character by now); iterative, as `json.loads` nests past the recursion limit."""
     stack = [value]
     while stack:
         item = stack.pop()
@@ -361,7 +324,7 @@ def chunk_plan(
     width = (
         max_len
         if isinstance(max_len, int) and not isinstance(max_len, bool) and max_len > 0
-        else BATCH_ROW_TOKENS_ASSUMED
+        else 512  # the english default, when the request sets no `max_len`
     )
     rows = max(1, token_budget // width)
     if memory is not None:
