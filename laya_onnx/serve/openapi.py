@@ -124,14 +124,8 @@ _KEY = settings.API_KEY.env
 #: body and the other refusals' (LAYA_JEV_PROFILE=typesafe: the Jev profile's own).
 _PROFILES: dict[bool, tuple[type[BaseModel], ...]] = {
     False: (s.DecisionRequest, s.DecisionResponse, s.BatchRequest, s.BatchResponse, Error, Error),
-    True: (
-        s.JevSystemOneRequest,
-        s.JevSystemOneResponse,
-        s.JevBatchRequest,
-        s.JevBatchResponse,
-        JevValidationError,
-        JevError,
-    ),
+    True: (s.JevSystemOneRequest, s.JevSystemOneResponse, s.JevBatchRequest, s.JevBatchResponse)
+    + (JevValidationError, JevError),
 }
 _OTHER_ANSWERS = (Health, ModelList, Index, Probe)
 
@@ -306,17 +300,16 @@ def index_payload(
     """`GET /`: the (method, path) `routes` under `root_path` with their summaries; `public` (no API
     key): the version too; `docs`: the links to `/docs` and `/openapi.json`."""
     paths = openapi_document()["paths"]
-    out: dict[str, Any] = {"name": TITLE, "summary": SUMMARY}
-    if public:
-        out["version"] = __version__
-    out["routes"] = {
-        "%s %s" % (method, (root_path + path).rstrip("/") or "/"): paths[path][method.lower()]["summary"]
-        for method, path in routes
+    return {
+        "name": TITLE,
+        "summary": SUMMARY,
+        **({"version": __version__} if public else {}),
+        "routes": {
+            "%s %s" % (method, (root_path + path).rstrip("/") or "/"): paths[path][method.lower()]["summary"]
+            for method, path in routes
+        },
+        **({"docs": root_path + "/docs", "openapi": root_path + "/openapi.json"} if docs else {}),
     }
-    if docs:
-        out["docs"] = root_path + "/docs"
-        out["openapi"] = root_path + "/openapi.json"
-    return out
 
 
 _STYLE = """

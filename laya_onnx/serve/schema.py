@@ -17,15 +17,12 @@ from pydantic import (
     StrictBool,
     StrictInt,
     ValidationError,
-    ValidationInfo,
     WrapValidator,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
 
 from laya_onnx.core import settings
-from laya_onnx.core.errors import InvalidRequest
-from laya_onnx.core.gate import check_min_confidence
 from laya_onnx.core.tournament import MAX_ONE_PASS_CHOICE_OPTIONS
 
 #: "Not blank" as `str.strip()` judges it: a character Python does not count as whitespace
@@ -73,23 +70,15 @@ def _blank(value: Any, handler: Any) -> Any:
 NonBlank = Annotated[str, Field(pattern=NOT_BLANK), WrapValidator(_blank)]
 
 
-def state_length(state: Any) -> int:
-    """The state's size as the model reads it (a string, else its JSON text); -1 if JSON cannot write it."""
-    if isinstance(state, str):
-        return len(state)
-    try:
-        return len(json.dumps(state, ensure_ascii=False))
-    except (TypeError, ValueError, RecursionError):
-        return -1
-
-
 def _state(value: Any) -> Any:
-    """Not null, and within the size limit as sent (before a long numeric text is read as a number)."""
+    """Not null, and within the size limit as the model reads it (a string, else its JSON text) and
+    as sent (before a long numeric text is read as a number)."""
     if value is None:
         raise PydanticCustomError("missing", "state must not be null")
-    n = state_length(value)
-    if n < 0:
-        raise PydanticCustomError("json_type", "state must be JSON-serializable")
+    try:
+        n = len(value) if isinstance(value, str) else len(json.dumps(value, ensure_ascii=False))
+    except (TypeError, ValueError, RecursionError):
+        raise PydanticCustomError("json_type", "state must be JSON-serializable") from None
     if n > MAX_STATE_CHARS:
         raise PydanticCustomError(
             "too_long", "at most {max_length} characters", {"max_length": MAX_STATE_CHARS, "length": n}
@@ -301,24 +290,8 @@ JevQuestions = Annotated[
 ]
 
 
-def _within_budget(value: int | None, info: ValidationInfo) -> int | None:
-    cap = (info.context or {}).get("max_token_budget", settings.MAX_TOKEN_BUDGET.default)
-    if value is not None and value > cap:
-        raise PydanticCustomError("less_than_equal", "at most {le}", {"le": cap})
-    return value
-
-
-def _min_confidence(value: Any, handler: Any) -> Any:
-    """The core's check first, so a refusal carries its text (docs/semantics.md#the-confidence-gate)."""
-    if value is not None:
-        try:
-            check_min_confidence(value)
-        except InvalidRequest as exc:
-            raise PydanticCustomError("min_confidence", "{text}", {"text": str(exc)}) from None
-    return handler(value)
-
-
-Budget = Annotated[Annotated[StrictInt, Field(ge=1)] | None, AfterValidator(_within_budget)]
+#: A token budget's cap is the server's setting (`validate.Body.control`, `openapi._components`).
+Positive = Annotated[StrictInt, Field(ge=1)] | None
 Language = Annotated[str | None, Field(description="A language code such as 'de'; blank means no hint.")]
 #: A key laya's in-process API takes and this server refuses unless null (422).
 HookRefusal = Annotated[
@@ -337,15 +310,14 @@ class _Controls(BaseModel):
     hooks_raise: HookRefusal = None
     hooks_timeout: HookRefusal = None
     model: Any = Field(None, description="Which checkpoint answers (docs/http-api.md#the-model-field).")
-    max_len: Budget = Field(None, description="Token budget per row; 512.0 is a 422, as in laya-serve.")
-    head_max_len: Budget = Field(None, description="Token budget of the option head; 192.0 is a 422.")
+    max_len: Positive = Field(None, description="Token budget per row; 512.0 is a 422, as in laya-serve.")
+    head_max_len: Positive = Field(None, description="Token budget of the option head; 192.0 is a 422.")
     lang: Language = None
     lang_guess: Language = Field(None, description="Routing hint: a language code; blank means none.")
     min_confidence: Annotated[
         Probability
         | Annotated[dict[Annotated[str, Field(pattern=_BUCKET)], Probability], Field(min_length=1)]
         | None,
-        WrapValidator(_min_confidence),
         Field(description="Abstention threshold, one or per bucket (docs/semantics.md#the-confidence-gate)."),
     ] = None
     task: str | None = Field(None, description="A checkpoint's name or typed_decisions, else a 422.")
@@ -358,30 +330,26 @@ class DecisionRequest(_Controls):
     questions: Questions
 
 
-class _Batch(_Controls):
-    states: Annotated[list[State], Field(min_length=1, max_length=MAX_BATCH_STATES)]
-    diagnostics: HookRefusal = None
-    batch_size: Annotated[StrictInt, Field(ge=1)] | None = Field(None, description="docs/http-api.md#batch")
-    sort_by_length: StrictBool | None = None
-
-
-class BatchRequest(_Batch):
+class BatchRequest(_Controls):
     """`POST /v1/systemone/batch`: one question set over many states."""
 
+    states: Annotated[list[State], Field(min_length=1, max_length=MAX_BATCH_STATES)]
+    diagnostics: HookRefusal = None
+    batch_size: Positive = Field(None, description="docs/http-api.md#batch")
+    sort_by_length: StrictBool | None = None
     questions: Questions
 
 
-class JevSystemOneRequest(_Controls):
+class JevSystemOneRequest(DecisionRequest):
     """`POST /v1/systemone` in the Jev profile."""
 
-    state: State
-    questions: JevQuestions
+    questions: JevQuestions  # type: ignore[assignment]
 
 
-class JevBatchRequest(_Batch):
+class JevBatchRequest(BatchRequest):
     """`POST /v1/systemone/batch` in the Jev profile (laya's route; Jev has no batch)."""
 
-    questions: JevQuestions
+    questions: JevQuestions  # type: ignore[assignment]
 
 
 _STRICT = f"Absent under {settings.JEV_STRICT.env}."

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
+from laya_onnx.core.errors import InvalidRequest
 from laya_onnx.core.gate import check_min_confidence
 from laya_onnx.core.questions import unknown_fields
 from laya_onnx.serve import schema
@@ -33,9 +34,6 @@ NULL_ONLY = {
         if f.annotation is type(None) and k not in HOOK_KEYS
     ),
 }
-#: The fields each route reads (`unknown_named` names the others).
-REQUEST_FIELDS = tuple(schema.DecisionRequest.model_fields)
-BATCH_FIELDS = tuple(schema.BatchRequest.model_fields)
 #: The controls handed to the agent, in the order they are checked: the models' fields that are
 #: neither the request's content, a hook key, `model` nor `task` (checked apart).
 CONTROLS = tuple(
@@ -48,6 +46,13 @@ _MODELS: dict[tuple[bool, bool], type[BaseModel]] = {
     (False, True): schema.JevSystemOneRequest,
     (True, False): schema.BatchRequest,
     (True, True): schema.JevBatchRequest,
+}
+#: laya-serve's words for a control its model field refused, by the kind of fault.
+CONTROL_TEXTS = {
+    "int_type": "%s must be an integer",
+    "greater_than_equal": "%s must be a positive integer",
+    "string_type": '%s must be a language code string such as "de", or null',
+    "bool_type": "%s must be a boolean",
 }
 _SURROGATE = re.compile("[\ud800-\udfff]")
 #: What the model reads for a Jev question without `instructions` (docs/http-api.md#the-jev-profile).
@@ -97,7 +102,7 @@ def check(
         body.body,
         controls,
         model.fallback,
-        unknown_named(body.body, BATCH_FIELDS if batch else REQUEST_FIELDS),
+        unknown_named(body.body, tuple(_MODELS[batch, False].model_fields)),  # the fields the route reads
     )
 
 
@@ -135,9 +140,9 @@ class Body:
             body = self.body = json.loads(raw)
         except (ValueError, RecursionError):  # also UnicodeDecodeError and the >4300-digit int guard
             raise ApiError(400, INVALID_JSON) from None
-        self.batch = batch
+        self.batch, self.max_token_budget = batch, max_token_budget
         try:
-            _MODELS[batch, jev_profile].model_validate(body, context={"max_token_budget": max_token_budget})
+            _MODELS[batch, jev_profile].model_validate(body)
             self.errors: list[ErrorDetails] = []
         except ValidationError as exc:
             self.errors = exc.errors(include_url=False)
@@ -154,14 +159,9 @@ class Body:
                 else q
                 for qid, q in body["questions"].items()
             }
-        fields = ("states", "questions") if batch else ("questions",)
-        if not isinstance(body, dict) or any(f not in body for f in fields):
-            raise ApiError(
-                400,
-                "request body must be an object with 'states' and 'questions' fields"
-                if batch
-                else "request body must be an object with a 'questions' field",
-            )
+        if not isinstance(body, dict) or "questions" not in body or (batch and "states" not in body):
+            fields = "'states' and 'questions' fields" if batch else "a 'questions' field"
+            raise ApiError(400, "request body must be an object with " + fields)
 
     def _at(self, *loc: Any) -> list[ErrorDetails]:
         return [e for e in self.errors if e["loc"][: len(loc)] == loc]
@@ -239,9 +239,8 @@ class Body:
     def plan(self, controls: dict[str, Any], agent: Any, max_batch_tokens: int) -> None:
         """A batch's `batch_size` (the caller's, or `chunk_plan`'s when smaller) and `sort_by_length`."""
         caller_size = self.control("batch_size")
-        states, questions = self.body["states"], self.body["questions"]
-        memory = pass_memory_of(agent)
-        planned = chunk_plan(len(states), len(questions), self.body.get("max_len"), max_batch_tokens, memory)
+        n = len(self.body["states"]), len(self.body["questions"])
+        planned = chunk_plan(*n, self.body.get("max_len"), max_batch_tokens, pass_memory_of(agent))
         if caller_size is not None:
             controls["batch_size"] = caller_size if planned is None else min(caller_size, planned)
         elif planned is not None:
@@ -250,11 +249,23 @@ class Body:
             controls["sort_by_length"] = True  # False is the agent's own default: not forwarded
 
     def control(self, key: str) -> Any:
-        """A control's value once its model field took it (None when absent), or its refusal."""
-        for e in self._at(key):
-            raise ApiError(422, _control_text(key, e))
+        """A control's value once its model field took it (None when absent), or its refusal; a
+        min_confidence is the core's to check, in its words (docs/semantics.md#the-confidence-gate)."""
         value = self.body.get(key)
-        return check_min_confidence(value) if key == "min_confidence" and value is not None else value
+        if key == "min_confidence" and value is not None:
+            try:
+                value = check_min_confidence(value)
+            except InvalidRequest as exc:
+                raise ApiError(422, str(exc)) from None
+        for e in self._at(key):
+            text = CONTROL_TEXTS[e["type"]] % key if e["type"] in CONTROL_TEXTS else e["msg"]
+            got = (
+                ", got %r" % (e["input"],) if (key, e["type"]) == ("batch_size", "greater_than_equal") else ""
+            )
+            raise ApiError(422, text + got)
+        if key in ("max_len", "head_max_len") and value is not None and value > self.max_token_budget:
+            raise ApiError(422, "%s exceeds server limit (%d > %d)" % (key, value, self.max_token_budget))
+        return value
 
 
 def _options(question: Any) -> int:
@@ -264,24 +275,6 @@ def _options(question: Any) -> int:
     kind, criteria = question.get("type"), question.get("criteria")
     counted = (dict, list) if kind == "choice" else (list,) if kind == "score" else ()
     return len(criteria) if isinstance(criteria, counted) else 0
-
-
-def _control_text(key: str, error: ErrorDetails) -> str:
-    """laya-serve's words for a control its model field refused, by the kind of fault."""
-    kind = error["type"]
-    if kind == "int_type":
-        return "%s must be an integer" % key
-    if kind == "greater_than_equal":
-        return "%s must be a positive integer" % key + (
-            ", got %r" % (error["input"],) if key == "batch_size" else ""
-        )
-    if kind == "less_than_equal":
-        return "%s exceeds server limit (%d > %d)" % (key, error["input"], error["ctx"]["le"])
-    if kind == "string_type":
-        return '%s must be a language code string such as "de", or null' % key
-    if kind == "bool_type":
-        return "%s must be a boolean" % key
-    return error["msg"]  # min_confidence: the core's own text
 
 
 def has_lone_surrogate(value: Any) -> bool:
@@ -310,11 +303,7 @@ def pass_memory_of(agent: Any) -> tuple[Any, int] | None:
 
 
 def chunk_plan(
-    n_states: int,
-    n_questions: int,
-    max_len: Any,
-    token_budget: int,
-    memory: tuple[Any, int] | None = None,
+    n_states: int, n_questions: int, max_len: Any, token_budget: int, memory: tuple[Any, int] | None = None
 ) -> int | None:
     """States per pass within `token_budget` and the agent's pass `memory` (model, budget), or
     None when the batch fits one pass: then no `batch_size` is sent, so the batch runs exactly as
