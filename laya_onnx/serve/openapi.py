@@ -178,16 +178,9 @@ def _post(op_id: str, summary: str, description: str, models: Any, jev_profile: 
     for status, why in _DECISION_ERRORS.items():
         body = _json(invalid if status == 422 else other)
         responses[str(status)] = _response(why, body, retry if status == 503 else None)
-    return {
-        "post": {
-            "operationId": op_id,
-            "summary": summary,
-            "description": description,
-            "requestBody": {"required": True, "content": _json(models[0])},
-            "responses": responses,
-            "security": [{}, {"bearer": []}],
-        }
-    }
+    request = {"required": True, "content": _json(models[0])}
+    op = {"operationId": op_id, "summary": summary, "description": description, "requestBody": request}
+    return {"post": {**op, "responses": responses, "security": [{}, {"bearer": []}]}}
 
 
 def _get(op_id: str, summary: str, description: str, content: Any, not_ready: bool = False) -> dict[str, Any]:

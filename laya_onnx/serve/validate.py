@@ -74,10 +74,9 @@ class JevValidationError(ApiError):
 def check(
     raw: bytes, agent: Any, checkpoint: Served, settings: Settings, batch: bool
 ) -> tuple[dict[str, Any], dict[str, Any], str | None, str | None]:
-    """A decision body's checks in order, the first failing one raised (in the Jev profile a 400
-    or 422 as the Jev list): the body, the controls for the agent (only those the caller sent,
-    what the Router routes by, a batch's pass plan), the `model` it named when served nowhere
-    here, and its fields that nothing reads."""
+    """A decision body's checks in order, the first failing one raised (in the Jev profile a 400 or
+    422 as the Jev list): the body, the controls for the agent (those sent, the Router's routing,
+    a batch's pass plan), the `model` it named when served nowhere here, its unread fields."""
     try:
         body = Body(raw, batch, settings.jev, settings.max_token_budget)
         body.refusals()
@@ -98,20 +97,15 @@ def check(
             refusal.errors[0]["loc"] = ["body", "states", exc.item]
             refusal.at_item(exc.item)
         raise refusal from None
-    return (
-        body.body,
-        controls,
-        model.fallback,
-        unknown_named(body.body, tuple(_MODELS[batch, False].model_fields)),  # the fields the route reads
-    )
+    return body.body, controls, model.fallback, unknown_named(body.body, batch)
 
 
-def unknown_named(body: dict[str, Any], known: tuple[str, ...]) -> str | None:
+def unknown_named(body: dict[str, Any], batch: bool) -> str | None:
     """`X-Unknown-Fields` of a body (docs/http-api.md#request-fields): its first fields and its
-    questions' that nothing reads, each with `=nearest` where a known one is close; printable
-    ASCII (anything else, and the list's comma, is "?"), at most 1 000 characters."""
+    questions' that the route does not read, each with `=nearest` where a known one is close;
+    printable ASCII (anything else, and the list's comma, is "?"), at most 1 000 characters."""
     named = []
-    for f in unknown_fields(body, known, most=16):
+    for f in unknown_fields(body, tuple(_MODELS[batch, False].model_fields), most=16):
         where = str(f.name) if f.question is None else "%s.%s" % (f.question, f.name)
         named.append(where if f.did_you_mean is None else "%s=%s" % (where, f.did_you_mean))
     if not named:
@@ -259,10 +253,9 @@ class Body:
                 raise ApiError(422, str(exc)) from None
         for e in self._at(key):
             text = CONTROL_TEXTS[e["type"]] % key if e["type"] in CONTROL_TEXTS else e["msg"]
-            got = (
-                ", got %r" % (e["input"],) if (key, e["type"]) == ("batch_size", "greater_than_equal") else ""
-            )
-            raise ApiError(422, text + got)
+            if key == "batch_size" and e["type"] == "greater_than_equal":
+                text += ", got %r" % (e["input"],)
+            raise ApiError(422, text)
         if key in ("max_len", "head_max_len") and value is not None and value > self.max_token_budget:
             raise ApiError(422, "%s exceeds server limit (%d > %d)" % (key, value, self.max_token_budget))
         return value
@@ -310,11 +303,7 @@ def chunk_plan(
     without a plan (padding width moves float bits). docs/http-api.md#batch."""
     if n_states <= 0 or n_questions <= 0:
         return None
-    width = (
-        max_len
-        if isinstance(max_len, int) and not isinstance(max_len, bool) and max_len > 0
-        else 512  # the english default, when the request sets no `max_len`
-    )
+    width = max_len or 512  # a checked `max_len`, else the english default
     rows = max(1, token_budget // width)
     if memory is not None:
         model, pass_budget = memory
