@@ -57,13 +57,23 @@ async def test_gate_is_first_come_first_served_and_a_cancelled_waiter_passes_its
     drain = Drain()
     gate = WorkerLock(drain)
     drain.bind(gate)
-    order = []
-    tasks = [asyncio.ensure_future(_hold(gate, order, i, 0.02)) for i in range(5)]
+    order, held = [], []
+    loop = asyncio.get_running_loop()
+
+    async def hold(name):
+        async with gate:
+            began = loop.time()
+            order.append(name)
+            await asyncio.sleep(0.02)
+            held.append(loop.time() - began)
+
+    tasks = [asyncio.ensure_future(hold(i)) for i in range(5)]
     await asyncio.sleep(0)
     tasks[2].cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     assert order == [0, 1, 3, 4] and not gate.busy and gate.waiting == 0
-    assert 0.015 < gate.pass_estimate() < 0.5
+    # the estimate is the longest recent hold, as long as a loaded machine made it
+    assert len(held) == 4 and max(held) <= gate.pass_estimate() < max(held) + 0.05
 
 
 @aio
