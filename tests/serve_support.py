@@ -39,8 +39,8 @@ from laya_onnx.core.gate import apply_confidence_gate
 from laya_onnx.core.manifest import Manifest
 from laya_onnx.core.tournament import DEFAULT_GROUP_SIZE
 from laya_onnx.serve import create_app
+from laya_onnx.serve.app import RunningServer
 from laya_onnx.serve.served import ServedAgent
-from laya_onnx.serve.server import RunningServer
 from laya_onnx.serve.settings import ServerLimits
 
 URL = "/v1/systemone"

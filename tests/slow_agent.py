@@ -1,7 +1,7 @@
 """A deliberately slow fake agent, and `python tests/slow_agent.py PORT SECONDS [PAD_BYTES]` serving it.
 
 The drain tests need passes long enough to have requests in flight when a signal arrives; the
-tiny bundle answers in milliseconds. The server is `laya_onnx.serve.server.serve_agent`, the
+tiny bundle answers in milliseconds. The server is `laya_onnx.serve.app.serve_agent`, the
 same code `laya-onnx serve` runs once its bundle is loaded.
 """
 
@@ -34,7 +34,7 @@ class SlowAgent(FakeAgent):
 
 
 if __name__ == "__main__":
-    from laya_onnx.serve.server import serve_agent
+    from laya_onnx.serve.app import serve_agent
 
     agent = SlowAgent(float(sys.argv[2]))
     pad = int(sys.argv[3]) if len(sys.argv) > 3 else 0  # bytes added to every answer

@@ -44,7 +44,7 @@ def record_decisions(app: web.Application) -> list[dict[str, float]]:
     """
     from aiohttp import web
 
-    from laya_onnx.serve.keys import INFERENCE_MS, QUEUE_WAIT_MS
+    from laya_onnx.serve.logs import INFERENCE_MS, QUEUE_WAIT_MS
 
     samples: list[dict[str, float]] = []
 

@@ -9,14 +9,12 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from laya_onnx.serve.app import create_app
-    from laya_onnx.serve.server import run_server, serve_agent
+    from laya_onnx.serve.app import create_app, run_server, serve_agent
 
 __all__ = ["create_app", "run_server", "serve_agent"]
 
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        module = "laya_onnx.serve.app" if name == "create_app" else "laya_onnx.serve.server"
-        return getattr(importlib.import_module(module), name)
+        return getattr(importlib.import_module("laya_onnx.serve.app"), name)
     raise AttributeError("module %r has no attribute %r" % (__name__, name))

@@ -1,37 +1,42 @@
 """The aiohttp front end: `create_app(agent)` -> `web.Application`, moving bytes between aiohttp
-and `DecisionService` (serve/service.py), which routes and answers every request. Here: the app's
-lifecycle and keys, writing an answer (serve/README.md#connections) and the access line of a
-request whose client went away.
+and `DecisionService` (serve/service.py), which routes and answers every request; and `laya-onnx
+serve BUNDLE` (`run_server`): settings refused, then the address bound, before the bundle loads
+(serve/README.md#exit-codes); served until a `DRAIN_SIGNALS` one, then drained
+(serve/README.md#stopping-a-terminating-signal-drains).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import os
+import signal
+import socket
+import sys
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Sequence
+from functools import partial
+from typing import Any, NamedTuple
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
+from laya_onnx.core import settings, tracing
+from laya_onnx.core.errors import ConfigError
 from laya_onnx.core.router import Router
-from laya_onnx.serve import contract
+from laya_onnx.serve import contract, logs
+from laya_onnx.serve.connection import HANDLER_ARGS, LayaRequestHandler, handler_factory, on_loop_error
 from laya_onnx.serve.contract import LocalDecider
 from laya_onnx.serve.drain import Drain
 from laya_onnx.serve.errors import BODY_UNDECODABLE, UNSUPPORTED_VERSION, ApiError
-from laya_onnx.serve.keys import INFERENCE_MS, QUEUE_WAIT_MS, TRACE_ID
-from laya_onnx.serve.logs import ENDED, REQUEST_ID_HEADER, RESET, SEND_TIMEOUT, log_cut, new_request_id
 from laya_onnx.serve.metrics import Metrics
-from laya_onnx.serve.served import Served, ServedAgent
+from laya_onnx.serve.served import Served, ServedAgent, load_agent
 from laya_onnx.serve.service import Call, DecisionService
-from laya_onnx.serve.settings import Settings
+from laya_onnx.serve.settings import ServerLimits, Settings, resolve_host, resolve_port
 
 log = logging.getLogger("laya_onnx.serve")
 
-#: RequestHandler options, whatever runner serves the app: bodies are decoded by the pipeline
-#: (within the cap), and a body a refusal left unread is not read to be thrown away.
-HANDLER_ARGS: dict[str, Any] = {"auto_decompress": False, "lingering_time": 0}
 #: Bytes of an answer handed to the connection at once.
 WRITE_SLICE = 64 * 1024
 
@@ -40,7 +45,7 @@ DECIDER = web.AppKey("decider", LocalDecider)
 SETTINGS = web.AppKey("settings", Settings)
 METRICS = web.AppKey("metrics", Metrics)
 DRAIN = web.AppKey("drain", Drain)
-#: The running server's access logger (absent: no access log), for `log_cut`.
+#: The running server's access logger (absent: no access log), for `logs.log_cut`.
 ACCESS_LOG = web.AppKey("access_log", AbstractAccessLogger)
 
 
@@ -62,17 +67,17 @@ async def handle(request: web.Request) -> web.StreamResponse:
     response: web.StreamResponse | None = None
     try:
         if getattr(request.protocol, "unsupported_version", False):  # HTTP/0.9 or 2.0 on this port
-            call.request_id = new_request_id()
+            call.request_id = logs.new_request_id()
             reply = app[SERVICE].refusal(ApiError(505, UNSUPPORTED_VERSION))
-            reply.headers[REQUEST_ID_HEADER] = call.request_id
+            reply.headers[logs.REQUEST_ID_HEADER] = call.request_id
             reply.close = True
         else:
             reply = await app[SERVICE].handle(call)
         if call.trace_id is not None:
-            request[TRACE_ID] = call.trace_id
+            request[logs.TRACE_ID] = call.trace_id
         if reply.inference_ms is not None:  # for a recorder outside the pipeline (the bench's)
-            request[INFERENCE_MS] = reply.inference_ms
-            request[QUEUE_WAIT_MS] = reply.queue_ms
+            request[logs.INFERENCE_MS] = reply.inference_ms
+            request[logs.QUEUE_WAIT_MS] = reply.queue_ms
         headers = {
             **reply.headers,
             "Content-Type": reply.content_type,
@@ -85,7 +90,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
             await _send(request, response, reply.body, app[SETTINGS].send_timeout)
         return response
     except asyncio.CancelledError:  # the client went away (aiohttp cancels the handler)
-        log_cut(app.get(ACCESS_LOG), request, call.request_id, time.perf_counter() - began, response)
+        logs.log_cut(app.get(ACCESS_LOG), request, call.request_id, time.perf_counter() - began, response)
         raise
 
 
@@ -94,12 +99,12 @@ async def _send(request: web.Request, response: web.StreamResponse, body: bytes,
     try:
         await asyncio.wait_for(_write(request, response, body), timeout)
     except asyncio.TimeoutError:
-        request[ENDED] = SEND_TIMEOUT
+        request[logs.ENDED] = logs.SEND_TIMEOUT
         log.info("closed a connection whose client did not take its answer within %gs", timeout)
         if request.transport is not None:
             request.transport.abort()
     except ConnectionError:
-        request[ENDED] = RESET
+        request[logs.ENDED] = logs.RESET
 
 
 async def _write(request: web.Request, response: web.StreamResponse, body: bytes) -> None:
@@ -125,7 +130,7 @@ async def _json_only(request: web.Request, response: web.StreamResponse) -> None
     response.body = contract.render(contract.error_body(request.app[SETTINGS], response.status, detail))
     response.headers["Content-Type"] = "application/json"
     response.headers["Content-Length"] = str(len(response.body))
-    response.headers.setdefault(REQUEST_ID_HEADER, new_request_id())
+    response.headers.setdefault(logs.REQUEST_ID_HEADER, logs.new_request_id())
 
 
 async def _decider_ctx(app: web.Application) -> AsyncIterator[None]:
@@ -155,3 +160,284 @@ def create_app(agent: ServedAgent | Router, **settings: Any) -> web.Application:
     app.cleanup_ctx.append(_decider_ctx)
     app.router.add_route("*", "/{path:.*}", handle)
     return app
+
+
+#: Every signal whose default action ends the process (SIGPIPE is ignored by Python already).
+DRAIN_SIGNALS = tuple(
+    getattr(signal, name)
+    for name in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
+    if hasattr(signal, name)
+)
+
+
+class _Plan(NamedTuple):
+    """Everything decided before the model is loaded (a refused setting stops the server first)."""
+
+    limits: ServerLimits
+    app_settings: Settings
+    access_log: logging.Logger | None
+    sockets: list[socket.socket]
+
+
+def _where(address: Any) -> str:
+    """`host:port`, an IPv6 host in brackets."""
+    host, port = address[:2]
+    return "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
+
+
+def _bind(host: str, port: int) -> list[socket.socket]:
+    """Bind, without listening, every address `host` resolves to: the port is held while the
+    model loads, and a client is refused outright rather than queued."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ConfigError("invalid --host/%s %r: %s" % (settings.HOST.env, host, exc.strerror)) from None
+    sockets: list[socket.socket] = []
+    seen = set()
+    try:
+        for family, kind, proto, _, address in infos:
+            if (family, address) in seen:
+                continue
+            seen.add((family, address))
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            if os.name == "posix":
+                # a restart must not wait out the old process's TIME_WAIT connections
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind(address)
+            except OSError as exc:
+                raise _cannot_listen(address, exc) from None
+            sock.setblocking(False)
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
+def _cannot_listen(address: Any, exc: OSError) -> OSError:
+    """The bind/listen failure, saying where (`laya-onnx serve` reports it in one line, exit 1)."""
+    return OSError(exc.errno, "cannot listen on %s: %s" % (_where(address), exc.strerror or exc))
+
+
+def _prepare(
+    host: str | None, port: int | None, overrides: dict[str, Any] | None = None, log_format: str | None = None
+) -> _Plan:
+    host = resolve_host(host)
+    port = resolve_port(port)
+    level = settings.LOG_LEVEL.read()
+    limits = ServerLimits.from_env(**({"log_format": log_format} if log_format else {}))
+    app_settings = Settings.from_env(**(overrides or {}))
+    access_log = logs.configure_logging(level, limits.access_log, limits.log_format)
+    tracing.configure_from_environment()  # spans exported where OTEL_TRACES_EXPORTER says
+    return _Plan(limits, app_settings, access_log, sockets=_bind(host, port))
+
+
+def run_server(
+    bundle: os.PathLike | str | None,
+    host: str | None = None,
+    port: int | None = None,
+    providers: Sequence[Any] | None = None,
+    models: Sequence[str] = (),
+    strict_providers: bool = False,
+    threads: int | None = None,
+    log_format: str | None = None,
+) -> None:
+    """`laya-onnx serve` (`--help`: each flag an argument here, winning over its variable). Raises
+    `ConfigError` or OSError before the bundle is loaded, SystemExit when it cannot be loaded."""
+    plan = _prepare(host, port, log_format=log_format)
+    options = {"providers": list(providers) if providers else None, "threads": threads}
+
+    def load() -> Any:
+        try:
+            return load_agent(bundle, models, strict_providers=strict_providers, **options)
+        except ConfigError:
+            raise
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"laya-onnx: cannot serve {str(bundle or ', '.join(models))!r}: {exc}") from None
+
+    _run(plan, load, str(bundle))
+
+
+def serve_agent(agent: Any, host: str | None = None, port: int | None = None, **settings: Any) -> None:
+    """Serve an agent already built as `run_server` serves a bundle; `settings` go to `create_app`."""
+    _run(_prepare(host, port, settings), lambda: agent, None)
+
+
+def _run(plan: _Plan, load: Callable[[], Any], source: str | None) -> None:
+    """Load, serve until a signal, drain; the sockets are closed however it ends."""
+    try:
+        agent = load()
+        app = create_app(agent, **dataclasses.asdict(plan.app_settings))
+        asyncio.run(_serve(app, agent, plan, source))
+    finally:
+        for sock in plan.sockets:
+            sock.close()
+    abandoned = app[DRAIN].abandoned
+    if abandoned:
+        # ThreadPoolExecutor threads are joined at interpreter exit: waiting for a pass the
+        # drain already answered for would break the grace the operator configured.
+        log.warning("exiting with %d abandoned pass(es) still on the worker thread", abandoned)
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+
+class RunningServer:
+    """The app listening on bound sockets through `LayaRequestHandler`: `start`, `drain`, `close`."""
+
+    def __init__(self, app: web.Application, runner: web.AppRunner, limits: ServerLimits) -> None:
+        self.app = app
+        self.runner = runner
+        self.limits = limits
+        self.listeners: list[asyncio.AbstractServer] = []
+
+    @classmethod
+    async def start(
+        cls,
+        app: web.Application,
+        sockets: Sequence[socket.socket],
+        limits: ServerLimits,
+        access_log: logging.Logger | None = None,
+    ) -> RunningServer:
+        access_class = logs.access_logger_class(limits.access_log, limits.log_format)
+        handler_options: dict[str, Any] = {
+            # only a backstop: LayaRequestHandler closes idle connections and slow heads sooner
+            "keepalive_timeout": limits.keepalive_timeout + limits.header_read_timeout,
+            "access_log_class": access_class,
+            "access_log": access_log,
+        }
+        if access_log is not None:  # for the lines aiohttp does not write (`log_cut`)
+            app[ACCESS_LOG] = access_class(access_log, "")
+        runner = web.AppRunner(
+            app, handle_signals=False, shutdown_timeout=_closing_margin(limits), **handler_options
+        )
+        await runner.setup()
+        server = cls(app, runner, limits)
+        try:
+            factory = handler_factory(
+                runner,
+                idle_timeout=limits.keepalive_timeout,
+                header_read_timeout=limits.header_read_timeout,
+                max_connections=limits.max_connections,
+                error_payload=partial(contract.error_body, app[SETTINGS]),
+                **handler_options,
+            )
+            loop = asyncio.get_running_loop()
+            loop.set_exception_handler(on_loop_error)  # a failed accept: one line a while
+            for sock in sockets:
+                try:
+                    server.listeners.append(await loop.create_server(factory, sock=sock, backlog=128))
+                except OSError as exc:
+                    raise _cannot_listen(sock.getsockname(), exc) from None
+        except BaseException:
+            await server.close()
+            raise
+        return server
+
+    async def drain(self, reason: str) -> None:
+        """Stop accepting, close idle connections, answer or refuse every admitted request, each
+        step logged; returns when all are answered, at the latest at the end of the grace."""
+        loop = asyncio.get_running_loop()
+        grace = self.limits.shutdown_grace
+        drain = self.app[DRAIN]
+        gate = drain.lock
+        began = loop.time()
+        running = int(gate is not None and gate.busy)
+        waiting = gate.waiting if gate is not None else 0
+        log.info(
+            "%s: draining for up to %gs; %d decision request(s) in flight "
+            "(%d running, %d waiting for the worker, %d being checked)",
+            reason,
+            grace,
+            drain.in_flight,
+            running,
+            waiting,
+            max(0, drain.in_flight - running - waiting),
+        )
+        for listener in self.listeners:
+            listener.close()
+        connections = self.runner.server.connections if self.runner.server is not None else []
+        closed = sum(1 for conn in connections if isinstance(conn, LayaRequestHandler) and conn.begin_drain())
+        log.info("stopped accepting connections; closed %d idle connection(s)", closed)
+        drain.begin(began + grace - _closing_margin(self.limits))
+        if drain.refused:
+            log.info(
+                "refused %d queued request(s) that could not finish within the grace (503, Retry-After)",
+                drain.refused,
+            )
+        finished = await drain.wait_idle(began + grace - loop.time())
+        log.info(
+            "drained in %.1fs: %d answered, %d refused%s",
+            loop.time() - began,
+            drain.answered,
+            drain.refused,
+            "" if finished else "; %d still unanswered at the deadline" % drain.in_flight,
+        )
+
+    async def close(self) -> None:
+        """Close every connection and run the app's cleanup (the worker is shut down there)."""
+        for listener in self.listeners:
+            listener.close()
+        await self.runner.cleanup()
+
+
+def _closing_margin(limits: ServerLimits) -> float:
+    """Seconds kept at the end of the grace to write the last answers and close down."""
+    return min(1.0, limits.shutdown_grace / 4)
+
+
+async def _serve(app: web.Application, agent: Any, plan: _Plan, source: str | None) -> None:
+    loop = asyncio.get_running_loop()
+    signals: list[int] = []
+    stop = asyncio.Event()
+
+    def on_signal(signum: int) -> None:
+        signals.append(signum)
+        if len(signals) == 1:
+            stop.set()
+        else:
+            log.warning(
+                "received %s again: refusing everything still unanswered now", signal.Signals(signum).name
+            )
+            app[DRAIN].begin(loop.time())
+
+    server = await RunningServer.start(app, plan.sockets, plan.limits, plan.access_log)
+    try:
+        for signum in DRAIN_SIGNALS:
+            loop.add_signal_handler(signum, on_signal, signum)
+        what, providers = _describe(agent)
+        log.info(
+            "serving %s%s on %s with %s; shutdown grace %gs",
+            what,
+            " from %s" % source if source else "",
+            ", ".join("http://" + _where(sock.getsockname()) for sock in plan.sockets),
+            providers,
+            plan.limits.shutdown_grace,
+        )
+        await stop.wait()
+        await server.drain("received %s" % signal.Signals(signals[0]).name)
+    finally:
+        for signum in DRAIN_SIGNALS:
+            loop.remove_signal_handler(signum)
+        await server.close()
+    log.info("stopped")
+
+
+def _describe(agent: Any) -> tuple[str, str]:
+    """What the startup line says is served, and with which providers."""
+    if hasattr(agent, "route"):  # a Router
+        served = sorted(n for n, b in agent.models.items() if b)
+        what = "checkpoints %s (resident: %s)" % (served, ", ".join(agent.loaded) or "none")
+        providers = sorted({p for a in agent.resident().values() for p in a.providers})
+    else:
+        what = "checkpoint %r (revision %s)" % (
+            getattr(agent, "name", None),
+            getattr(agent, "revision", None),
+        )
+        providers = list(getattr(agent, "providers", None) or [])
+    return what, ", ".join(providers) or "default providers"

@@ -11,7 +11,6 @@ import resource
 import socket
 import time
 from collections.abc import Callable, Iterator
-from functools import partial
 from http import HTTPStatus
 from typing import Any
 
@@ -19,12 +18,15 @@ from aiohttp import http_exceptions, web
 from aiohttp.http import HttpVersion10, HttpVersion11
 
 from laya_onnx.core import settings
-from laya_onnx.serve.app import HANDLER_ARGS, SETTINGS
-from laya_onnx.serve.contract import error_body, render
+from laya_onnx.serve.contract import render
 from laya_onnx.serve.errors import HEADERS_TIMEOUT, TOO_MANY_CONNECTIONS
 from laya_onnx.serve.logs import REQUEST_ID_HEADER, new_request_id
 
 log = logging.getLogger("laya_onnx.serve")
+
+#: RequestHandler options, whatever runner serves the app: bodies are decoded by the pipeline
+#: (within the cap), and a body a refusal left unread is not read to be thrown away.
+HANDLER_ARGS: dict[str, Any] = {"auto_decompress": False, "lingering_time": 0}
 
 # aiohttp < 3.10 has no BadHttpMethod (a BadStatusLine there)
 _BAD_METHOD = getattr(http_exceptions, "BadHttpMethod", ())
@@ -390,9 +392,8 @@ def handler_factory(runner: web.AppRunner, **kwargs: Any) -> Any:
         return build_request(message, payload, protocol, *args)
 
     server.request_factory = begun
-    payload = partial(error_body, runner.app[SETTINGS])
 
     def make() -> LayaRequestHandler:
-        return LayaRequestHandler(server, loop=loop, error_payload=payload, **HANDLER_ARGS, **kwargs)
+        return LayaRequestHandler(server, loop=loop, **HANDLER_ARGS, **kwargs)
 
     return make

@@ -16,7 +16,6 @@ from aiohttp.abc import AbstractAccessLogger
 
 from laya_onnx.core import tracing
 from laya_onnx.core.notices import log_warnings
-from laya_onnx.serve.keys import ENDED, TRACE_ID
 
 REQUEST_ID_HEADER = "X-Request-Id"
 ACCESS_LOGGER = "laya_onnx.serve.access"
@@ -26,6 +25,20 @@ _VALID_REQUEST_ID = re.compile(r"[A-Za-z0-9._~:/+=@-]{1,128}")
 current_request_id: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "laya_onnx_request_id", default=None
 )
+
+
+def request_key(name: str, kind: type) -> Any:
+    """A typed `web.RequestKey`; aiohttp < 3.12 has none, and a namespaced string works there."""
+    return web.RequestKey(name, kind) if hasattr(web, "RequestKey") else "laya_onnx." + name
+
+
+#: What `app.handle` leaves on a request for its access line and the bench's recorder: the ms of
+#: the worker's pass and of the wait for it (successful passes only), the trace id while the
+#: server traces, and how the answer's write ended (`WHOLE` when absent).
+INFERENCE_MS: Any = request_key("inference_ms", float)
+QUEUE_WAIT_MS: Any = request_key("queue_wait_ms", float)
+TRACE_ID: Any = request_key("trace_id", str)
+ENDED: Any = request_key("ended", str)
 #: How an answer's write ended (serve/README.md#request-ids-and-logs); `cancelled` is the status too.
 WHOLE, RESET, SEND_TIMEOUT, CANCELLED = "whole", "reset", "send-timeout", "cancelled"
 #: What a text log line never carries as is: control characters, line separators, `"` and `\`.

@@ -180,8 +180,7 @@ def test_json_lines_of_a_failure_and_an_access_line_with_its_trace():
 
     from aiohttp.test_utils import make_mocked_request
 
-    from laya_onnx.serve.keys import TRACE_ID
-    from laya_onnx.serve.logs import JsonFormatter, _access_fields, current_request_id
+    from laya_onnx.serve.logs import TRACE_ID, JsonFormatter, _access_fields, current_request_id
 
     token = current_request_id.set("rid-9")
     try:

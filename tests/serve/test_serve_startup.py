@@ -22,7 +22,7 @@ import pytest
 
 pytest.importorskip("aiohttp")
 
-from laya_onnx.serve.server import _bind
+from laya_onnx.serve.app import _bind
 from tests.serve_support import BODY, URL, exchange, free_port, parse_responses, request, wait_healthy
 
 pytestmark = [pytest.mark.serve, pytest.mark.usefixtures("no_laya_env")]
