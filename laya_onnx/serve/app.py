@@ -147,7 +147,7 @@ def create_app(agent: ServedAgent | Router, **settings: Any) -> web.Application:
     `settings` (`Settings`' fields) override the environment."""
     config = Settings.from_env(**settings)
     decider = LocalDecider(Served.of(agent), config)
-    metrics = Metrics(decider.served.agent, config.max_concurrent, queue_depth=decider.queue_depth)
+    metrics = Metrics(decider.served, config.max_concurrent, queue_depth=decider.queue_depth)
     decider.on_wait = metrics.waited
     # a handler is cancelled when its client goes away: no further pass runs for nobody
     app = web.Application(handler_args={**HANDLER_ARGS, "handler_cancellation": True})

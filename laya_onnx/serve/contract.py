@@ -24,7 +24,6 @@ from laya_onnx.core.hooks import aggregate_usage
 from laya_onnx.core.work import CallLimits, CallStopped, CallTooLarge, call_limits
 from laya_onnx.serve import schema
 from laya_onnx.serve import validate as v
-from laya_onnx.serve.body import BodyBuffer
 from laya_onnx.serve.drain import Drain, WorkerLock
 from laya_onnx.serve.errors import BUSY, INFERENCE_FAILED, NON_FINITE, ApiError
 from laya_onnx.serve.metrics import UNMATCHED, Answered, work_done
@@ -86,7 +85,6 @@ class LocalDecider:
     def __init__(self, served: Served, settings: Settings):
         self.served = served
         self.settings = settings
-        self.body_buffer: BodyBuffer | None = BodyBuffer(settings.body_buffer)
         self.drain = Drain()
         self.memory = MemoryKeeper()
         self.executor: ThreadPoolExecutor | None = None
@@ -126,7 +124,7 @@ class LocalDecider:
         batch = route != "systemone"
         what = "batch inference" if batch else "inference"
         # the checks in order (docs/http-api.md#refusals-in-order): the first failing one is raised
-        body, controls, fallback, unknown = v.check(raw, served.agent, served, settings, batch)
+        body, controls, fallback, unknown = v.check(raw, served, served, settings, batch)
         del raw
         batcher = None if batch else self.batcher
         queued = time.perf_counter()
@@ -136,9 +134,7 @@ class LocalDecider:
             else:
                 plan = tournament.predict_batch_as_planned if batch else tournament.predict_as_planned
                 states = body["states"] if batch else body["state"]
-                run = partial(
-                    plan, served.agent, states, body["questions"], settings.tournament_group, **controls
-                )
+                run = partial(plan, served, states, body["questions"], settings.tournament_group, **controls)
                 outcome = await self.on_worker(partial(_timed, run), limits)
         except asyncio.CancelledError:
             limits.cancel(ABANDONED)
@@ -193,7 +189,7 @@ class LocalDecider:
         self.admission = asyncio.Semaphore(self.settings.max_concurrent)
         self.memory.start()
         if self.settings.batch_window_ms > 0:
-            self.batcher = MicroBatcher(self.served.agent, self.settings, self.on_worker)
+            self.batcher = MicroBatcher(self.served, self.settings, self.on_worker)
         self._tasks.append(asyncio.create_task(self._warm_up()))
         idle = self.served.idle
         if idle is not None:

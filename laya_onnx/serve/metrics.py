@@ -84,10 +84,13 @@ class Answered:
     group_size: int = 1
 
 
-class RequestMetrics:
-    """What both front ends count at their HTTP edge, on a registry of their own."""
+class Metrics(Collector):
+    """What a front end counts at its HTTP edge, on a registry of its own; given the agent its worker
+    runs (the aiohttp app's), also that worker's queue, the admission limit and provider fallbacks."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, agent: Served | None = None, max_concurrent: int = 0, queue_depth: Callable[[], int] = int
+    ) -> None:
         self.registry = CollectorRegistry()
         self.requests = self.add(Counter, "_http_requests", ["route", "method", "status"])
         self.latency = self.add(Histogram, "_http_request_duration_seconds", ["route"], LATENCY_BUCKETS)
@@ -101,6 +104,13 @@ class RequestMetrics:
         self.request_passes = self.add(Histogram, "_request_passes", ["checkpoint"], PASSES_BUCKETS)
         self.group_size = self.add(Histogram, "_microbatch_size", [], GROUP_BUCKETS)
         ProcessCollector(registry=self.registry)  # process_resident_memory_bytes, cpu seconds, fds
+        if agent is not None:
+            self.agent = agent
+            self.queue_wait = self.add(Histogram, "_inference_queue_wait_seconds", ["route"], LATENCY_BUCKETS)
+            # read at scrape time: the worker lock's queue, and the fallbacks (`collect`)
+            self.add(Gauge, "_inference_queue_depth").set_function(queue_depth)
+            self.add(Gauge, "_admission_limit").set(max_concurrent)
+            self.registry.register(self)
 
     def add(self, kind: type[M], name: str, labels: Sequence[str] = (), buckets: Sequence[float] = ()) -> M:
         """The metric `PREFIX + name` with its help text, on this app's registry."""
@@ -129,19 +139,6 @@ class RequestMetrics:
     def worked(self, rows: int, tokens: int) -> None:
         self.rows.inc(rows)
         self.tokens.inc(tokens)
-
-
-class Metrics(RequestMetrics, Collector):
-    """The aiohttp app's: the edge's, its worker's queue, admission limit and provider fallbacks."""
-
-    def __init__(self, agent: Served, max_concurrent: int, queue_depth: Callable[[], int]):
-        super().__init__()
-        self.queue_wait = self.add(Histogram, "_inference_queue_wait_seconds", ["route"], LATENCY_BUCKETS)
-        # read at scrape time: the worker lock's queue, and the fallbacks (`collect`)
-        self.add(Gauge, "_inference_queue_depth").set_function(queue_depth)
-        self.add(Gauge, "_admission_limit").set(max_concurrent)
-        self.agent = agent
-        self.registry.register(self)
 
     def waited(self, route: str, ms: float) -> None:
         self.queue_wait.labels(route).observe(ms / 1000.0)

@@ -16,10 +16,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from laya_onnx.core.errors import ConfigError
-from laya_onnx.serve.body import BodyBuffer
 from laya_onnx.serve.contract import LocalDecider, Reply
 from laya_onnx.serve.errors import BUSY, ApiError
-from laya_onnx.serve.metrics import RequestMetrics
+from laya_onnx.serve.metrics import Metrics
 from laya_onnx.serve.served import Served, load_agent
 from laya_onnx.serve.service import Call, DecisionService
 from laya_onnx.serve.settings import Settings
@@ -64,9 +63,8 @@ class RemoteDecider:
     draining = False  # readiness and draining are Ray Serve's own
     ready = True
 
-    def __init__(self, model: Any, settings: Settings):
+    def __init__(self, model: Any):
         self.model = model
-        self.body_buffer: BodyBuffer | None = BodyBuffer(settings.body_buffer)
 
     def refuse_draining(self) -> ApiError:
         raise AssertionError("a Ray ingress never drains itself")  # pragma: no cover
@@ -102,7 +100,7 @@ class LayaIngress:
 
     def __init__(self, model: Any, settings: dict[str, Any] | None = None):
         config = Settings.from_env(**(settings or {}))
-        self.service = DecisionService(RemoteDecider(model, config), config, RequestMetrics(), docs=False)
+        self.service = DecisionService(RemoteDecider(model), config, Metrics(), docs=False)
 
     async def __call__(self, request: Request) -> Response:
         path, root = request.scope.get("path", "/"), request.scope.get("root_path", "")

@@ -182,10 +182,6 @@ class Served(BaseHook):
 
     # -- the agent the worker calls -------------------------------------------------------------
 
-    @property
-    def agent(self) -> Served:
-        return self
-
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         self.mark()
         try:

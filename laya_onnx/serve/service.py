@@ -23,7 +23,7 @@ from laya_onnx.serve.body import BodyBuffer, page_refusal, read_body
 from laya_onnx.serve.contract import Reply, render
 from laya_onnx.serve.errors import BUSY, TOO_MANY_CONNECTIONS, UNAUTHORIZED, ApiError
 from laya_onnx.serve.logs import REQUEST_ID_HEADER, accept_request_id, current_request_id
-from laya_onnx.serve.metrics import CLIENT_GONE, UNMATCHED, RequestMetrics
+from laya_onnx.serve.metrics import CLIENT_GONE, UNMATCHED, Metrics
 from laya_onnx.serve.openapi import docs_html, index_payload, openapi_json
 from laya_onnx.serve.settings import Settings
 
@@ -79,8 +79,6 @@ class Decider(Protocol):
     @property
     def ready(self) -> bool: ...
 
-    body_buffer: BodyBuffer | None
-
     def refuse_draining(self) -> ApiError: ...
 
     async def decide(self, route: str, raw: bytes) -> Reply: ...
@@ -93,10 +91,11 @@ class Decider(Protocol):
 class DecisionService:
     """Routing, auth, body, decision, answer: the pipeline both front ends run (module docstring)."""
 
-    def __init__(self, decider: Decider, settings: Settings, metrics: RequestMetrics, docs: bool = True):
+    def __init__(self, decider: Decider, settings: Settings, metrics: Metrics, docs: bool = True):
         self.decider = decider
         self.settings = settings
         self.metrics = metrics
+        self.body_buffer = BodyBuffer(settings.body_buffer)
         routes = ROUTES + (DOC_ROUTES if settings.api_key is None and docs else ())
         self.routes: dict[tuple[str, str], str] = {(m, p): n for m, p, n in routes}
         self.paths = {p for _, p, _ in routes}
@@ -209,7 +208,7 @@ class DecisionService:
         decider = self.decider
         if decider.draining:
             raise decider.refuse_draining()
-        raw = await read_body(call.headers, call.body, self.settings.body_read_timeout, decider.body_buffer)
+        raw = await read_body(call.headers, call.body, self.settings.body_read_timeout, self.body_buffer)
         if decider.draining:
             raise decider.refuse_draining()
         return await decider.decide(name, raw)
