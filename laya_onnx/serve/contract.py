@@ -191,9 +191,8 @@ class LocalDecider:
         if self.settings.batch_window_ms > 0:
             self.batcher = MicroBatcher(self.served, self.settings, self.on_worker)
         self._tasks.append(asyncio.create_task(self._warm_up()))
-        idle = self.served.idle
-        if idle is not None:
-            self._tasks.append(asyncio.create_task(idle.reap(self._busy, self._run_on_worker)))
+        if self.served.idle_seconds:
+            self._tasks.append(asyncio.create_task(self._unload_when_idle(self.served.idle_seconds)))
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -217,8 +216,17 @@ class LocalDecider:
             log.exception("warm-up failed")
         self._ready = True
 
-    def _busy(self) -> bool:
-        return self.lock is not None and (self.lock.busy or self.lock.waiting > 0)
+    async def _unload_when_idle(self, seconds: float) -> None:
+        """Look every max(0.05, min(seconds / 4, 5)) s; never while a pass runs or waits."""
+        while True:
+            await asyncio.sleep(max(0.05, min(seconds / 4.0, 5.0)))
+            lock = self.lock
+            if lock is None or lock.busy or lock.waiting or time.monotonic() - self.served.last < seconds:
+                continue
+            try:
+                await self._run_on_worker(self.served.unload_if_idle)
+            except Exception:  # a failed unload must not stop the next attempt
+                log.exception("idle unload failed")
 
     def _run_on_worker(self, fn: Callable[[], Any]) -> Any:
         return asyncio.get_running_loop().run_in_executor(self.executor, fn)

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import time
@@ -162,9 +161,11 @@ class Served(BaseHook):
 
     name = "router"  # in log lines: no single checkpoint answers every request
 
-    def __init__(self, router: Router, idle: IdleUnload | None = None):
+    def __init__(self, router: Router, idle_seconds: float | None = None):
         self.router = router
-        self.idle = idle
+        #: LAYA_IDLE_UNLOAD_SECONDS (None: never), and when a decision last was admitted or ended.
+        self.idle_seconds = idle_seconds
+        self.last = time.monotonic()
         #: Each checkpoint's provider fallbacks when it loaded (`cpu_fallbacks`).
         self.baselines: dict[str, dict[str, int]] = {}
 
@@ -174,7 +175,7 @@ class Served(BaseHook):
         if not isinstance(served, Router):
             return OneBundle(served)
         seconds = settings.IDLE_UNLOAD_SECONDS.read()
-        this = cls(served, IdleUnload(served, seconds) if seconds else None)
+        this = cls(served, seconds or None)
         served.add_hook(this)
         for name, agent in served.resident().items():  # preloaded before the hook existed
             this._loaded(name, agent)
@@ -263,8 +264,15 @@ class Served(BaseHook):
 
     def mark(self) -> None:
         """A decision request was admitted, or a pass ended: the idle window restarts."""
-        if self.idle is not None:
-            self.idle.mark()
+        self.last = time.monotonic()
+
+    def unload_if_idle(self) -> None:
+        """On the worker (never beside a pass): the resident checkpoints unloaded after
+        LAYA_IDLE_UNLOAD_SECONDS without a decision, re-checked there, as a pass may have ended since."""
+        idle = time.monotonic() - self.last
+        if self.idle_seconds and idle >= self.idle_seconds and self.router.loaded:
+            self.router.unload()
+            log.info("idle for %.1fs: unloaded resident checkpoints", idle)
 
     # -- /health ----------------------------------------------------------------------------------
 
@@ -320,9 +328,9 @@ class Served(BaseHook):
     def _process(self) -> dict[str, Any]:
         """The Router's own /health keys: the idle-unload window and the process's memory."""
         out: dict[str, Any] = {}
-        if self.idle is not None and self.idle.seconds:
-            out["idle_unload_seconds"] = self.idle.seconds
-            out["idle_seconds"] = round(self.idle.idle_for(), 1)
+        if self.idle_seconds:
+            out["idle_unload_seconds"] = self.idle_seconds
+            out["idle_seconds"] = round(time.monotonic() - self.last, 1)
         out["memory"] = process_rss()
         return out
 
@@ -461,43 +469,6 @@ class OneBundle(Served):
             "x_precision": self.lone.bundle.precision.precision,
             "x_providers": list(self.lone.providers),
         }
-
-
-class IdleUnload:
-    """LAYA_IDLE_UNLOAD_SECONDS: after that long without a decision request the resident
-    checkpoints are unloaded on the worker, never beside a pass."""
-
-    def __init__(self, router: Router, seconds: float):
-        self.router = router
-        self.seconds = seconds
-        self.last = time.monotonic()
-
-    def mark(self) -> None:
-        self.last = time.monotonic()
-
-    def idle_for(self) -> float:
-        return time.monotonic() - self.last
-
-    def unload_if_idle(self) -> None:
-        """On the worker: re-checked there, so a pass that finished after the reaper looked counts."""
-        idle = self.idle_for()
-        if idle >= self.seconds and self.router.loaded:
-            self.router.unload()
-            log.info("idle for %.1fs: unloaded resident checkpoints", idle)
-
-    async def reap(
-        self, busy: Callable[[], bool], run_on_worker: Callable[[Callable[[], None]], Any]
-    ) -> None:
-        """Tick every max(0.05, min(seconds / 4, 5)) s; skip while a pass runs or waits."""
-        interval = max(0.05, min(self.seconds / 4.0, 5.0))
-        while True:
-            await asyncio.sleep(interval)
-            if busy() or self.idle_for() < self.seconds:
-                continue
-            try:
-                await run_on_worker(self.unload_if_idle)
-            except Exception:  # a failed unload must not stop the next attempt
-                log.exception("idle unload failed")
 
 
 def cpu_fallbacks(fallbacks: dict[str, FallbackEntry], baseline: dict[str, int]) -> dict[str, Any]:
