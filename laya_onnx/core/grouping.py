@@ -10,7 +10,7 @@ the group's call raises, every member is run alone, so each gets its own answer 
 refusal with the text it would have had alone. A group is also run member by member when its
 questions are answered by elimination (`core.tournament.plan_group`).
 
-The front ends bring the grouping window: the server's micro-batcher (`serve.microbatch`, on
+The front ends bring the grouping window: the server's micro-batcher (`serve.worker`, on
 Ray Serve's model replicas too) and `laya-onnx score`'s row batches.
 """
 

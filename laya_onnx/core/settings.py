@@ -400,7 +400,7 @@ BATCH_WINDOW_MS = _entry(
         "refuse",
         "micro-batching, milliseconds >= 0: a `/v1/systemone` request waits up to this long for others with the same "
         "questions and the same `max_len`/`head_max_len`/`lang`/`min_confidence`; the group runs as "
-        "one `predict_batch` (`laya_onnx/serve/microbatch.py`). Each caller gets its own answer (the "
+        "one `predict_batch` (`laya_onnx/serve/worker.py`). Each caller gets its own answer (the "
         "one it would get alone, within fp32 rounding of the padding) or its own refusal: a group "
         "whose pass fails is re-run member by member. Admission and the pass memory budget apply as "
         "without it",

@@ -28,12 +28,12 @@ from laya_onnx.core.router import Router
 from laya_onnx.serve import contract, logs
 from laya_onnx.serve.connection import HANDLER_ARGS, LayaRequestHandler, handler_factory, on_loop_error
 from laya_onnx.serve.contract import LocalDecider
-from laya_onnx.serve.drain import Drain
 from laya_onnx.serve.errors import BODY_UNDECODABLE, UNSUPPORTED_VERSION, ApiError
 from laya_onnx.serve.metrics import Metrics
 from laya_onnx.serve.served import Served, ServedAgent, load_agent
 from laya_onnx.serve.service import Call, DecisionService
 from laya_onnx.serve.settings import ServerLimits, Settings, resolve_host, resolve_port
+from laya_onnx.serve.worker import Drain
 
 log = logging.getLogger("laya_onnx.serve")
 

@@ -24,13 +24,11 @@ from laya_onnx.core.hooks import aggregate_usage
 from laya_onnx.core.work import CallLimits, CallStopped, CallTooLarge, call_limits
 from laya_onnx.serve import schema
 from laya_onnx.serve import validate as v
-from laya_onnx.serve.drain import Drain, WorkerLock
 from laya_onnx.serve.errors import BUSY, INFERENCE_FAILED, NON_FINITE, ApiError
 from laya_onnx.serve.metrics import UNMATCHED, Answered, work_done
-from laya_onnx.serve.microbatch import MicroBatcher
-from laya_onnx.serve.rss import MemoryKeeper
 from laya_onnx.serve.served import Served
 from laya_onnx.serve.settings import Settings
+from laya_onnx.serve.worker import Drain, MemoryKeeper, MicroBatcher, WorkerLock
 
 log = logging.getLogger("laya_onnx.serve")
 

@@ -22,9 +22,9 @@ import pytest
 
 pytest.importorskip("aiohttp")
 
-from laya_onnx.serve.drain import RETRY_AFTER_SECONDS, Drain, DrainRefusal, WorkerLock
 from laya_onnx.serve.errors import SHUTTING_DOWN
 from laya_onnx.serve.settings import ServerLimits
+from laya_onnx.serve.worker import RETRY_AFTER_SECONDS, Drain, DrainRefusal, WorkerLock
 from tests.serve_support import (
     BODY,
     URL,

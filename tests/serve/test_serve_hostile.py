@@ -33,9 +33,9 @@ import zlib
 import pytest
 
 from laya_onnx import ONNXAgent
-from laya_onnx.serve.drain import Drain, DrainRefusal, WorkerLock
 from laya_onnx.serve.settings import ServerLimits
 from laya_onnx.serve.validate import MAX_BODY_BYTES
+from laya_onnx.serve.worker import Drain, DrainRefusal, WorkerLock
 from tests.serve_support import (
     BODY,
     URL,

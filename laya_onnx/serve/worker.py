@@ -1,20 +1,34 @@
-"""The drain (serve/README.md#stopping-a-terminating-signal-drains) and the worker's lock."""
+"""The one inference worker's guards, on the serving loop: its lock (one pass at a time, first come
+first served), the drain (serve/README.md#stopping-a-terminating-signal-drains), micro-batches of
+concurrent `/v1/systemone` decisions run as `core.grouping.run_group`, and the memory given back
+after requests, judged by the process's RSS (serve/README.md#memory; Linux only, elsewhere a no-op).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 from collections import deque
-from collections.abc import Awaitable, Iterator
-from typing import TypeVar
+from collections.abc import Awaitable, Callable, Hashable, Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, TypeVar
 
-from laya_onnx.core.work import CallLimits
+from laya_onnx.core.grouping import Outcome, group_key, run_group
+from laya_onnx.core.memory import process_rss
+from laya_onnx.core.protocol import DecisionAgent
+from laya_onnx.core.session import trim_heap
+from laya_onnx.core.work import CallLimits, GroupLimits
 from laya_onnx.serve.errors import SHUTTING_DOWN, ApiError
+from laya_onnx.serve.settings import Settings
 
 log = logging.getLogger("laya_onnx.serve")
 
 T = TypeVar("T")
+#: Runs a blocking callable on the worker under the given limits.
+Execute = Callable[[Callable[[], Any], CallLimits | None], Awaitable[Any]]
 
 #: Seconds a refused client is told to wait: a restart or another replica takes over by then.
 RETRY_AFTER_SECONDS = 5
@@ -23,6 +37,10 @@ RECENT_PASSES = 32
 #: Seconds between two judgements of the queue while draining.
 REJUDGE_SECONDS = 0.5
 WOULD_NOT_FINISH = "its pass would not finish before the drain's stop time"
+#: Growth above the idle RSS (at startup) that triggers a release.
+RELEASE_MARGIN = 64 * 1024 * 1024
+#: Seconds between two releases at most (each collects garbage: a few ms to tens of ms).
+RELEASE_INTERVAL = 5.0
 
 
 class DrainRefusal(ApiError):
@@ -235,3 +253,117 @@ class WorkerLock:
 
     async def __aexit__(self, *_exc_info: object) -> None:
         self.release()
+
+
+@dataclass
+class _Group:
+    questions: Any
+    controls: dict[str, Any]
+    states: list[Any] = field(default_factory=list)
+    futures: list[asyncio.Future[Outcome]] = field(default_factory=list)
+    limits: list[CallLimits | None] = field(default_factory=list)
+    timer: asyncio.TimerHandle | None = None
+
+
+class MicroBatcher:
+    """Decisions that share a `group_key`, collected for LAYA_BATCH_WINDOW_MS (or until there are
+    LAYA_BATCH_MAX_REQUESTS), then run as one group with `execute` on the inference worker."""
+
+    def __init__(self, agent: DecisionAgent, settings: Settings, execute: Execute):
+        self.agent = agent
+        self.window_s = settings.batch_window_ms / 1000.0
+        self.max_group = max(1, int(settings.batch_max_requests))
+        self._execute = execute
+        self._configured_group = settings.tournament_group
+        self._open: dict[Hashable, _Group] = {}
+        self._running: set[asyncio.Task[None]] = set()
+
+    async def submit(
+        self, state: Any, questions: Any, controls: dict[str, Any], limits: CallLimits | None = None
+    ) -> Outcome:
+        """This request's `Outcome`, run with its group or alone; raises what `execute` raised."""
+        loop = asyncio.get_running_loop()
+        key = group_key(questions, controls)
+        future: asyncio.Future[Outcome] = loop.create_future()
+        if key is None:
+            self._start(_Group(questions, dict(controls), [state], [future], [limits]))
+            return await future
+        group = self._open.get(key)
+        if group is None:
+            group = self._open[key] = _Group(questions, dict(controls))
+            group.timer = loop.call_later(self.window_s, self._close, key)
+        group.states.append(state)
+        group.futures.append(future)
+        group.limits.append(limits)
+        if len(group.states) >= self.max_group:
+            self._close(key)
+        return await future
+
+    def _close(self, key: Hashable) -> None:
+        group = self._open.pop(key, None)
+        if group is None:
+            return
+        if group.timer is not None:
+            group.timer.cancel()
+        self._start(group)
+
+    def _start(self, group: _Group) -> None:
+        task = asyncio.get_running_loop().create_task(self._run(group))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+
+    async def _run(self, group: _Group) -> None:
+        group_args = (group.states, group.questions, group.controls, self._configured_group, group.limits)
+        work = partial(run_group, self.agent, *group_args)
+        try:
+            outcomes = await self._execute(work, GroupLimits(group.limits))
+        except BaseException as exc:  # the worker refused the group: every member hears why
+            for fut in group.futures:
+                if not fut.done():
+                    fut.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for fut, outcome in zip(group.futures, outcomes, strict=True):
+            if not fut.done():
+                fut.set_result(outcome)
+
+
+class MemoryKeeper:
+    """One per app, on its loop: `start()` once serving, `after_request()` after each decision."""
+
+    def __init__(self) -> None:
+        self.baseline: int | None = None
+        self._last = -float("inf")  # loop time of the last release
+        self._task: asyncio.Task[None] | None = None
+        self._later: asyncio.TimerHandle | None = None
+
+    def start(self) -> None:
+        self.baseline = process_rss()["rss_bytes"]
+
+    def after_request(self) -> None:
+        """Release when the RSS is up by the margin; if one ran too recently, look again later."""
+        if self.baseline is None or (self._task is not None and not self._task.done()):
+            return
+        now = process_rss()["rss_bytes"]
+        if now is None or now - self.baseline <= RELEASE_MARGIN:
+            return
+        loop = asyncio.get_running_loop()
+        wait = self._last + RELEASE_INTERVAL - loop.time()
+        if wait > 0:
+            if self._later is None:
+                self._later = loop.call_later(wait, self._look_again)
+            return
+        self._last = loop.time()
+        self._task = loop.create_task(self._release(now))
+
+    def _look_again(self) -> None:
+        self._later = None
+        self.after_request()
+
+    async def _release(self, before: int) -> None:
+        """Collect garbage and hand the C heap's free pages back to the OS, off the loop."""
+        await asyncio.to_thread(gc.collect)
+        await asyncio.to_thread(trim_heap)
+        after = process_rss()["rss_bytes"] or before
+        log.info("gave memory back after a request: RSS %d -> %d MiB", before >> 20, after >> 20)
