@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
@@ -170,15 +170,6 @@ DRAIN_SIGNALS = tuple(
 )
 
 
-class _Plan(NamedTuple):
-    """Everything decided before the model is loaded (a refused setting stops the server first)."""
-
-    limits: ServerLimits
-    app_settings: Settings
-    access_log: logging.Logger | None
-    sockets: list[socket.socket]
-
-
 def _where(address: Any) -> str:
     """`host:port`, an IPv6 host in brackets."""
     host, port = address[:2]
@@ -223,19 +214,6 @@ def _cannot_listen(address: Any, exc: OSError) -> OSError:
     return OSError(exc.errno, "cannot listen on %s: %s" % (_where(address), exc.strerror or exc))
 
 
-def _prepare(
-    host: str | None, port: int | None, overrides: dict[str, Any] | None = None, log_format: str | None = None
-) -> _Plan:
-    host = resolve_host(host)
-    port = resolve_port(port)
-    level = settings.LOG_LEVEL.read()
-    limits = ServerLimits.from_env(**({"log_format": log_format} if log_format else {}))
-    app_settings = Settings.from_env(**(overrides or {}))
-    access_log = logs.configure_logging(level, limits.access_log, limits.log_format)
-    tracing.configure_from_environment()  # spans exported where OTEL_TRACES_EXPORTER says
-    return _Plan(limits, app_settings, access_log, sockets=_bind(host, port))
-
-
 def run_server(
     bundle: os.PathLike | str | None,
     host: str | None = None,
@@ -248,7 +226,6 @@ def run_server(
 ) -> None:
     """`laya-onnx serve` (`--help`: each flag an argument here, winning over its variable). Raises
     `ConfigError` or OSError before the bundle is loaded, SystemExit when it cannot be loaded."""
-    plan = _prepare(host, port, log_format=log_format)
     options = {"providers": list(providers) if providers else None, "threads": threads}
 
     def load() -> Any:
@@ -259,22 +236,36 @@ def run_server(
         except (OSError, ValueError) as exc:
             raise SystemExit(f"laya-onnx: cannot serve {str(bundle or ', '.join(models))!r}: {exc}") from None
 
-    _run(plan, load, str(bundle))
+    _run(host, port, load, str(bundle), log_format=log_format)
 
 
 def serve_agent(agent: Any, host: str | None = None, port: int | None = None, **settings: Any) -> None:
     """Serve an agent already built as `run_server` serves a bundle; `settings` go to `create_app`."""
-    _run(_prepare(host, port, settings), lambda: agent, None)
+    _run(host, port, lambda: agent, None, settings)
 
 
-def _run(plan: _Plan, load: Callable[[], Any], source: str | None) -> None:
-    """Load, serve until a signal, drain; the sockets are closed however it ends."""
+def _run(
+    host: str | None,
+    port: int | None,
+    load: Callable[[], Any],
+    source: str | None,
+    overrides: dict[str, Any] | None = None,
+    log_format: str | None = None,
+) -> None:
+    """Every setting refused and the address bound before `load`; then served until a signal, and
+    drained; the sockets are closed however it ends."""
+    host, port, level = resolve_host(host), resolve_port(port), settings.LOG_LEVEL.read()
+    limits = ServerLimits.from_env(**({"log_format": log_format} if log_format else {}))
+    app_settings = Settings.from_env(**(overrides or {}))
+    access_log = logs.configure_logging(level, limits.access_log, limits.log_format)
+    tracing.configure_from_environment()  # spans exported where OTEL_TRACES_EXPORTER says
+    sockets = _bind(host, port)
     try:
         agent = load()
-        app = create_app(agent, **dataclasses.asdict(plan.app_settings))
-        asyncio.run(_serve(app, agent, plan, source))
+        app = create_app(agent, **dataclasses.asdict(app_settings))
+        asyncio.run(_serve(app, agent, sockets, limits, access_log, source))
     finally:
-        for sock in plan.sockets:
+        for sock in sockets:
             sock.close()
     abandoned = app[DRAIN].abandoned
     if abandoned:
@@ -391,7 +382,14 @@ def _closing_margin(limits: ServerLimits) -> float:
     return min(1.0, limits.shutdown_grace / 4)
 
 
-async def _serve(app: web.Application, agent: Any, plan: _Plan, source: str | None) -> None:
+async def _serve(
+    app: web.Application,
+    agent: Any,
+    sockets: list[socket.socket],
+    limits: ServerLimits,
+    access_log: logging.Logger | None,
+    source: str | None,
+) -> None:
     loop = asyncio.get_running_loop()
     signals: list[int] = []
     stop = asyncio.Event()
@@ -406,7 +404,7 @@ async def _serve(app: web.Application, agent: Any, plan: _Plan, source: str | No
             )
             app[DRAIN].begin(loop.time())
 
-    server = await RunningServer.start(app, plan.sockets, plan.limits, plan.access_log)
+    server = await RunningServer.start(app, sockets, limits, access_log)
     try:
         for signum in DRAIN_SIGNALS:
             loop.add_signal_handler(signum, on_signal, signum)
@@ -415,9 +413,9 @@ async def _serve(app: web.Application, agent: Any, plan: _Plan, source: str | No
             "serving %s%s on %s with %s; shutdown grace %gs",
             what,
             " from %s" % source if source else "",
-            ", ".join("http://" + _where(sock.getsockname()) for sock in plan.sockets),
+            ", ".join("http://" + _where(sock.getsockname()) for sock in sockets),
             providers,
-            plan.limits.shutdown_grace,
+            limits.shutdown_grace,
         )
         await stop.wait()
         await server.drain("received %s" % signal.Signals(signals[0]).name)
