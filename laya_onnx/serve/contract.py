@@ -143,8 +143,7 @@ class LocalDecider:
         tracing.record("laya.queue", queued, started, size)
         if outcome.error is not None:
             raise pass_refusal(outcome.error, what, served.name)
-        rendered = render_result(result, served, settings, fallback, batch, what)
-        names = answering_checkpoints(result, served)
+        rendered, names = render_result(result, served, settings, fallback, batch, what)
         return Reply(
             200,
             rendered,
@@ -412,32 +411,26 @@ def render(payload: Any) -> bytes:
 
 def render_result(
     result: Any, checkpoint: Served, settings: Settings, fallback: str | None, batch: bool, what: str
-) -> bytes:
+) -> tuple[bytes, list[str]]:
     """A decision's answer in the wire profile: one result, or a batch's list of them and its total
-    usage (docs/http-api.md#batch); a non-finite float is a 422, any other failure a logged 500."""
+    usage (docs/http-api.md#batch); a non-finite float is a 422, any other failure a logged 500.
+    With it, the served checkpoints that answered, in order, from the results' routing blocks."""
     try:
-        if not batch:
-            return render(shape(settings, checkpoint.with_routing(result), fallback))
-        routed = [checkpoint.with_routing(r) for r in result]
+        routed = [checkpoint.with_routing(r) for r in (result if batch else [result])]
         results = [shape(settings, r, fallback) for r in routed]
-        return render({"results": results, "total_usage": aggregate_usage(routed)})
+        body = render({"results": results, "total_usage": aggregate_usage(routed)} if batch else results[0])
     except NonFiniteNumber:
         raise ApiError(422, NON_FINITE) from None
     except Exception:
         log.exception("%s failed for model=%s", what, checkpoint.name)
         raise ApiError(500, INFERENCE_FAILED) from None
+    return body, [n for n in dict.fromkeys(map(answered_by, routed)) if n]
 
 
 def answered_by(routed: dict[str, Any]) -> str:
     """The checkpoint a result's `routing` block names."""
     routing = routed.get("routing")
     return str(routing.get("model")) if isinstance(routing, dict) else ""
-
-
-def answering_checkpoints(result: Any, checkpoint: Served) -> list[str]:
-    """The served checkpoints that answered a result, in order, from its routing blocks."""
-    results = result if isinstance(result, list) else [result]
-    return [n for n in dict.fromkeys(answered_by(checkpoint.with_routing(r)) for r in results) if n]
 
 
 def answer_headers(fallback: str | None, unknown: str | None, names: list[str], name: str) -> dict[str, str]:
@@ -463,8 +456,3 @@ def error_body(settings: Settings, status: int, detail: str, errors: Any = None)
         return {"detail": errors if errors is not None else default}
     error_type = ERROR_TYPES.get(status, "internal_error" if status >= 500 else "api_usage_error")
     return {"detail": {"error_type": error_type, "message": detail}}
-
-
-def api_error_body(settings: Settings, exc: ApiError) -> Any:
-    """`error_body` for a raised refusal (a Jev validation error carries its list of errors)."""
-    return error_body(settings, exc.status, exc.detail, getattr(exc, "errors", None))

@@ -215,7 +215,8 @@ class DecisionService:
 
     def refusal(self, exc: ApiError) -> Reply:
         """A refusal in the wire profile (laya-serve's `{"detail": ...}` or Jev's shapes)."""
-        return Reply(exc.status, render(contract.api_error_body(self.settings, exc)), dict(exc.headers))
+        body = contract.error_body(self.settings, exc.status, exc.detail, getattr(exc, "errors", None))
+        return Reply(exc.status, render(body), dict(exc.headers))
 
     # -- the other routes ------------------------------------------------------------------
 
