@@ -28,7 +28,7 @@ from laya_onnx.core.router import Router
 from laya_onnx.serve import contract, logs
 from laya_onnx.serve.connection import HANDLER_ARGS, LayaRequestHandler, handler_factory, on_loop_error
 from laya_onnx.serve.contract import LocalDecider
-from laya_onnx.serve.errors import BODY_UNDECODABLE, UNSUPPORTED_VERSION, ApiError
+from laya_onnx.serve.errors import BODY_UNDECODABLE, ApiError
 from laya_onnx.serve.metrics import Metrics
 from laya_onnx.serve.served import Served, ServedAgent, load_agent
 from laya_onnx.serve.service import Call, DecisionService
@@ -42,7 +42,6 @@ WRITE_SLICE = 64 * 1024
 
 SERVICE = web.AppKey("service", DecisionService)
 DECIDER = web.AppKey("decider", LocalDecider)
-SETTINGS = web.AppKey("settings", Settings)
 METRICS = web.AppKey("metrics", Metrics)
 DRAIN = web.AppKey("drain", Drain)
 #: The running server's access logger (absent: no access log), for `logs.log_cut`.
@@ -68,7 +67,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
     try:
         if getattr(request.protocol, "unsupported_version", False):  # HTTP/0.9 or 2.0 on this port
             call.request_id = logs.new_request_id()
-            reply = app[SERVICE].refusal(ApiError(505, UNSUPPORTED_VERSION))
+            reply = app[SERVICE].refusal(ApiError(505, "HTTP version not supported; send HTTP/1.1"))
             reply.headers[logs.REQUEST_ID_HEADER] = call.request_id
             reply.close = True
         else:
@@ -87,7 +86,7 @@ async def handle(request: web.Request) -> web.StreamResponse:
         if reply.close or not request.content.is_eof():  # draining, or a body left unread
             response.force_close()
         with app[DRAIN].writing():
-            await _send(request, response, reply.body, app[SETTINGS].send_timeout)
+            await _send(request, response, reply.body, app[DECIDER].settings.send_timeout)
         return response
     except asyncio.CancelledError:  # the client went away (aiohttp cancels the handler)
         logs.log_cut(app.get(ACCESS_LOG), request, call.request_id, time.perf_counter() - began, response)
@@ -127,7 +126,9 @@ async def _json_only(request: web.Request, response: web.StreamResponse) -> None
     if response.headers.get("Content-Type", "").startswith("application/json"):
         return
     detail = "only the Expect value 100-continue is supported" if response.status == 417 else response.reason
-    response.body = contract.render(contract.error_body(request.app[SETTINGS], response.status, detail))
+    response.body = contract.render(
+        contract.error_body(request.app[DECIDER].settings, response.status, detail)
+    )
     response.headers["Content-Type"] = "application/json"
     response.headers["Content-Length"] = str(len(response.body))
     response.headers.setdefault(logs.REQUEST_ID_HEADER, logs.new_request_id())
@@ -152,7 +153,6 @@ def create_app(agent: ServedAgent | Router, **settings: Any) -> web.Application:
     # a handler is cancelled when its client goes away: no further pass runs for nobody
     app = web.Application(handler_args={**HANDLER_ARGS, "handler_cancellation": True})
     app.on_response_prepare.append(_json_only)
-    app[SETTINGS] = config
     app[DECIDER] = decider
     app[DRAIN] = decider.drain
     app[METRICS] = metrics
@@ -315,7 +315,7 @@ class RunningServer:
                 idle_timeout=limits.keepalive_timeout,
                 header_read_timeout=limits.header_read_timeout,
                 max_connections=limits.max_connections,
-                error_payload=partial(contract.error_body, app[SETTINGS]),
+                error_payload=partial(contract.error_body, app[DECIDER].settings),
                 **handler_options,
             )
             loop = asyncio.get_running_loop()

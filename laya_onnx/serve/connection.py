@@ -19,7 +19,7 @@ from aiohttp.http import HttpVersion10, HttpVersion11
 
 from laya_onnx.core import settings
 from laya_onnx.serve.contract import render
-from laya_onnx.serve.errors import HEADERS_TIMEOUT, TOO_MANY_CONNECTIONS
+from laya_onnx.serve.errors import TOO_MANY_CONNECTIONS
 from laya_onnx.serve.logs import REQUEST_ID_HEADER, new_request_id
 
 log = logging.getLogger("laya_onnx.serve")
@@ -362,7 +362,7 @@ class LayaRequestHandler(web.RequestHandler):
         if not (self._head_started and self._between_requests()) or self.transport is None:
             return
         why = "request headers not complete within %gs" % self.header_read_timeout
-        self._write_refusal(408, HEADERS_TIMEOUT, why)
+        self._write_refusal(408, "request headers were not received in time", why)
         self.force_close()
 
     def begin_drain(self) -> bool:

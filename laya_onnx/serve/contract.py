@@ -24,7 +24,7 @@ from laya_onnx.core.hooks import aggregate_usage
 from laya_onnx.core.work import CallLimits, CallStopped, CallTooLarge, call_limits
 from laya_onnx.serve import schema
 from laya_onnx.serve import validate as v
-from laya_onnx.serve.errors import BUSY, INFERENCE_FAILED, NON_FINITE, ApiError
+from laya_onnx.serve.errors import BUSY, INFERENCE_FAILED, ApiError
 from laya_onnx.serve.metrics import UNMATCHED, Answered, work_done
 from laya_onnx.serve.served import Served
 from laya_onnx.serve.settings import Settings
@@ -420,7 +420,7 @@ def render_result(
         results = [shape(settings, r, fallback) for r in routed]
         body = render({"results": results, "total_usage": aggregate_usage(routed)} if batch else results[0])
     except NonFiniteNumber:
-        raise ApiError(422, NON_FINITE) from None
+        raise ApiError(422, "Out of range float values are not JSON compliant") from None
     except Exception:
         log.exception("%s failed for model=%s", what, checkpoint.name)
         raise ApiError(500, INFERENCE_FAILED) from None

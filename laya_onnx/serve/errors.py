@@ -13,11 +13,8 @@ LONE_SURROGATE = "request body contains an unpaired surrogate escape; those cann
 BUSY = "server busy, try again later"
 UNAUTHORIZED = "invalid or missing bearer token"
 INFERENCE_FAILED = "inference failed"
-NON_FINITE = "Out of range float values are not JSON compliant"
 SHUTTING_DOWN = "server is shutting down, try again later"
-HEADERS_TIMEOUT = "request headers were not received in time"
 NOT_JSON_FROM_A_PAGE = "a request from a web page must send its body as application/json"
-UNSUPPORTED_VERSION = "HTTP version not supported; send HTTP/1.1"
 TOO_MANY_CONNECTIONS = "too many open connections, try again later"
 
 

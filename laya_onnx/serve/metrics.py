@@ -8,7 +8,6 @@ from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, Metric
-from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from laya_onnx.core import settings
@@ -116,11 +115,6 @@ class Metrics(Collector):
         """The metric `PREFIX + name` with its help text, on this app's registry."""
         extra: dict[str, Any] = {"buckets": buckets} if buckets else {}
         return kind(PREFIX + name, HELP[name], labels, registry=self.registry, **extra)
-
-    def exposition(self, accept: str | None) -> tuple[bytes, str]:
-        """The scrape body and its Content-Type, negotiated from the Accept header."""
-        encoder, content_type = choose_encoder(accept or "")
-        return encoder(self.registry), content_type
 
     def answered(self, route: str, method: str, status: int, seconds: float, busy: bool) -> None:
         """One request answered (or its client gone: `CLIENT_GONE`)."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from multidict import MultiMapping
+from prometheus_client.exposition import choose_encoder
 
 from laya_onnx.core import tracing
 from laya_onnx.serve import contract
@@ -252,8 +253,8 @@ class DecisionService:
     async def _metrics(self, call: Call) -> Reply:
         if not self.authorized(call):
             raise ApiError(401, UNAUTHORIZED)
-        body, content_type = self.metrics.exposition(call.headers.get("Accept"))
-        return Reply(200, body, content_type=content_type)
+        encoder, content_type = choose_encoder(call.headers.get("Accept") or "")  # negotiated by Accept
+        return Reply(200, encoder(self.metrics.registry), content_type=content_type)
 
     async def _openapi(self, call: Call) -> Reply:
         s = self.settings
