@@ -170,11 +170,9 @@ async def read_body(
         hold(-held)
 
 
-def page_refusal(headers: Any) -> ApiError | None:
-    """415 for a body a web page (`Origin`, `Sec-Fetch-Site`) sent as anything but JSON, else None."""
-    if "Origin" not in headers and "Sec-Fetch-Site" not in headers:
-        return None
-    media = (headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
-    if media == "application/json" or (media.startswith("application/") and media.endswith("+json")):
-        return None
-    return ApiError(415, NOT_JSON_FROM_A_PAGE)
+def check_page(headers: Any) -> None:
+    """415 for a body a web page (`Origin`, `Sec-Fetch-Site`) sent as anything but JSON."""
+    if "Origin" in headers or "Sec-Fetch-Site" in headers:
+        media = (headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
+        if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
+            raise ApiError(415, NOT_JSON_FROM_A_PAGE)

@@ -44,17 +44,12 @@ class LayaModel:
         if sick:
             raise RuntimeError("the device failed pass after pass for %s; restart needed" % ", ".join(sick))
 
-    async def decide(self, route: str, raw: bytes) -> Reply | tuple[int, str, dict[str, str], int | None]:
+    async def __call__(self, method: str, *args: Any) -> Any:
+        """The decider's `decide`, `health` or `models`."""
         try:
-            return await self.decider.decide(route, raw)
+            return await getattr(self.decider, method)(*args)
         except ApiError as exc:  # its pickle would lose the status: its fields cross instead
             return exc.status, exc.detail, exc.headers, exc.item
-
-    async def health(self, full: bool) -> tuple[int, Any]:
-        return await self.decider.health(full)
-
-    async def models(self, full: bool) -> Any:
-        return await self.decider.models(full)
 
 
 class RemoteDecider:
@@ -86,7 +81,7 @@ class RemoteDecider:
     async def _on_model(self, method: str, *args: Any) -> Any:
         for attempt in range(1, RETRIES + 1):
             try:
-                return await getattr(self.model, method).remote(*args)
+                return await self.model.remote(method, *args)
             except BackPressureError:  # every replica and its queue full: our 503, not Ray's
                 break
             except RayActorError as exc:

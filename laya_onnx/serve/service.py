@@ -20,7 +20,7 @@ from prometheus_client.exposition import choose_encoder
 
 from laya_onnx.core import tracing
 from laya_onnx.serve import contract
-from laya_onnx.serve.body import BodyBuffer, page_refusal, read_body
+from laya_onnx.serve.body import BodyBuffer, check_page, read_body
 from laya_onnx.serve.contract import Reply, render
 from laya_onnx.serve.errors import BUSY, TOO_MANY_CONNECTIONS, UNAUTHORIZED, ApiError
 from laya_onnx.serve.logs import REQUEST_ID_HEADER, accept_request_id, current_request_id
@@ -203,9 +203,7 @@ class DecisionService:
             return await self._handlers[name](call)
         if not self.authorized(call):
             raise ApiError(401, UNAUTHORIZED)
-        refusal = page_refusal(call.headers)
-        if refusal is not None:
-            raise refusal
+        check_page(call.headers)
         decider = self.decider
         if decider.draining:
             raise decider.refuse_draining()
