@@ -86,7 +86,6 @@ class LocalDecider:
         self.drain = Drain()
         self.memory = MemoryKeeper()
         self.executor: ThreadPoolExecutor | None = None
-        self.lock: WorkerLock | None = None
         self.admission: asyncio.Semaphore | None = None
         self.batcher: MicroBatcher | None = None
         self._ready = False
@@ -157,7 +156,7 @@ class LocalDecider:
     async def on_worker(self, fn: Callable[[], Any], limits: CallLimits | None = None) -> Any:
         """`fn` on the inference worker under `limits`, first come first served. Cancelled, `limits`
         is cancelled at once and the lock stays held until the worker is free."""
-        lock, executor = self.lock, self.executor
+        lock, executor = self.drain.lock, self.executor
         if lock is None or executor is None:  # made on startup; a request cannot come earlier
             raise RuntimeError("inference requested outside the server's run (no worker)")
         await lock.acquire(limits)
@@ -181,8 +180,7 @@ class LocalDecider:
 
     async def start(self) -> None:
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="laya-infer")
-        self.lock = WorkerLock(self.drain)
-        self.drain.bind(self.lock)
+        self.drain.bind(WorkerLock(self.drain))
         self.admission = asyncio.Semaphore(self.settings.max_concurrent)
         self.memory.start()
         if self.settings.batch_window_ms > 0:
@@ -217,7 +215,7 @@ class LocalDecider:
         """Look every max(0.05, min(seconds / 4, 5)) s; never while a pass runs or waits."""
         while True:
             await asyncio.sleep(max(0.05, min(seconds / 4.0, 5.0)))
-            lock = self.lock
+            lock = self.drain.lock
             if lock is None or lock.busy or lock.waiting or time.monotonic() - self.served.last < seconds:
                 continue
             try:
@@ -238,7 +236,7 @@ class LocalDecider:
 
     def queue_depth(self) -> int:
         """Decision requests waiting for the worker now (0 before startup and after shutdown)."""
-        return self.lock.waiting if self.lock is not None else 0
+        return self.drain.lock.waiting if self.drain.lock is not None else 0
 
     def refuse_draining(self) -> ApiError:
         """A decision request that arrives once the server is draining: 503, Retry-After."""
