@@ -32,8 +32,6 @@ from laya_onnx.serve.worker import Drain, MemoryKeeper, MicroBatcher, WorkerLock
 
 log = logging.getLogger("laya_onnx.serve")
 
-#: A decision route's template by its name (the metrics' label).
-ROUTE_PATHS = {"systemone": "/v1/systemone", "systemone_batch": "/v1/systemone/batch"}
 #: What the worker is told when the request it runs for is abandoned (the answer is not sent).
 ABANDONED = "its client went away or its deadline passed"
 #: The Jev contract's keys per answer type, of `usage` and of a result (docs/http-api.md#the-jev-profile).
@@ -118,7 +116,7 @@ class LocalDecider:
             deadline_setting=table.REQUEST_TIMEOUT.env,
         )
         served.mark()  # admitted: the idle window restarts
-        batch = route != "systemone"
+        batch = route != "/v1/systemone"
         what = "batch inference" if batch else "inference"
         # the checks in order (docs/http-api.md#refusals-in-order): the first failing one is raised
         body, controls, fallback, unknown = v.check(raw, served, served, settings, batch)
@@ -137,7 +135,7 @@ class LocalDecider:
             limits.cancel(ABANDONED)
             raise
         started, result = outcome.started, outcome.result
-        self.on_wait(ROUTE_PATHS[route], (started - queued) * 1000.0)
+        self.on_wait(route, (started - queued) * 1000.0)
         size = {"laya.microbatch.size": outcome.group_size} if batcher is not None else None
         tracing.record("laya.queue", queued, started, size)
         if outcome.error is not None:

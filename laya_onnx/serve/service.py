@@ -30,24 +30,6 @@ from laya_onnx.serve.settings import Settings
 
 log = logging.getLogger("laya_onnx.serve")
 
-#: (method, path, name) of every route; `/openapi.json` and `/docs` only without an API key.
-ROUTES: tuple[tuple[str, str, str], ...] = (
-    ("GET", "/", "index"),
-    ("GET", "/health", "health"),
-    ("GET", "/health/live", "live"),
-    ("GET", "/health/ready", "ready"),
-    ("POST", "/v1/systemone", "systemone"),
-    ("POST", "/v1/systemone/batch", "systemone_batch"),
-    ("GET", "/v1/models", "models"),
-    ("GET", "/metrics", "metrics"),
-)
-DOC_ROUTES: tuple[tuple[str, str, str], ...] = (
-    ("GET", "/openapi.json", "openapi"),
-    ("GET", "/docs", "docs"),
-)
-DECISION_ROUTES = frozenset({"systemone", "systemone_batch"})
-HEALTH_ROUTES = frozenset({"health", "live", "ready"})
-
 
 @dataclass
 class Call:
@@ -97,19 +79,20 @@ class DecisionService:
         self.settings = settings
         self.metrics = metrics
         self.body_buffer = BodyBuffer(settings.body_buffer)
-        routes = ROUTES + (DOC_ROUTES if settings.api_key is None and docs else ())
-        self.routes: dict[tuple[str, str], str] = {(m, p): n for m, p, n in routes}
-        self.paths = {p for _, p, _ in routes}
-        self._handlers: dict[str, Callable[[Call], Awaitable[Reply]]] = {
-            "index": self._index,
-            "health": self._health,
-            "live": self._live,
-            "ready": self._ready,
-            "models": self._models,
-            "metrics": self._metrics,
-            "openapi": self._openapi,
-            "docs": self._docs,
+        #: Every route's handler by (method, path); `/openapi.json` and `/docs` only without an API key.
+        self.routes: dict[tuple[str, str], Callable[[Call], Awaitable[Reply]]] = {
+            ("GET", "/"): self._index,
+            ("GET", "/health"): self._health,
+            ("GET", "/health/live"): self._live,
+            ("GET", "/health/ready"): self._ready,
+            ("POST", "/v1/systemone"): self._decide,
+            ("POST", "/v1/systemone/batch"): self._decide,
+            ("GET", "/v1/models"): self._models,
+            ("GET", "/metrics"): self._metrics,
         }
+        if settings.api_key is None and docs:
+            self.routes.update({("GET", "/openapi.json"): self._openapi, ("GET", "/docs"): self._docs})
+        self.paths = {p for _, p in self.routes}
 
     # -- the pipeline ----------------------------------------------------------------------
 
@@ -129,10 +112,11 @@ class DecisionService:
         label, status, busy = UNMATCHED, 500, False
         try:
             try:
-                name, path = self.match(call)
-                label = path
+                handler, label = self.match(call)
+                if call.health_only and not label.startswith("/health"):
+                    raise ApiError(503, TOO_MANY_CONNECTIONS, {"Retry-After": "1"})
                 with self.metrics.in_flight.labels(label).track_inprogress():
-                    reply = await self._route(name, call)
+                    reply = await handler(call)
             except ApiError as exc:
                 busy = exc.status == 503 and exc.detail == BUSY
                 reply = self.refusal(exc)
@@ -159,13 +143,13 @@ class DecisionService:
             reply.close = True
         return reply
 
-    def match(self, call: Call) -> tuple[str, str]:
-        """(route name, route template) of `call`, or the 404/405/307 refusal."""
+    def match(self, call: Call) -> tuple[Callable[[Call], Awaitable[Reply]], str]:
+        """(handler, route template) of `call`, or the 404/405/307 refusal."""
         method = "GET" if call.method == "HEAD" else call.method
         path = self._unprefixed(call.path)
-        name = self.routes.get((method, path))
-        if name is not None:
-            return name, path
+        handler = self.routes.get((method, path))
+        if handler is not None:
+            return handler, path
         allowed = sorted(m for (m, p) in self.routes if p == path)
         if allowed:
             raise ApiError(405, "Method Not Allowed", {"Allow": ", ".join(allowed)})
@@ -196,11 +180,9 @@ class DecisionService:
         supplied = sent[0].encode("utf-8", "surrogateescape")
         return hmac.compare_digest(supplied, ("Bearer " + key).encode("utf-8", "surrogateescape"))
 
-    async def _route(self, name: str, call: Call) -> Reply:
-        if call.health_only and name not in HEALTH_ROUTES:
-            raise ApiError(503, TOO_MANY_CONNECTIONS, {"Retry-After": "1"})
-        if name not in DECISION_ROUTES:
-            return await self._handlers[name](call)
+    async def _decide(self, call: Call) -> Reply:
+        """`POST /v1/systemone` and `/v1/systemone/batch`: the bearer, a page's body type, the body,
+        then the decider's decision (refused once the server is draining)."""
         if not self.authorized(call):
             raise ApiError(401, UNAUTHORIZED)
         check_page(call.headers)
@@ -210,7 +192,7 @@ class DecisionService:
         raw = await read_body(call.headers, call.body, self.settings.body_read_timeout, self.body_buffer)
         if decider.draining:
             raise decider.refuse_draining()
-        return await decider.decide(name, raw)
+        return await decider.decide(self._unprefixed(call.path), raw)
 
     def refusal(self, exc: ApiError) -> Reply:
         """A refusal in the wire profile (laya-serve's `{"detail": ...}` or Jev's shapes)."""
