@@ -25,7 +25,7 @@ from laya_onnx.core.work import CallLimits, CallStopped, CallTooLarge, call_limi
 from laya_onnx.serve import schema
 from laya_onnx.serve import validate as v
 from laya_onnx.serve.errors import BUSY, INFERENCE_FAILED, ApiError
-from laya_onnx.serve.metrics import UNMATCHED, Answered, work_done
+from laya_onnx.serve.metrics import Answered, work_done
 from laya_onnx.serve.served import Served
 from laya_onnx.serve.settings import Settings
 from laya_onnx.serve.worker import Drain, MemoryKeeper, MicroBatcher, WorkerLock
@@ -66,7 +66,6 @@ class Reply:
     body: bytes
     headers: dict[str, str] = field(default_factory=dict)
     content_type: str = "application/json"
-    route: str = UNMATCHED  # the route's template for the metrics
     close: bool = False  # the connection closes after this answer (draining, or a body left unread)
     #: Of a successful decision: the pass's and the wait's ms, its (rows, input tokens), its metrics.
     inference_ms: float | None = None

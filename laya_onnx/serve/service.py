@@ -102,11 +102,9 @@ class DecisionService:
         with tracing.request_span(call.method, call.headers, {"laya.request_id": request_id}) as span:
             if span is not None:
                 call.trace_id = format(span.get_span_context().trace_id, "032x")
-            reply = await self._handle(call, request_id)
-            tracing.answered(span, call.method, reply.route, reply.status)
-        return reply
+            return await self._handle(call, request_id, span)
 
-    async def _handle(self, call: Call, request_id: str) -> Reply:
+    async def _handle(self, call: Call, request_id: str, span: Any) -> Reply:
         token = current_request_id.set(request_id)
         began = time.perf_counter()
         label, status, busy = UNMATCHED, 500, False
@@ -130,7 +128,6 @@ class DecisionService:
         finally:
             self.metrics.answered(label, call.method, status, time.perf_counter() - began, busy)
             current_request_id.reset(token)
-        reply.route = label
         reply.headers[REQUEST_ID_HEADER] = request_id
         if reply.inference_ms is not None and reply.status == 200:
             self.metrics.inference.labels(label).observe(reply.inference_ms / 1000.0)
@@ -141,6 +138,7 @@ class DecisionService:
                 self.metrics.per_request(reply.served, *(reply.work or (0, 0)))
         if self.decider.draining or call.health_only:
             reply.close = True
+        tracing.answered(span, call.method, label, reply.status)
         return reply
 
     def match(self, call: Call) -> tuple[Callable[[Call], Awaitable[Reply]], str]:
