@@ -49,7 +49,7 @@ class LayaModel:
         try:
             return await getattr(self.decider, method)(*args)
         except ApiError as exc:  # its pickle would lose the status: its fields cross instead
-            return exc.status, exc.detail, exc.headers, exc.item
+            return exc.status, exc.detail, exc.headers  # X-Batch-Item among them
 
 
 class RemoteDecider:
@@ -68,9 +68,7 @@ class RemoteDecider:
         answer = await self._on_model("decide", route, raw)
         if isinstance(answer, Reply):
             return answer
-        status, detail, headers, item = answer
-        refusal = ApiError(status, detail, headers)
-        raise refusal if item is None else refusal.at_item(item)
+        raise ApiError(*answer)
 
     async def health(self, full: bool) -> tuple[int, Any]:
         return await self._on_model("health", full)
