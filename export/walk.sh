@@ -101,7 +101,8 @@ printf '%s\t%s\t%d\n' "serve (load + 1 request, torch-free)" "$wall" $((kib / 10
 
 printf '{"state": "I was charged twice"}\n{"state": "The app crashes at login"}\n' >"$WORK/states.jsonl"
 printf '%s' '{"refund": {"type": "noul", "instructions": "Does the user ask for a refund?"}}' >"$WORK/questions.json"
-rm -f "$WORK/scored.jsonl"
+# a run scores every row again: an output left by the last run would be resumed, not scored
+rm -f "$WORK/scored.jsonl" "$WORK/scored-ray.jsonl"
 step "score 2 rows (torch-free)" "$RT/bin/laya-onnx" score "$WORK/states.jsonl" -o "$WORK/scored.jsonl" \
     --questions "$WORK/questions.json" --bundle "$REPO" --no-progress
 
