@@ -119,8 +119,7 @@ def check_body_size(n_bytes: int) -> None:
 async def read_body(
     headers: Any, chunks: AsyncIterator[bytes], timeout: float, buffer: BodyBuffer | None
 ) -> bytes:
-    """The decoded body, at most MAX_BODY_BYTES raw and decoded (Content-Length is only a hint),
-    delivered within `timeout` seconds; `buffer` (None: unbounded) counts what it holds."""
+    """The decoded body, at most MAX_BODY_BYTES raw and decoded, within `timeout` s; `buffer` counts it."""
     if any(coding != "chunked" for coding in _codings(headers.getall("Transfer-Encoding", []))):
         raise ApiError(501, UNSUPPORTED_TRANSFER)
     declared = headers.get("Content-Length") or ""

@@ -28,7 +28,6 @@ log = logging.getLogger("laya_onnx.serve")
 #: (within the cap), and a body a refusal left unread is not read to be thrown away.
 HANDLER_ARGS: dict[str, Any] = {"auto_decompress": False, "lingering_time": 0}
 
-# aiohttp < 3.10 has no BadHttpMethod (a BadStatusLine there)
 _BAD_METHOD = getattr(http_exceptions, "BadHttpMethod", ())
 _INVALID_URL = getattr(http_exceptions, "InvalidURLError", ())
 LONG_LINE = "request line or header field too long"
@@ -62,7 +61,7 @@ def parser_refusal(status: int, exc: BaseException | None) -> tuple[int, str]:
         return 431, LONG_LINE
     if isinstance(exc, http_exceptions.BadHttpMessage) and "too many headers" in str(exc).lower():
         return 431, "too many request headers"
-    if _BAD_METHOD and isinstance(exc, _BAD_METHOD):
+    if _BAD_METHOD and isinstance(exc, _BAD_METHOD):  # aiohttp < 3.10: a BadStatusLine
         if "HTTPS" in str(exc):
             return 400, "malformed request: TLS sent to a plain HTTP port"
         return 400, "malformed request line: invalid method"
@@ -223,9 +222,8 @@ class LayaRequestHandler(web.RequestHandler):
             self.health_only = True
 
     def eof_received(self) -> bool:  # type: ignore[override]  # asyncio reads the bool
-        """The client closed its side: with an HTTP/1.1 request unanswered, the socket stays open
-        for its answer, and an interim `100 Continue` tells whether the client is gone instead (a
-        closed socket answers it with a reset, and the request is cancelled)."""
+        """The client closed its side with an HTTP/1.1 request unanswered: the socket stays open, and an
+        interim `100 Continue` tells whether the client is gone (a reset: the request is cancelled)."""
         transport = self.transport
         if self._between_requests() or self._discarded is not None or transport is None:
             return False
@@ -273,8 +271,7 @@ class LayaRequestHandler(web.RequestHandler):
             super().data_received(piece)
 
     def _refuse_long_line(self) -> None:
-        """431 for a request line over MAX_REQUEST_LINE, then a lingering close: the rest is read and
-        dropped, so the client reads the 431 rather than a reset under its upload."""
+        """431 for a request line over MAX_REQUEST_LINE, then a lingering close (no reset under an upload)."""
         transport = self.transport
         if transport is None:
             return
@@ -369,7 +366,6 @@ class LayaRequestHandler(web.RequestHandler):
         """Close now if idle, else after the response in progress; True when closed now."""
         self._draining = True
         if self.idle and self.transport is not None:
-            self._disarm()
             self.force_close()
             return True
         return False

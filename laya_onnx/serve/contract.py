@@ -46,12 +46,10 @@ ROOT_KEYS = tuple(k for k in schema.JevSystemOneResponse.model_fields if not k.s
 STRICT_KEYS = {kind: tuple(sorted(keys, key=lambda k: k == "legend")) for kind, keys in JEV_KEYS.items()}
 #: The Jev profile's `error_type` by status (docs/http-api.md#the-jev-profile).
 ERROR_TYPES = {
-    400: "api_usage_error",
     401: "authentication_error",
     403: "authentication_error",
     404: "not_found",
     429: "rate_limit_error",
-    500: "internal_error",
     502: "upstream_error",
     503: "overloaded_error",
     504: "timeout_error",
@@ -67,7 +65,7 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     content_type: str = "application/json"
     close: bool = False  # the connection closes after this answer (draining, or a body left unread)
-    #: Of a successful decision: the pass's and the wait's ms, its (rows, input tokens), its metrics.
+    # of a successful decision: the pass's and the wait's ms, its (rows, input tokens), its metrics
     inference_ms: float | None = None
     queue_ms: float | None = None
     work: tuple[int, int] | None = None
@@ -151,8 +149,7 @@ class LocalDecider:
         )
 
     async def on_worker(self, fn: Callable[[], Any], limits: CallLimits | None = None) -> Any:
-        """`fn` on the inference worker under `limits`, first come first served. Cancelled, `limits`
-        is cancelled at once and the lock stays held until the worker is free."""
+        """`fn` on the inference worker under `limits`; cancelled, the lock is held until the worker is free."""
         lock, executor = self.drain.lock, self.executor
         if lock is None or executor is None:  # made on startup; a request cannot come earlier
             raise RuntimeError("inference requested outside the server's run (no worker)")
@@ -196,8 +193,7 @@ class LocalDecider:
         self.admission = None
         self.batcher = None
         if executor is not None:
-            # A pass already on the worker finishes; queued ones are dropped. Off the loop so it
-            # keeps turning meanwhile. A pass the drain gave up on is not waited for.
+            # off the loop: a pass on the worker finishes (unless the drain abandoned it), queued ones drop
             await asyncio.to_thread(executor.shutdown, wait=not self.drain.abandoned, cancel_futures=True)
 
     async def _warm_up(self) -> None:
@@ -249,7 +245,7 @@ class LocalDecider:
 
 
 def _timed(fn: Callable[[], Any]) -> Outcome:
-    """`fn`'s result or exception (a refusal is raised as it is), and when it began and ended."""
+    """`fn`'s result or exception (a refusal is raised), and when it began and ended."""
     started = time.perf_counter()
     try:
         result = fn()
@@ -275,8 +271,7 @@ def _release_from_worker(loop: asyncio.AbstractEventLoop, lock: WorkerLock) -> N
 
 
 def pass_refusal(exc: Exception, what: str, model: str) -> ApiError:
-    """The refusal for what the agent call raised: over its budget 413, stopped for its deadline 504,
-    the caller's mistake 422 with its text; anything else a logged 500 that leaks nothing."""
+    """Over its budget 413, stopped for its deadline 504, the caller's mistake 422; else a logged 500."""
     if isinstance(exc, (PassTooLarge, CallTooLarge)):
         return ApiError(413, str(exc))
     if isinstance(exc, CallStopped):
@@ -289,8 +284,7 @@ def pass_refusal(exc: Exception, what: str, model: str) -> ApiError:
 
 
 def jev_confidence(answer: dict[str, Any]) -> float | None:
-    """TypeSafe Jev's `confidence` of a choice or score answer (docs/http-api.md#answers), or None
-    when its probabilities are not usable (a boolean, non-numeric, negative or non-finite one)."""
+    """TypeSafe Jev's `confidence` of a choice or score answer (docs/http-api.md#answers), or None."""
     kind, probs = answer.get("type"), answer.get("probabilities")
     if kind not in ("choice", "score") or not isinstance(probs, dict) or not probs:
         return None
@@ -318,7 +312,7 @@ def jev_confidence(answer: dict[str, Any]) -> float | None:
 
 
 def with_jev_confidence(result: dict[str, Any]) -> dict[str, Any]:
-    """A copy of `result` whose choice/score answers carry `x_jev_confidence` (answers not mutated)."""
+    """A copy of `result` whose choice/score answers carry `x_jev_confidence`."""
     answers = result.get("answers")
     if not isinstance(answers, dict):
         return result
@@ -330,8 +324,7 @@ def with_jev_confidence(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def strict_projection(result: dict[str, Any]) -> dict[str, Any]:
-    """`LAYA_JEV_STRICT` (docs/http-api.md#strict-projection); nothing is recomputed. A typed answer
-    missing one of its keys raises KeyError: the 500 it is, as laya-serve answers it."""
+    """`LAYA_JEV_STRICT` (docs/http-api.md#strict-projection); a typed answer missing a key is a 500."""
     answers = {}
     for qid, a in (result.get("answers") or {}).items():
         keys = STRICT_KEYS.get(str(a.get("type"))) if isinstance(a, dict) else None
@@ -360,8 +353,7 @@ def _jev_answer(answer: Any) -> Any:
 
 
 def jev_result(result: dict[str, Any]) -> dict[str, Any]:
-    """One result in the Jev profile: TypeSafe's confidence, the contract's keys first, every other
-    key prefixed `x_` (docs/http-api.md#the-jev-profile)."""
+    """One result in the Jev profile (docs/http-api.md#the-jev-profile)."""
     answers = result.get("answers")
     out: dict[str, Any] = {k: result[k] for k in ROOT_KEYS if k in result}
     if isinstance(answers, dict):
@@ -391,8 +383,7 @@ class NonFiniteNumber(ValueError):
 
 
 def render(payload: Any) -> bytes:
-    """Compact UTF-8 JSON; NonFiniteNumber for a NaN or an infinity (dict keys included). json's
-    ValueError means other failures too (a cycle): those fail again where NaN is allowed."""
+    """Compact UTF-8 JSON; NonFiniteNumber for a NaN or an infinity (json's ValueError, else a cycle)."""
     try:
         text = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except ValueError as exc:
@@ -407,9 +398,8 @@ def render(payload: Any) -> bytes:
 def render_result(
     result: Any, checkpoint: Served, settings: Settings, fallback: str | None, batch: bool, what: str
 ) -> tuple[bytes, list[str]]:
-    """A decision's answer in the wire profile: one result, or a batch's list of them and its total
-    usage (docs/http-api.md#batch); a non-finite float is a 422, any other failure a logged 500.
-    With it, the served checkpoints that answered, in order, from the results' routing blocks."""
+    """A decision's answer in the wire profile (docs/http-api.md#batch), and the served checkpoints that
+    answered, in order; a non-finite float is a 422, any other failure a logged 500."""
     try:
         routed = [checkpoint.with_routing(r) for r in (result if batch else [result])]
         results = [shape(settings, r, fallback) for r in routed]
@@ -429,8 +419,7 @@ def answered_by(routed: dict[str, Any]) -> str:
 
 
 def answer_headers(fallback: str | None, unknown: str | None, names: list[str], name: str) -> dict[str, str]:
-    """`X-Model-Fallback` (and a log line) naming the checkpoints that answered a `model` served
-    nowhere here, `X-Unknown-Fields` (docs/http-api.md#request-fields, #the-model-field)."""
+    """`X-Model-Fallback` and `X-Unknown-Fields` (docs/http-api.md#request-fields, #the-model-field)."""
     headers = {}
     if fallback is not None:
         answered = ", ".join(names) or name
@@ -442,8 +431,7 @@ def answer_headers(fallback: str | None, unknown: str | None, names: list[str], 
 
 
 def error_body(settings: Settings, status: int, detail: str, errors: Any = None) -> Any:
-    """A refusal's body in the wire profile: laya-serve's `{"detail": "<string>"}`, or the Jev
-    profile's list (a 422) or `{error_type, message}` (docs/http-api.md#the-jev-profile)."""
+    """A refusal's body in the wire profile (docs/http-api.md#the-jev-profile)."""
     if not settings.jev:
         return {"detail": detail}
     if status == 422:

@@ -99,8 +99,7 @@ def _access_fields(
     request_id: str | None,
     ended: str = WHOLE,
 ) -> dict[str, Any]:
-    """One access line's fields: the path without its query string (it may carry what a log must
-    not keep); `bytes_sent` with the status line and headers; the trace id when traced."""
+    """One access line's fields: the path without its query string (it may carry secrets)."""
     fields = {
         "remote": request.remote,
         "method": request.method,
@@ -136,8 +135,8 @@ def log_cut(
     seconds: float,
     response: web.StreamResponse | None,
 ) -> None:
-    """The access line aiohttp does not write, of a request whose handler was cancelled (its
-    client went away): before its answer (`response` None), or while it was being written."""
+    """The access line aiohttp does not write, of a request whose client went away before its answer
+    (`response` None) or while it was being written."""
     if not isinstance(logger, _AccessLogger):
         return
     if response is None:
@@ -184,8 +183,7 @@ def access_logger_class(access_log: str, log_format: str) -> type[_AccessLogger]
 
 
 def configure_logging(level: int, access_log: str, log_format: str = "text") -> logging.Logger | None:
-    """The root handler in `log_format`, and the access logger (None when off); JSON access lines
-    print bare on a handler of their own, so a shipper reading stderr sees one object a line."""
+    """The root handler in `log_format`, and the access logger (None when off; JSON lines print bare)."""
     handler = logging.StreamHandler()
     text = RequestIdFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     handler.setFormatter(JsonFormatter() if log_format == "json" else text)

@@ -84,8 +84,8 @@ class Answered:
 
 
 class Metrics(Collector):
-    """What a front end counts at its HTTP edge, on a registry of its own; given the agent its worker
-    runs (the aiohttp app's), also that worker's queue, the admission limit and provider fallbacks."""
+    """A front end's HTTP edge on a registry of its own; given the agent its worker runs, also that
+    worker's queue, the admission limit and provider fallbacks."""
 
     def __init__(
         self, agent: Served | None = None, max_concurrent: int = 0, queue_depth: Callable[[], int] = int

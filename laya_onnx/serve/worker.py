@@ -1,8 +1,6 @@
-"""The one inference worker's guards, on the serving loop: its lock (one pass at a time, first come
-first served), the drain (serve/README.md#stopping-a-terminating-signal-drains), micro-batches of
-concurrent `/v1/systemone` decisions run as `core.grouping.run_group`, and the memory given back
-after requests, judged by the process's RSS (serve/README.md#memory; Linux only, elsewhere a no-op).
-"""
+"""The one inference worker's guards, on the serving loop: its lock, the drain
+(serve/README.md#stopping-a-terminating-signal-drains), micro-batches of `/v1/systemone` decisions,
+and the memory given back after requests (serve/README.md#memory)."""
 
 from __future__ import annotations
 
@@ -27,8 +25,6 @@ from laya_onnx.serve.settings import Settings
 log = logging.getLogger("laya_onnx.serve")
 
 T = TypeVar("T")
-#: Runs a blocking callable on the worker under the given limits.
-Execute = Callable[[Callable[[], Any], CallLimits | None], Awaitable[Any]]
 
 #: Seconds a refused client is told to wait: a restart or another replica takes over by then.
 RETRY_AFTER_SECONDS = 5
@@ -86,8 +82,7 @@ class Drain:
             loop.call_later(REJUDGE_SECONDS, self._judge)
 
     def _judge(self) -> None:
-        """At the stop time, refuse every waiter; before it, judge the queue again (the running
-        request's estimate may be known since), and again REJUDGE_SECONDS later."""
+        """At the stop time, refuse every waiter; before it, judge the queue again, and REJUDGE_SECONDS later."""
         if self.lock is None or self.stop_at is None or self._deadline is None or self._deadline.done():
             return
         loop = asyncio.get_running_loop()
@@ -103,8 +98,7 @@ class Drain:
         return DrainRefusal(reason)
 
     async def run(self, handling: Awaitable[T]) -> T:
-        """An admitted decision request as its own task: at the stop time it is refused (503)
-        even while its pass is still on the worker (then abandoned)."""
+        """An admitted decision request as its own task, refused at the stop time (its pass abandoned)."""
         task = asyncio.ensure_future(handling)
         self.in_flight += 1
         self._settle()
@@ -161,8 +155,8 @@ class Drain:
 
 
 class WorkerLock:
-    """One pass at a time on the worker, first come first served; while draining, a waiter whose
-    pass would not finish by the stop time is refused instead of started."""
+    """One pass at a time on the worker, first come first served; draining, a waiter whose pass would
+    not finish by the stop time is refused."""
 
     def __init__(self, drain: Drain) -> None:
         self._drain = drain
@@ -266,10 +260,10 @@ class _Group:
 
 
 class MicroBatcher:
-    """Decisions that share a `group_key`, collected for LAYA_BATCH_WINDOW_MS (or until there are
-    LAYA_BATCH_MAX_REQUESTS), then run as one group with `execute` on the inference worker."""
+    """Decisions sharing a `group_key`, collected for LAYA_BATCH_WINDOW_MS (or LAYA_BATCH_MAX_REQUESTS of
+    them), run as one `core.grouping.run_group` with `execute` on the inference worker."""
 
-    def __init__(self, agent: DecisionAgent, settings: Settings, execute: Execute):
+    def __init__(self, agent: DecisionAgent, settings: Settings, execute: Callable[..., Awaitable[Any]]):
         self.agent = agent
         self.window_s = settings.batch_window_ms / 1000.0
         self.max_group = max(1, int(settings.batch_max_requests))
