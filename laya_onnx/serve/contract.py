@@ -190,8 +190,7 @@ class LocalDecider:
                 await task
         self._tasks.clear()
         executor, self.executor = self.executor, None
-        self.admission = None
-        self.batcher = None
+        self.admission = self.batcher = None
         if executor is not None:
             # off the loop: a pass on the worker finishes (unless the drain abandoned it), queued ones drop
             await asyncio.to_thread(executor.shutdown, wait=not self.drain.abandoned, cancel_futures=True)
@@ -199,7 +198,7 @@ class LocalDecider:
     async def _warm_up(self) -> None:
         """The speed probe and one pass per length bucket, on the worker; ready afterwards."""
         try:
-            await self._run_on_worker(self.served.warm_up)
+            await asyncio.get_running_loop().run_in_executor(self.executor, self.served.warm_up)
         except Exception:  # a failed warm-up leaves the first requests slower, nothing worse
             log.exception("warm-up failed")
         self._ready = True
@@ -212,12 +211,9 @@ class LocalDecider:
             if lock is None or lock.busy or lock.waiting or time.monotonic() - self.served.last < seconds:
                 continue
             try:
-                await self._run_on_worker(self.served.unload_if_idle)
+                await asyncio.get_running_loop().run_in_executor(self.executor, self.served.unload_if_idle)
             except Exception:  # a failed unload must not stop the next attempt
                 log.exception("idle unload failed")
-
-    def _run_on_worker(self, fn: Callable[[], Any]) -> Any:
-        return asyncio.get_running_loop().run_in_executor(self.executor, fn)
 
     @property
     def draining(self) -> bool:
