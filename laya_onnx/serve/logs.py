@@ -32,9 +32,8 @@ def request_key(name: str, kind: type) -> Any:
     return web.RequestKey(name, kind) if hasattr(web, "RequestKey") else "laya_onnx." + name
 
 
-#: What `app.handle` leaves on a request for its access line and the bench's recorder: the ms of
-#: the worker's pass and of the wait for it (successful passes only), the trace id while the
-#: server traces, and how the answer's write ended (`WHOLE` when absent).
+#: What `app.handle` leaves on a request for its access line and the bench: the pass's and the wait's
+#: ms (successful passes only), the trace id while tracing, how the write ended (`WHOLE` when absent).
 INFERENCE_MS: Any = request_key("inference_ms", float)
 QUEUE_WAIT_MS: Any = request_key("queue_wait_ms", float)
 TRACE_ID: Any = request_key("trace_id", str)
