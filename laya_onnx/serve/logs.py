@@ -134,8 +134,7 @@ def log_cut(
     seconds: float,
     response: web.StreamResponse | None,
 ) -> None:
-    """The access line aiohttp does not write, of a request whose client went away before its answer
-    (`response` None) or while it was being written."""
+    """The access line aiohttp does not write: its client left before (`response` None) or mid-answer."""
     if not isinstance(logger, _AccessLogger):
         return
     if response is None:

@@ -155,8 +155,7 @@ class Drain:
 
 
 class WorkerLock:
-    """One pass at a time on the worker, first come first served; draining, a waiter whose pass would
-    not finish by the stop time is refused."""
+    """One pass at a time, first come first served; draining, a waiter that would not finish is refused."""
 
     def __init__(self, drain: Drain) -> None:
         self._drain = drain
