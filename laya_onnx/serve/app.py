@@ -1,8 +1,6 @@
-"""The aiohttp front end: `create_app(agent)` -> `web.Application`, moving bytes between aiohttp
-and `DecisionService` (serve/service.py), which routes and answers every request; and `laya-onnx
-serve BUNDLE` (`run_server`): settings refused, then the address bound, before the bundle loads
-(serve/README.md#exit-codes); served until a `DRAIN_SIGNALS` one, then drained
-(serve/README.md#stopping-a-terminating-signal-drains).
+"""The aiohttp front end: `create_app(agent)`, moving bytes between aiohttp and `DecisionService`;
+and `laya-onnx serve` (`run_server`): the address bound before the bundle loads
+(serve/README.md#exit-codes), drained on a signal (serve/README.md#stopping-a-terminating-signal-drains).
 """
 
 from __future__ import annotations
@@ -37,7 +35,6 @@ from laya_onnx.serve.worker import Drain
 
 log = logging.getLogger("laya_onnx.serve")
 
-#: Bytes of an answer handed to the connection at once.
 WRITE_SLICE = 64 * 1024
 
 SERVICE = web.AppKey("service", DecisionService)
@@ -58,7 +55,6 @@ async def _chunks(request: web.Request) -> AsyncIterator[bytes]:
 
 
 async def handle(request: web.Request) -> web.StreamResponse:
-    """Every request: into the pipeline as a `Call`, its `Reply` written back."""
     app = request.app
     call = Call(request.method, request.path, request.headers, _chunks(request), request.query_string)
     call.health_only = getattr(request.protocol, "health_only", False)  # connection.py's cap
@@ -107,8 +103,8 @@ async def _send(request: web.Request, response: web.StreamResponse, body: bytes,
 
 
 async def _write(request: web.Request, response: web.StreamResponse, body: bytes) -> None:
-    """The answer in slices, each written once the socket took the previous: what a connection
-    buffers stays near aiohttp's write-buffer limit, whatever the answer's size."""
+    """The answer in slices, each once the socket took the previous: a connection buffers no more
+    than aiohttp's write-buffer limit, whatever the answer's size."""
     if hasattr(request.protocol, "answering"):  # connection.py: no interim response from now on
         request.protocol.answering = True
     await response.prepare(request)
@@ -119,23 +115,20 @@ async def _write(request: web.Request, response: web.StreamResponse, body: bytes
 
 
 async def _json_only(request: web.Request, response: web.StreamResponse) -> None:
-    """`on_response_prepare`: an error aiohttp answers by itself (an unknown `Expect`: 417) leaves
-    as the app's JSON error body with a request id (and a fixed detail, never request text)."""
+    """An error aiohttp answers by itself (an unknown `Expect`: 417) as the app's JSON error body,
+    with a request id and a fixed detail (never request text)."""
     if response.status < 300 or not isinstance(response, web.Response):
         return
     if response.headers.get("Content-Type", "").startswith("application/json"):
         return
     detail = "only the Expect value 100-continue is supported" if response.status == 417 else response.reason
-    response.body = contract.render(
-        contract.error_body(request.app[DECIDER].settings, response.status, detail)
-    )
+    response.body = request.app[SERVICE].refusal(ApiError(response.status, detail)).body
     response.headers["Content-Type"] = "application/json"
     response.headers["Content-Length"] = str(len(response.body))
     response.headers.setdefault(logs.REQUEST_ID_HEADER, logs.new_request_id())
 
 
 async def _decider_ctx(app: web.Application) -> AsyncIterator[None]:
-    """Start the worker on the serving loop; drain it at shutdown."""
     await app[DECIDER].start()
     try:
         yield
@@ -144,8 +137,8 @@ async def _decider_ctx(app: web.Application) -> AsyncIterator[None]:
 
 
 def create_app(agent: ServedAgent | Router, **settings: Any) -> web.Application:
-    """The server for one loaded agent, or a `laya_onnx.Router` over several bundles;
-    `settings` (`Settings`' fields) override the environment."""
+    """The server for one loaded agent or a `laya_onnx.Router`; `settings` (`Settings`' fields)
+    override the environment."""
     config = Settings.from_env(**settings)
     decider = LocalDecider(Served.of(agent), config)
     metrics = Metrics(decider.served, config.max_concurrent, queue_depth=decider.queue_depth)
@@ -171,7 +164,6 @@ DRAIN_SIGNALS = tuple(
 
 
 def _where(address: Any) -> str:
-    """`host:port`, an IPv6 host in brackets."""
     host, port = address[:2]
     return "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
 
@@ -210,7 +202,7 @@ def _bind(host: str, port: int) -> list[socket.socket]:
 
 
 def _cannot_listen(address: Any, exc: OSError) -> OSError:
-    """The bind/listen failure, saying where (`laya-onnx serve` reports it in one line, exit 1)."""
+    """The bind/listen failure, saying where."""
     return OSError(exc.errno, "cannot listen on %s: %s" % (_where(address), exc.strerror or exc))
 
 
@@ -252,8 +244,7 @@ def _run(
     overrides: dict[str, Any] | None = None,
     log_format: str | None = None,
 ) -> None:
-    """Every setting refused and the address bound before `load`; then served until a signal, and
-    drained; the sockets are closed however it ends."""
+    """Settings checked and the address bound before `load`; served until a signal, then drained."""
     host, port, level = resolve_host(host), resolve_port(port), settings.LOG_LEVEL.read()
     limits = ServerLimits.from_env(**({"log_format": log_format} if log_format else {}))
     app_settings = Settings.from_env(**(overrides or {}))
@@ -278,14 +269,14 @@ def _run(
         os._exit(0)
 
 
+@dataclasses.dataclass
 class RunningServer:
     """The app listening on bound sockets through `LayaRequestHandler`: `start`, `drain`, `close`."""
 
-    def __init__(self, app: web.Application, runner: web.AppRunner, limits: ServerLimits) -> None:
-        self.app = app
-        self.runner = runner
-        self.limits = limits
-        self.listeners: list[asyncio.AbstractServer] = []
+    app: web.Application
+    runner: web.AppRunner
+    limits: ServerLimits
+    listeners: list[asyncio.AbstractServer] = dataclasses.field(default_factory=list)
 
     @classmethod
     async def start(
@@ -371,7 +362,7 @@ class RunningServer:
         )
 
     async def close(self) -> None:
-        """Close every connection and run the app's cleanup (the worker is shut down there)."""
+        """Close every connection and run the app's cleanup (which stops the worker)."""
         for listener in self.listeners:
             listener.close()
         await self.runner.cleanup()
@@ -427,7 +418,6 @@ async def _serve(
 
 
 def _describe(agent: Any) -> tuple[str, str]:
-    """What the startup line says is served, and with which providers."""
     if hasattr(agent, "route"):  # a Router
         served = sorted(n for n, b in agent.models.items() if b)
         what = "checkpoints %s (resident: %s)" % (served, ", ".join(agent.loaded) or "none")

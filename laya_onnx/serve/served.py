@@ -44,10 +44,8 @@ ITEM_CONTROLS = ("model", "task", "lang", "lang_guess", "max_len", "head_max_len
 
 @runtime_checkable
 class ServedAgent(DecisionAgent, Protocol):
-    """What the server reads of an agent beside the core's `DecisionAgent` (a change that breaks it is
-    a type error, not a quiet `getattr` default), from the loop while a pass runs: each must be safe
-    to read concurrently. `providers`: those its session runs on, best first; `int8_kernel`: the
-    int8 GEMM ("u8s8", "u8u8") or None; `fallbacks`: {provider: {"count", "last_reason"}}."""
+    """What the server reads of an agent beside `DecisionAgent`, from the loop while a pass runs
+    (each safe to read concurrently). `int8_kernel`: "u8s8", "u8u8" or None."""
 
     @property
     def name(self) -> str: ...
@@ -86,8 +84,8 @@ def build_router(
     strict_providers: bool = False,
     threads: int | None = None,
 ) -> Router:
-    """The Router of `laya-onnx serve MODELS_DIR` and `--model NAME=BUNDLE` under laya-serve's
-    variables; refusals are ConfigError, before any bundle is loaded."""
+    """The Router of `laya-onnx serve MODELS_DIR` and `--model NAME=BUNDLE`; refusals are
+    ConfigError, before any bundle is loaded."""
     models: dict[str, Any] = dict(bundles_in(models_dir)) if models_dir is not None else {}
     models.update(map(parse_model_option, named))
     models.update(settings.EXTRA_MODELS.read())
@@ -157,16 +155,15 @@ def names_a_path(text: str) -> bool:
 
 class Served(BaseHook):
     """A Router's checkpoints on the wire and the agent the worker calls; as the Router's hook, it
-    logs every load with its time (the cold start) and every unload."""
+    logs every load (with its time) and unload."""
 
     name = "router"  # in log lines: no single checkpoint answers every request
+    reports_memory = True  # the process's memory in the full /health
 
     def __init__(self, router: Router, idle_seconds: float | None = None):
         self.router = router
-        #: LAYA_IDLE_UNLOAD_SECONDS (None: never), and when a decision last was admitted or ended.
-        self.idle_seconds = idle_seconds
-        self.last = time.monotonic()
-        #: Each checkpoint's provider fallbacks when it loaded (`cpu_fallbacks`).
+        self.idle_seconds = idle_seconds  # None: never unload
+        self.last = time.monotonic()  # when a decision last was admitted or ended
         self.baselines: dict[str, dict[str, int]] = {}
 
     @classmethod
@@ -180,8 +177,6 @@ class Served(BaseHook):
         for name, agent in served.resident().items():  # preloaded before the hook existed
             this._loaded(name, agent)
         return this
-
-    # -- the agent the worker calls -------------------------------------------------------------
 
     def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         self.mark()
@@ -229,8 +224,6 @@ class Served(BaseHook):
     def on_evict(self, ctx: PredictContext) -> None:
         log.info("unloaded checkpoint %s", ctx.model)
 
-    # -- a decision's model, task and routing ---------------------------------------------------
-
     def check_model(self, model: Any) -> ModelChoice:
         """laya-serve's `_resolve_model`: no model, or the bundle repo, lets the router choose."""
         if not model:
@@ -252,10 +245,9 @@ class Served(BaseHook):
             return fallback_choice(text)
 
     def check_task(self, task: Any) -> None:
-        """`task` reaches the Router, which refuses an unknown one (422) when it routes."""
+        """The Router refuses an unknown `task` (422) when it routes."""
 
     def routing_controls(self, model: str | None, task: Any, lang_guess: str | None) -> dict[str, Any]:
-        """What the Router is asked to route by."""
         sent = {"task": task, "lang_guess": lang_guess}
         return {"model": model, **{k: v for k, v in sent.items() if v is not None}}
 
@@ -267,14 +259,12 @@ class Served(BaseHook):
         self.last = time.monotonic()
 
     def unload_if_idle(self) -> None:
-        """On the worker (never beside a pass): the resident checkpoints unloaded after
-        LAYA_IDLE_UNLOAD_SECONDS without a decision, re-checked there, as a pass may have ended since."""
+        """On the worker: the resident checkpoints unloaded after LAYA_IDLE_UNLOAD_SECONDS without a
+        decision (re-checked there: a pass may have ended since)."""
         idle = time.monotonic() - self.last
         if self.idle_seconds and idle >= self.idle_seconds and self.router.loaded:
             self.router.unload()
             log.info("idle for %.1fs: unloaded resident checkpoints", idle)
-
-    # -- /health ----------------------------------------------------------------------------------
 
     def resident(self) -> dict[str, Any]:
         return self.router.resident()
@@ -284,8 +274,7 @@ class Served(BaseHook):
         return [name for name, each in self.resident().items() if not getattr(each, "healthy", True)]
 
     def health(self, full: bool) -> tuple[int, dict[str, Any]]:
-        """`/health`'s status and payload (the full one when `full`): never a pass, so it answers
-        while one runs."""
+        """`/health`'s status and payload (the full one when `full`), answered while a pass runs."""
         sick = self.unhealthy()
         payload: dict[str, Any] = self._health() if full else {"status": "ok"}
         if sick:
@@ -323,18 +312,12 @@ class Served(BaseHook):
             found = {name: value for name, each in resident.items() if (value := getattr(each, attr, None))}
             if found:
                 payload[key] = found
-        return {**payload, **self._process()}
-
-    def _process(self) -> dict[str, Any]:
-        """The Router's own /health keys: the idle-unload window and the process's memory."""
-        out: dict[str, Any] = {}
         if self.idle_seconds:
-            out["idle_unload_seconds"] = self.idle_seconds
-            out["idle_seconds"] = round(time.monotonic() - self.last, 1)
-        out["memory"] = process_rss()
-        return out
-
-    # -- /v1/models -------------------------------------------------------------------------------
+            payload["idle_unload_seconds"] = self.idle_seconds
+            payload["idle_seconds"] = round(time.monotonic() - self.last, 1)
+        if self.reports_memory:
+            payload["memory"] = process_rss()
+        return payload
 
     def listing(self, full: bool) -> dict[str, Any]:
         """`/v1/models` (serve/README.md#v1models): Jev's keys, and the `x_` keys when `full`."""
@@ -365,7 +348,7 @@ class Served(BaseHook):
         return {n: s for n, s in self.router.models.items() if s is not None or n in resident}
 
     def _card(self, name: str, loaded: Any, random: str | None) -> dict[str, Any]:
-        """A listing entry's `x_` keys (a test checkpoint's bundle answers to no Hub id)."""
+        """A listing entry's `x_` keys (a test checkpoint answers to no Hub id)."""
         return {
             "x_aliases": aliases_of(name) + ([] if random else published_repos(name)),
             "x_repo": None if random else self.router.repo(name),
@@ -392,11 +375,12 @@ class Served(BaseHook):
 
 
 class OneBundle(Served):
-    """One loaded agent as a Router of one, every call pinned to it; its name, `routing` block,
-    refusals, /health and /v1/models are the single-bundle wire's."""
+    """One loaded agent as a Router of one, every call pinned to it, on the single-bundle wire."""
+
+    reports_memory = False
 
     def __init__(self, agent: Any):
-        router = Router()
+        router = Router(providers=agent.requested_providers)  # the single-bundle /health's device
         try:
             key = canonical_name(agent.name)
             router.attach(key, agent)
@@ -446,13 +430,6 @@ class OneBundle(Served):
 
     def resident(self) -> dict[str, Any]:
         return {self.name: self.lone}
-
-    @property
-    def requested_providers(self) -> list[str]:
-        return list(self.lone.requested_providers)
-
-    def _process(self) -> dict[str, Any]:
-        return {}  # the single-bundle /health has no process keys
 
     def _listed(self) -> dict[str, Any]:
         return {self.name: None}

@@ -102,44 +102,41 @@ class DecisionService:
         with tracing.request_span(call.method, call.headers, {"laya.request_id": request_id}) as span:
             if span is not None:
                 call.trace_id = format(span.get_span_context().trace_id, "032x")
-            return await self._handle(call, request_id, span)
-
-    async def _handle(self, call: Call, request_id: str, span: Any) -> Reply:
-        token = current_request_id.set(request_id)
-        began = time.perf_counter()
-        label, status, busy = UNMATCHED, 500, False
-        try:
+            token = current_request_id.set(request_id)
+            began = time.perf_counter()
+            label, status, busy = UNMATCHED, 500, False
             try:
-                handler, label = self.match(call)
-                if call.health_only and not label.startswith("/health"):
-                    raise ApiError(503, TOO_MANY_CONNECTIONS, {"Retry-After": "1"})
-                with self.metrics.in_flight.labels(label).track_inprogress():
-                    reply = await handler(call)
-            except ApiError as exc:
-                busy = exc.status == 503 and exc.detail == BUSY
-                reply = self.refusal(exc)
-            except asyncio.CancelledError:
-                status = CLIENT_GONE
-                raise
-            except Exception:
-                log.exception("unhandled error on %s %s", call.method, call.path)
-                reply = self.refusal(ApiError(500, "Internal Server Error"))
-            status = reply.status
-        finally:
-            self.metrics.answered(label, call.method, status, time.perf_counter() - began, busy)
-            current_request_id.reset(token)
-        reply.headers[REQUEST_ID_HEADER] = request_id
-        if reply.inference_ms is not None and reply.status == 200:
-            self.metrics.inference.labels(label).observe(reply.inference_ms / 1000.0)
-            self.metrics.worked(*(reply.work or (0, 0)))
-            reply.headers["Server-Timing"] = "inference;dur=%.2f" % reply.inference_ms
-            reply.headers["X-Inference-Time-Ms"] = "%.2f" % reply.inference_ms
-            if reply.served is not None:
-                self.metrics.per_request(reply.served, *(reply.work or (0, 0)))
-        if self.decider.draining or call.health_only:
-            reply.close = True
-        tracing.answered(span, call.method, label, reply.status)
-        return reply
+                try:
+                    handler, label = self.match(call)
+                    if call.health_only and not label.startswith("/health"):
+                        raise ApiError(503, TOO_MANY_CONNECTIONS, {"Retry-After": "1"})
+                    with self.metrics.in_flight.labels(label).track_inprogress():
+                        reply = await handler(call)
+                except ApiError as exc:
+                    busy = exc.status == 503 and exc.detail == BUSY
+                    reply = self.refusal(exc)
+                except asyncio.CancelledError:
+                    status = CLIENT_GONE
+                    raise
+                except Exception:
+                    log.exception("unhandled error on %s %s", call.method, call.path)
+                    reply = self.refusal(ApiError(500, "Internal Server Error"))
+                status = reply.status
+            finally:
+                self.metrics.answered(label, call.method, status, time.perf_counter() - began, busy)
+                current_request_id.reset(token)
+            reply.headers[REQUEST_ID_HEADER] = request_id
+            if reply.inference_ms is not None and reply.status == 200:
+                self.metrics.inference.labels(label).observe(reply.inference_ms / 1000.0)
+                self.metrics.worked(*(reply.work or (0, 0)))
+                reply.headers["Server-Timing"] = "inference;dur=%.2f" % reply.inference_ms
+                reply.headers["X-Inference-Time-Ms"] = "%.2f" % reply.inference_ms
+                if reply.served is not None:
+                    self.metrics.per_request(reply.served, *(reply.work or (0, 0)))
+            if self.decider.draining or call.health_only:
+                reply.close = True
+            tracing.answered(span, call.method, label, reply.status)
+            return reply
 
     def match(self, call: Call) -> tuple[Callable[[Call], Awaitable[Reply]], str]:
         """(handler, route template) of `call`, or the 404/405/307 refusal."""
