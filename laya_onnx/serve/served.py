@@ -200,10 +200,6 @@ class Served(BaseHook):
         return min(known) if known else None
 
     @property
-    def requested_providers(self) -> list[str]:
-        return [p if isinstance(p, str) else p[0] for p in (self.router.providers or [])]
-
-    @property
     def fallbacks(self) -> dict[str, FallbackEntry]:
         """Every resident checkpoint's provider fallbacks, summed per provider."""
         total: dict[str, FallbackEntry] = {}
@@ -274,17 +270,12 @@ class Served(BaseHook):
         return [name for name, each in self.resident().items() if not getattr(each, "healthy", True)]
 
     def health(self, full: bool) -> tuple[int, dict[str, Any]]:
-        """`/health`'s status and payload (the full one when `full`), answered while a pass runs."""
+        """`/health`'s status and payload, answered while a pass runs; when `full`, laya-serve's keys
+        over the resident checkpoints, ours after them."""
         sick = self.unhealthy()
-        payload: dict[str, Any] = self._health() if full else {"status": "ok"}
-        if sick:
-            payload["status"] = "unhealthy"
-            if full:
-                payload["unhealthy"] = sick
-        return (503 if sick else 200), payload
-
-    def _health(self) -> dict[str, Any]:
-        """laya-serve's keys over the resident checkpoints, ours after them."""
+        status, code = ("unhealthy", 503) if sick else ("ok", 200)
+        if not full:
+            return code, {"status": status}
         resident = self.resident()
         providers = {name: list(agent.providers) for name, agent in resident.items()}
         fallbacks = {name: agent.fallbacks for name, agent in resident.items()}  # one snapshot each
@@ -294,11 +285,14 @@ class Served(BaseHook):
             if names and (device := provider_device(names[0])) is not None
         }
         measured = next(iter(devices.values()), None)
+        requested = next(iter(self.router.providers or ()), None)  # a name, or (name, options)
+        if requested is not None and not isinstance(requested, str):
+            requested = requested[0]
         payload: dict[str, Any] = {
-            "status": "ok",
+            "status": status,
             "loaded": list(resident),
             "revisions": {name: getattr(agent, "revision", None) for name, agent in resident.items()},
-            "device": measured or provider_device(next(iter(self.requested_providers), None)) or "cpu",
+            "device": measured or provider_device(requested) or "cpu",
             "device_is_preference": measured is None,
             "checkpoint_devices": devices,
             "cpu_fallbacks": {
@@ -317,7 +311,9 @@ class Served(BaseHook):
             payload["idle_seconds"] = round(time.monotonic() - self.last, 1)
         if self.reports_memory:
             payload["memory"] = process_rss()
-        return payload
+        if sick:
+            payload["unhealthy"] = sick
+        return code, payload
 
     def listing(self, full: bool) -> dict[str, Any]:
         """`/v1/models` (serve/README.md#v1models): Jev's keys, and the `x_` keys when `full`."""
