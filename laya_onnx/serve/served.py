@@ -154,8 +154,7 @@ def names_a_path(text: str) -> bool:
 
 
 class Served(BaseHook):
-    """A Router's checkpoints on the wire and the agent the worker calls; as the Router's hook, it
-    logs every load (with its time) and unload."""
+    """A Router's checkpoints on the wire and the agent the worker calls; its hook logs (un)loads."""
 
     name = "router"  # in log lines: no single checkpoint answers every request
     reports_memory = True  # the process's memory in the full /health
@@ -255,8 +254,7 @@ class Served(BaseHook):
         self.last = time.monotonic()
 
     def unload_if_idle(self) -> None:
-        """On the worker: the resident checkpoints unloaded after LAYA_IDLE_UNLOAD_SECONDS without a
-        decision (re-checked there: a pass may have ended since)."""
+        """On the worker: unload the resident checkpoints once idle past LAYA_IDLE_UNLOAD_SECONDS."""
         idle = time.monotonic() - self.last
         if self.idle_seconds and idle >= self.idle_seconds and self.router.loaded:
             self.router.unload()
@@ -270,8 +268,7 @@ class Served(BaseHook):
         return [name for name, each in self.resident().items() if not getattr(each, "healthy", True)]
 
     def health(self, full: bool) -> tuple[int, dict[str, Any]]:
-        """`/health`'s status and payload, answered while a pass runs; when `full`, laya-serve's keys
-        over the resident checkpoints, ours after them."""
+        """`/health`'s status and payload (laya-serve's keys, then ours, when `full`), read mid-pass."""
         sick = self.unhealthy()
         status, code = ("unhealthy", 503) if sick else ("ok", 200)
         if not full:
@@ -353,8 +350,7 @@ class Served(BaseHook):
         }
 
     def warm_up(self) -> None:
-        """On the worker: each loaded bundle's speed probe and one pass per warm length (an agent
-        without an onnxruntime session has nothing to warm)."""
+        """On the worker: each loaded session's speed probe and one pass per warm length."""
         from laya_onnx.core.memory import probe_feeds
         from laya_onnx.core.work import PROBE_LENGTH
 
@@ -445,8 +441,7 @@ class OneBundle(Served):
 
 
 def cpu_fallbacks(fallbacks: dict[str, FallbackEntry], baseline: dict[str, int]) -> dict[str, Any]:
-    """laya-serve's `{count, last_reason}`: the counts above `baseline`, those at load (providers
-    that never attached are not fallbacks)."""
+    """laya-serve's `{count, last_reason}`: the counts above `baseline`, those at load."""
     count, reason = 0, None
     for provider, entry in fallbacks.items():
         delta = entry["count"] - baseline.get(provider, 0)

@@ -94,8 +94,6 @@ class DecisionService:
             self.routes.update({("GET", "/openapi.json"): self._openapi, ("GET", "/docs"): self._docs})
         self.paths = {p for _, p in self.routes}
 
-    # -- the pipeline ----------------------------------------------------------------------
-
     async def handle(self, call: Call) -> Reply:
         request_id = call.request_id = accept_request_id(call.headers.get(REQUEST_ID_HEADER))
         # while the server traces: a span per request, continuing its caller's `traceparent`
@@ -193,8 +191,6 @@ class DecisionService:
         """A refusal in the wire profile (laya-serve's `{"detail": ...}` or Jev's shapes)."""
         body = contract.error_body(self.settings, exc.status, exc.detail, getattr(exc, "errors", None))
         return Reply(exc.status, render(body), dict(exc.headers))
-
-    # -- the other routes ------------------------------------------------------------------
 
     async def _index(self, call: Call) -> Reply:
         """`GET /`: the routes this server answers (never 401)."""
