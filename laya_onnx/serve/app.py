@@ -258,8 +258,7 @@ def _run(
     finally:
         for sock in sockets:
             sock.close()
-    abandoned = app[DRAIN].abandoned
-    if abandoned:
+    if abandoned := app[DRAIN].abandoned:
         # ThreadPoolExecutor threads are joined at interpreter exit: waiting for a pass the
         # drain already answered for would break the grace the operator configured.
         log.warning("exiting with %d abandoned pass(es) still on the worker thread", abandoned)
@@ -382,13 +381,11 @@ async def _serve(
     source: str | None,
 ) -> None:
     loop = asyncio.get_running_loop()
-    signals: list[int] = []
-    stop = asyncio.Event()
+    first: asyncio.Future[int] = loop.create_future()  # the signal that starts the drain
 
     def on_signal(signum: int) -> None:
-        signals.append(signum)
-        if len(signals) == 1:
-            stop.set()
+        if not first.done():
+            first.set_result(signum)
         else:
             log.warning(
                 "received %s again: refusing everything still unanswered now", signal.Signals(signum).name
@@ -408,8 +405,7 @@ async def _serve(
             providers,
             limits.shutdown_grace,
         )
-        await stop.wait()
-        await server.drain("received %s" % signal.Signals(signals[0]).name)
+        await server.drain("received %s" % signal.Signals(await first).name)
     finally:
         for signum in DRAIN_SIGNALS:
             loop.remove_signal_handler(signum)

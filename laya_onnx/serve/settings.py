@@ -43,9 +43,7 @@ class _FromEnv:
 
 def resolve_host(cli_value: str | None = None) -> str:
     """`--host` wins over its variable."""
-    if cli_value is not None and cli_value.strip():
-        return cli_value.strip()
-    return table.HOST.read()
+    return (cli_value or "").strip() or table.HOST.read()
 
 
 def resolve_port(cli_value: int | None = None) -> int:
