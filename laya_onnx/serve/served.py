@@ -170,8 +170,7 @@ class Served(BaseHook):
         """A Router as it is (LAYA_IDLE_UNLOAD_SECONDS applies), or one loaded agent as a Router of one."""
         if not isinstance(served, Router):
             return OneBundle(served)
-        seconds = settings.IDLE_UNLOAD_SECONDS.read()
-        this = cls(served, seconds or None)
+        this = cls(served, settings.IDLE_UNLOAD_SECONDS.read() or None)
         served.add_hook(this)
         for name, agent in served.resident().items():  # preloaded before the hook existed
             this._loaded(name, agent)
