@@ -162,8 +162,7 @@ DRAIN_SIGNALS = tuple(
 
 
 def _where(address: Any) -> str:
-    host, port = address[:2]
-    return "[%s]:%d" % (host, port) if ":" in host else "%s:%d" % (host, port)
+    return ("[%s]:%d" if ":" in address[0] else "%s:%d") % tuple(address[:2])
 
 
 def _bind(host: str, port: int) -> list[socket.socket]:
