@@ -73,10 +73,12 @@ async def handle(request: web.Request) -> web.StreamResponse:
         if reply.inference_ms is not None:  # for a recorder outside the pipeline (the bench's)
             request[logs.INFERENCE_MS] = reply.inference_ms
             request[logs.QUEUE_WAIT_MS] = reply.queue_ms
-        response = web.StreamResponse(
-            status=reply.status, headers={**reply.headers, "Content-Type": reply.content_type}
-        )
-        response.content_length = len(reply.body)
+        headers = {
+            **reply.headers,
+            "Content-Type": reply.content_type,
+            "Content-Length": str(len(reply.body)),
+        }
+        response = web.StreamResponse(status=reply.status, headers=headers)
         if reply.close or not request.content.is_eof():  # draining, or a body left unread
             response.force_close()
         with app[DRAIN].writing():
