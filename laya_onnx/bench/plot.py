@@ -30,8 +30,8 @@ SIZE_PX = (1000, 600)
 DPI = 100
 #: Printed probabilities have 4 decimals: a printed |Δp| under this is 0.
 PRINT_UNIT = 1e-4
-#: Colours, one per role, the same in every figure.
-OURS, REFERENCE, REFERENCE_BF16, MODEL, ACCENT = "#1f77b4", "#444444", "#ff7f0e", "#2ca02c", "#d62728"
+#: The palette of every figure (matplotlib's first colours): ours blue, laya torch grey, its bf16 orange.
+BLUE, GREY, ORANGE, GREEN, RED = "#1f77b4", "#444444", "#ff7f0e", "#2ca02c", "#d62728"
 
 
 def require() -> None:
@@ -105,17 +105,17 @@ def _plain_log_labels(axis: Any) -> None:
 def _agent_points(report: dict[str, Any]) -> list[dict[str, Any]]:
     """One point per runtime: speed-up over the reference (median, min and max over workloads)
     and the largest printed |Δp| against it over all workloads."""
-    from laya_onnx.bench.agent import REFERENCE_BF16
-
     workloads = list(report["workloads"].values())
-    points = [{"label": "laya torch f32", "speedups": [1.0] * len(workloads), "gap": 0.0, "role": REFERENCE}]
+    points = [
+        {"label": "laya torch f32", "speedups": [1.0] * len(workloads), "gap": 0.0, "role": "reference"}
+    ]
     if any("reference_bf16" in w for w in workloads):
         points.append(
             {
                 "label": "laya torch bf16",
                 "speedups": [w["reference_bf16"]["speedup"] for w in workloads if "reference_bf16" in w],
                 "gap": max(w["reference_bf16"]["agreement"]["max_printed_gap"] for w in workloads),
-                "role": REFERENCE_BF16,
+                "role": "reference-bf16",
             }
         )
     for label, meta in report["bundles"].items():
@@ -137,11 +137,9 @@ def _agent_points(report: dict[str, Any]) -> list[dict[str, Any]]:
 def plot_agent(report: dict[str, Any], path: os.PathLike[str] | str) -> Path:
     """Speed-up over laya torch f32 (median over workloads, bar: min to max) against the largest
     printed |Δp| from it, one point per runtime: the precision choice in one picture."""
-    from laya_onnx.bench.agent import REFERENCE_BF16
-
     fig, axes = _figure()
     ax = axes[0][0]
-    colours = {REFERENCE: REFERENCE, REFERENCE_BF16: REFERENCE_BF16, "ours": OURS}
+    colours = {"reference": GREY, "reference-bf16": ORANGE, "ours": BLUE}
     for point in _agent_points(report):
         median = statistics.median(point["speedups"])
         low, high = min(point["speedups"]), max(point["speedups"])
@@ -165,7 +163,7 @@ def plot_agent(report: dict[str, Any], path: os.PathLike[str] | str) -> Path:
     ax.set_xscale("symlog", linthresh=PRINT_UNIT, linscale=0.5)
     ax.set_xlim(left=-PRINT_UNIT * 0.3, right=max(1e-1, ax.get_xlim()[1]))
     ax.set_ylim(bottom=0)
-    ax.axhline(1.0, color=REFERENCE, linewidth=0.8, linestyle=":")
+    ax.axhline(1.0, color=GREY, linewidth=0.8, linestyle=":")
     ax.set_xlabel("largest |Δp| against laya torch f32, printed values (0 = identical to 4 decimals)")
     ax.set_ylabel("speed-up over laya torch f32 (× its time)")
     first: dict[str, Any] = next(iter(report["workloads"].values()), {})
@@ -223,7 +221,7 @@ def plot_load(runs: Sequence[dict[str, Any]], path: os.PathLike[str] | str, titl
     clients = [r["clients"] for r in runs]
     fig, axes = _figure(1, 2)
     left, right = axes[0]
-    left.plot(clients, [r["answered_per_s"] for r in runs], "o-", color=OURS)
+    left.plot(clients, [r["answered_per_s"] for r in runs], "o-", color=BLUE)
     for r in runs:
         if r["refused"]:
             left.annotate(
@@ -233,11 +231,11 @@ def plot_load(runs: Sequence[dict[str, Any]], path: os.PathLike[str] | str, titl
                 xytext=(-8, -16),
                 ha="right",
                 fontsize=8,
-                color=ACCENT,
+                color=RED,
             )
     left.set_ylabel("answers per second")
     left.set_ylim(bottom=0)
-    for key, style, colour in (("p50", "o-", OURS), ("p99", "s--", ACCENT), ("health_p99", "^:", MODEL)):
+    for key, style, colour in (("p50", "o-", BLUE), ("p99", "s--", RED), ("health_p99", "^:", GREEN)):
         xs = [r["clients"] for r in runs if r.get(key) is not None]
         if xs:
             name = "/health p99" if key == "health_p99" else key
@@ -265,13 +263,13 @@ def plot_soak(report: dict[str, Any], path: os.PathLike[str] | str) -> Path:
     minutes = [s["t_s"] / 60.0 for s in samples]
     fig, axes = _figure(3, 1, sharex=True)
     rss, fds, health = (row[0] for row in axes)
-    rss.plot(minutes, [s.get("rss_mib") for s in samples], "-", color=OURS, label="RSS")
-    fds.plot(minutes, [s.get("fds") for s in samples], "-", color=OURS, label="open fds")
+    rss.plot(minutes, [s.get("rss_mib") for s in samples], "-", color=BLUE, label="RSS")
+    fds.plot(minutes, [s.get("fds") for s in samples], "-", color=BLUE, label="open fds")
     for ax, key in ((rss, "rss_mib"), (fds, "fds")):
         for when, style in (("idle_before", "--"), ("idle_after", ":")):
             value = report.get(key, {}).get(when)
             if value is not None:
-                ax.axhline(value, color=REFERENCE, linestyle=style, linewidth=1, label=when.replace("_", " "))
+                ax.axhline(value, color=GREY, linestyle=style, linewidth=1, label=when.replace("_", " "))
         ax.legend(loc="lower right", fontsize=8, ncol=3)
         ax.set_ylim(0, max([v for v in (s.get(key) for s in samples) if v is not None] or [1]) * 1.2)
         ax.grid(True, alpha=0.3)
@@ -280,8 +278,8 @@ def plot_soak(report: dict[str, Any], path: os.PathLike[str] | str) -> Path:
     timed = [(m, s) for m, s in zip(minutes, samples, strict=True) if "health_max_ms" in s]
     if timed:
         xs = [m for m, _ in timed]
-        health.plot(xs, [s["health_p50_ms"] for _, s in timed], "-", color=OURS, label="p50")
-        health.plot(xs, [s["health_max_ms"] for _, s in timed], "-", color=ACCENT, label="max")
+        health.plot(xs, [s["health_p50_ms"] for _, s in timed], "-", color=BLUE, label="p50")
+        health.plot(xs, [s["health_max_ms"] for _, s in timed], "-", color=RED, label="max")
         health.set_yscale("log")
         _plain_log_labels(health.yaxis)
         health.legend(loc="upper right", fontsize=8, ncol=2)
@@ -349,7 +347,7 @@ def plot_memory(report: dict[str, Any], path: os.PathLike[str] | str) -> Path:
             [max(r["peak_mib"] - r["idle_mib"], 0.1)],
             "*",
             markersize=14,
-            color=ACCENT,
+            color=RED,
             markeredgecolor="black",
             label="bench batch: %s (%s, peak above idle)"
             % (r["config"], _count(report.get("states", 1), "state")),
@@ -384,9 +382,9 @@ def plot_parity(report: dict[str, Any], path: os.PathLike[str] | str) -> Path:
         low = min(min(positive), tolerance) / 2
         high = max(max(positive), tolerance) * 2
         edges = [low * (high / low) ** (i / 40) for i in range(41)]
-        left.hist(positive, bins=edges, color=OURS)
+        left.hist(positive, bins=edges, color=BLUE)
         left.set_xscale("log")
-    left.axvline(tolerance, color=ACCENT, linestyle="--", label="tolerance %g" % tolerance)
+    left.axvline(tolerance, color=RED, linestyle="--", label="tolerance %g" % tolerance)
     left.set_xlabel("|Δp| of one probability, unrounded")
     left.set_ylabel("probabilities")
     left.set_title(
@@ -399,8 +397,8 @@ def plot_parity(report: dict[str, Any], path: os.PathLike[str] | str) -> Path:
     names = [name for _, name in checks]
     same = [sum(1 for c in cases if category not in c["failed"]) for category, _ in checks]
     differ = [len(cases) - s for s in same]
-    right.barh(names, same, color=MODEL, label="as the reference")
-    right.barh(names, differ, left=same, color=ACCENT, label="differ")
+    right.barh(names, same, color=GREEN, label="as the reference")
+    right.barh(names, differ, left=same, color=RED, label="differ")
     for y, (s, d) in enumerate(zip(same, differ, strict=True)):
         right.text(s / 2, y, str(s), ha="center", va="center", color="white", fontsize=9)
         if d:

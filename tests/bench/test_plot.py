@@ -70,6 +70,24 @@ def test_agent_points_place_each_runtime_by_its_speedup_and_gap():
     assert points["int8 (int8)"]["differ"] is True and points["laya torch bf16"]["gap"] == 0.01
 
 
+def test_bench_agent_plot_draws_the_bf16_reference(tmp_path):
+    """A CPU with bf16 adds laya torch bf16 to the report (a measured run draws it only there)."""
+    from laya_onnx.bench.plot import plot_agent
+
+    workload = {
+        "cpu": "Intel Xeon (amx_bf16)",
+        "bundles": {
+            "m/fp32": {
+                "speedup_vs_reference": 3.0,
+                "agreement": {"max_printed_gap": 0.0, "decisions_identical": True},
+            }
+        },
+        "reference_bf16": {"speedup": 0.9, "agreement": {"max_printed_gap": 0.0078}},
+    }
+    report = {"bundles": {"m/fp32": {"precision": "fp32"}}, "workloads": {"short-1x1": workload}}
+    assert png_size(plot_agent(report, tmp_path / "agent.png")) == SIZE_PX
+
+
 @pytest.mark.serve
 def test_bench_saturate_plots_throughput_and_latency(tiny_english, tmp_path, capsys):
     path = tmp_path / "saturate.png"
