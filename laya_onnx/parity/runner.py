@@ -18,7 +18,7 @@ from typing import Any
 
 from laya_onnx.core.errors import SourceNotFound
 from laya_onnx.core.judge import CATEGORIES, DEFAULT_ACT_TOLERANCE, DEFAULT_TOLERANCE, Verdict, judge
-from laya_onnx.parity.observe import RowCapture, instrument_agent, observe, observe_agent
+from laya_onnx.parity.observe import Observation, RowCapture, instrument_agent, observe, observe_agent
 from laya_onnx.parity.suite import load_suite, suite_text
 from laya_onnx.parity.versions import tool_versions
 
@@ -170,6 +170,21 @@ def load_runtimes(checkpoint: str | Path, bundle: str | Path, **ours_kwargs):
         return ref, ONNXAgent(bundle, **ours_kwargs)
 
 
+class Observer:
+    """The reference and our agent on one checkpoint, instrumented: `observe(req)` runs a request
+    on both and returns (reference, ours) observations for the rule."""
+
+    def __init__(self, ref, ours):
+        self.ref, self.ours = ref, ours
+        self.ref_capture, self.our_capture = instrument_reference(ref), instrument_agent(ours)
+
+    def observe(self, req: dict[str, Any]) -> tuple[Observation, Observation]:
+        # both sides decode with the bundle's calibration: the bundle carries the checkpoint's config
+        ref = self.ref
+        theirs = observe(ref, req, self.ref_capture, lambda q: reference_rows(ref, q), self.ours.calibration)
+        return theirs, observe_agent(self.ours, req, self.our_capture)
+
+
 def write_json(path: str | Path, data: Any) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -189,8 +204,7 @@ def run_parity(
     """Run `suite` through both runtimes, judge each request; write the JSON report if asked."""
     started = time.perf_counter()
     suite_text(suite)  # an unknown suite is refused before either runtime loads
-    ref, ours = load_runtimes(checkpoint, bundle, providers=providers)
-    ref_capture, our_capture = instrument_reference(ref), instrument_agent(ours)
+    observer = Observer(*load_runtimes(checkpoint, bundle, providers=providers))
     report = ParityReport(
         checkpoint=str(checkpoint),
         bundle=str(bundle),
@@ -198,10 +212,8 @@ def run_parity(
         tolerance=tolerance,
         act_tolerance=act_tolerance,
     )
-    for req in load_suite(suite, ours.tok.mask_token):
-        # both sides decode with the bundle's calibration: the bundle carries the checkpoint's config
-        ref_obs = observe(ref, req, ref_capture, lambda q: reference_rows(ref, q), ours.calibration)
-        our_obs = observe_agent(ours, req, our_capture)
+    for req in load_suite(suite, observer.ours.tok.mask_token):
+        ref_obs, our_obs = observer.observe(req)
         verdict = judge(
             ref_obs, our_obs, tolerance, act_tolerance, expect_refusal=bool(req.get("expect_error"))
         )

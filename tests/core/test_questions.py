@@ -148,14 +148,10 @@ def test_question_sizes_are_answered_as_the_reference_answers_them(checkpoint_fa
     The rule compares the unrounded probabilities: two printed values one rounding unit apart are
     a rounding flip, which the CPU's GEMM kernels can make on any of 101 options."""
     from laya_onnx.core.judge import judge
-    from laya_onnx.parity.observe import instrument_agent, observe, observe_agent
-    from laya_onnx.parity.runner import instrument_reference, load_runtimes, reference_rows
+    from laya_onnx.parity.runner import Observer, load_runtimes
 
-    ref, ours = load_runtimes(checkpoint_factory("tiny-english"), bundle_factory("tiny-english"))
-    ref_capture, our_capture = instrument_reference(ref), instrument_agent(ours)
-    req = {"state": "a refund please", "questions": SIZES}
-    theirs = observe(ref, req, ref_capture, lambda q: reference_rows(ref, q), ours.calibration)
-    mine = observe_agent(ours, req, our_capture)
+    observer = Observer(*load_runtimes(checkpoint_factory("tiny-english"), bundle_factory("tiny-english")))
+    theirs, mine = observer.observe({"state": "a refund please", "questions": SIZES})
     verdict = judge(theirs, mine)
     assert verdict.passed, verdict.describe()
     answers = mine.printed["answers"]

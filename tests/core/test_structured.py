@@ -301,11 +301,10 @@ def test_decide_equals_the_reference_agent(preset, checkpoint_factory, bundle_fa
     """End to end against `laya.Agent` on the torch checkpoint: the predictions behind each
     decision pass the parity rule, and the typed values are identical."""
     from laya_onnx.core.judge import judge
-    from laya_onnx.parity.observe import instrument_agent, observe, observe_agent
-    from laya_onnx.parity.runner import instrument_reference, load_runtimes, reference_rows
+    from laya_onnx.parity.runner import Observer, load_runtimes
 
     ref, ours = load_runtimes(checkpoint_factory(preset), bundle_factory(preset))
-    ref_capture, our_capture = instrument_reference(ref), instrument_agent(ours)
+    observer = Observer(ref, ours)
     compared = 0
     for name, schema in _all_schemas().items():
         questions = (
@@ -314,10 +313,7 @@ def test_decide_equals_the_reference_agent(preset, checkpoint_factory, bundle_fa
             else (S.questions_from_json_schema(schema))
         )
         req = {"states": STATES, "questions": questions}
-        verdict = judge(
-            observe(ref, req, ref_capture, lambda q: reference_rows(ref, q), ours.calibration),
-            observe_agent(ours, req, our_capture),
-        )
+        verdict = judge(*observer.observe(req))
         assert verdict.passed, (name, verdict.describe())
         # the reference's own decide_batch, gated (answers it abstains on come back as None)
         assert ours.decide_batch(STATES, schema, min_confidence=0.6) == ref.decide_batch(
