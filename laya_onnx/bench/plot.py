@@ -105,17 +105,17 @@ def _plain_log_labels(axis: Any) -> None:
 def _agent_points(report: dict[str, Any]) -> list[dict[str, Any]]:
     """One point per runtime: speed-up over the reference (median, min and max over workloads)
     and the largest printed |Δp| against it over all workloads."""
+    from laya_onnx.bench.agent import REFERENCE, REFERENCE_BF16
+
     workloads = list(report["workloads"].values())
-    points = [
-        {"label": "laya torch f32", "speedups": [1.0] * len(workloads), "gap": 0.0, "role": "reference"}
-    ]
+    points = [{"label": "laya torch f32", "speedups": [1.0] * len(workloads), "gap": 0.0, "role": REFERENCE}]
     if any("reference_bf16" in w for w in workloads):
         points.append(
             {
                 "label": "laya torch bf16",
                 "speedups": [w["reference_bf16"]["speedup"] for w in workloads if "reference_bf16" in w],
                 "gap": max(w["reference_bf16"]["agreement"]["max_printed_gap"] for w in workloads),
-                "role": "reference-bf16",
+                "role": REFERENCE_BF16,
             }
         )
     for label, meta in report["bundles"].items():
@@ -137,9 +137,11 @@ def _agent_points(report: dict[str, Any]) -> list[dict[str, Any]]:
 def plot_agent(report: dict[str, Any], path: os.PathLike[str] | str) -> Path:
     """Speed-up over laya torch f32 (median over workloads, bar: min to max) against the largest
     printed |Δp| from it, one point per runtime: the precision choice in one picture."""
+    from laya_onnx.bench.agent import REFERENCE, REFERENCE_BF16
+
     fig, axes = _figure()
     ax = axes[0][0]
-    colours = {"reference": GREY, "reference-bf16": ORANGE, "ours": BLUE}
+    colours = {REFERENCE: GREY, REFERENCE_BF16: ORANGE, "ours": BLUE}
     for point in _agent_points(report):
         median = statistics.median(point["speedups"])
         low, high = min(point["speedups"]), max(point["speedups"])

@@ -48,8 +48,10 @@ def test_bench_agent_plots_speed_against_dp(checkpoint_factory, bundle_factory, 
     )
 
 
-def test_agent_points_place_each_runtime_by_its_speedup_and_gap():
-    from laya_onnx.bench.plot import _agent_points
+def test_agent_points_place_each_runtime_by_its_speedup_and_gap(tmp_path):
+    """The points of a report with laya torch bf16 (a measured run has it only on a CPU with
+    bf16), and the figure drawn from them."""
+    from laya_onnx.bench.plot import _agent_points, plot_agent
 
     workload = {
         "cpu": "AMD EPYC",
@@ -68,23 +70,6 @@ def test_agent_points_place_each_runtime_by_its_speedup_and_gap():
     assert list(points) == ["laya torch f32", "laya torch bf16", "int8 (int8)"]
     assert points["int8 (int8)"]["speedups"] == [2.5, 3.5] and points["int8 (int8)"]["gap"] == 0.003
     assert points["int8 (int8)"]["differ"] is True and points["laya torch bf16"]["gap"] == 0.01
-
-
-def test_bench_agent_plot_draws_the_bf16_reference(tmp_path):
-    """A CPU with bf16 adds laya torch bf16 to the report (a measured run draws it only there)."""
-    from laya_onnx.bench.plot import plot_agent
-
-    workload = {
-        "cpu": "Intel Xeon (amx_bf16)",
-        "bundles": {
-            "m/fp32": {
-                "speedup_vs_reference": 3.0,
-                "agreement": {"max_printed_gap": 0.0, "decisions_identical": True},
-            }
-        },
-        "reference_bf16": {"speedup": 0.9, "agreement": {"max_printed_gap": 0.0078}},
-    }
-    report = {"bundles": {"m/fp32": {"precision": "fp32"}}, "workloads": {"short-1x1": workload}}
     assert png_size(plot_agent(report, tmp_path / "agent.png")) == SIZE_PX
 
 
