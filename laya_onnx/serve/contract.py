@@ -116,7 +116,7 @@ class LocalDecider:
         batch = route != "/v1/systemone"
         what = "batch inference" if batch else "inference"
         # the checks in order (docs/http-api.md#refusals-in-order): the first failing one is raised
-        body, controls, fallback, unknown = v.check(raw, served, served, settings, batch)
+        body, controls, fallback, unknown = v.check(raw, served, settings, batch)
         del raw
         batcher = None if batch else self.batcher
         queued = time.perf_counter()

@@ -382,9 +382,6 @@ class OneBundle(Served):
         self.lone = agent
         self.key = key
         self.name: str = agent.name  # the checkpoint's, not "router"
-        # what the batch route's pass plan reads of its agent (`validate.pass_memory_of`)
-        self.memory_model = getattr(agent, "memory_model", None)
-        self.max_pass_memory = getattr(agent, "max_pass_memory", None)
         self.repo = bundle_origin(agent.bundle.manifest, agent.bundle.root) or agent.name
         self.baselines[self.name] = fallback_baseline(agent.fallbacks)
         try:  # manifest.json lists every file's digest: its own pins the bundle

@@ -72,7 +72,7 @@ class JevValidationError(ApiError):
 
 
 def check(
-    raw: bytes, agent: Any, checkpoint: Served, settings: Settings, batch: bool
+    raw: bytes, checkpoint: Served, settings: Settings, batch: bool
 ) -> tuple[dict[str, Any], dict[str, Any], str | None, str | None]:
     """A decision body's checks in order, the first failing one raised (in the Jev profile a 400 or
     422 as the Jev list): the body, the controls for the agent (those sent, the Router's routing,
@@ -86,7 +86,7 @@ def check(
         controls = {k: value for k, value in checked.items() if value is not None}
         controls.update(checkpoint.routing_controls(model.pinned, body.body.get("task"), lang_guess))
         if batch:
-            body.plan(controls, agent, settings.max_batch_tokens)
+            body.plan(controls, settings.max_batch_tokens)
         checkpoint.check_task(body.body.get("task"))
     except ApiError as exc:
         if isinstance(exc, JevValidationError) or not settings.jev or exc.status not in (400, 422):
@@ -230,11 +230,11 @@ class Body:
                 413, "too many answer options across questions (%d > %d)" % (total, schema.MAX_TOTAL_OPTIONS)
             )
 
-    def plan(self, controls: dict[str, Any], agent: Any, max_batch_tokens: int) -> None:
+    def plan(self, controls: dict[str, Any], max_batch_tokens: int) -> None:
         """A batch's `batch_size` (the caller's, or `chunk_plan`'s when smaller) and `sort_by_length`."""
         caller_size = self.control("batch_size")
         n = len(self.body["states"]), len(self.body["questions"])
-        planned = chunk_plan(*n, self.body.get("max_len"), max_batch_tokens, pass_memory_of(agent))
+        planned = chunk_plan(*n, self.body.get("max_len"), max_batch_tokens)
         if caller_size is not None:
             controls["batch_size"] = caller_size if planned is None else min(caller_size, planned)
         elif planned is not None:
@@ -287,27 +287,14 @@ def has_lone_surrogate(value: Any) -> bool:
     return False
 
 
-def pass_memory_of(agent: Any) -> tuple[Any, int] | None:
-    """The agent's (pass memory model, budget in bytes), or None for an agent without one."""
-    model, budget = getattr(agent, "memory_model", None), getattr(agent, "max_pass_memory", None)
-    if model is None or not isinstance(budget, int) or not hasattr(model, "max_rows"):
-        return None
-    return model, budget
-
-
-def chunk_plan(
-    n_states: int, n_questions: int, max_len: Any, token_budget: int, memory: tuple[Any, int] | None = None
-) -> int | None:
-    """States per pass within `token_budget` and the agent's pass `memory` (model, budget), or
-    None when the batch fits one pass: then no `batch_size` is sent, so the batch runs exactly as
-    without a plan (padding width moves float bits). docs/http-api.md#batch."""
+def chunk_plan(n_states: int, n_questions: int, max_len: Any, token_budget: int) -> int | None:
+    """States per pass within `token_budget`, or None when the batch fits it: then no `batch_size`
+    is sent, so the batch runs exactly as without a plan (padding width moves float bits). The
+    agent cuts any pass past its memory budget itself. docs/http-api.md#batch."""
     if n_states <= 0 or n_questions <= 0:
         return None
     width = max_len or 512  # a checked `max_len`, else the english default
     rows = max(1, token_budget // width)
-    if memory is not None:
-        model, pass_budget = memory
-        rows = min(rows, max(1, model.max_rows(width, pass_budget)))
     if n_states * n_questions <= rows and n_states * n_questions * width <= token_budget:
         return None
     return max(1, min(n_states, rows // n_questions))
