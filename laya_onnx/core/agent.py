@@ -55,7 +55,7 @@ from laya_onnx.core.tokenizer import LayaTokenizer
 from laya_onnx.core.tournament import questions_group_size, requested_group, run_tournament
 from laya_onnx.core.windows import predict_long as scan_long
 from laya_onnx.core.windows import warn_if_truncated
-from laya_onnx.core.work import CallStopped, PassClock, PassWork, current_limits, timed_pass
+from laya_onnx.core.work import CallStopped, PassClock, PassWork, current_limits, timed_pass, warm_up
 
 State = str | dict | list | Any
 DEFAULT_MAX_LEN = 512
@@ -302,6 +302,11 @@ class ONNXAgent(HookRegistry):
         return self.cfg.get("head_max_len", DEFAULT_HEAD_MAX_LEN)
 
     # -- prediction ---------------------------------------------------------------------------
+    def warm_up(self) -> None:
+        """The speed probe and a pass at each common length up to `max_len`, so that the first
+        calls after it run at full speed (`laya_onnx.core.work.warm_up`)."""
+        warm_up(self.session, self.pass_clock, self.max_len)
+
     def predict(
         self,
         state: State,

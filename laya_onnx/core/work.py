@@ -131,6 +131,20 @@ def timed_pass(session: Any, rows: int, length: int) -> float:
     return time.perf_counter() - started
 
 
+#: The padded lengths a warm-up runs one pass at: onnxruntime prepares each new shape once.
+WARM_LENGTHS = (32, 64, 128, 256, 512)
+
+
+def warm_up(session: Any, clock: PassClock, longest: int) -> None:
+    """`clock`'s speed probe, then one pass of one row at each of WARM_LENGTHS up to `longest`."""
+    from laya_onnx.core.memory import probe_feeds
+
+    clock.seconds(1, PROBE_LENGTH)
+    for length in WARM_LENGTHS:
+        if length <= longest:
+            session.run(probe_feeds(1, length))
+
+
 class PassClock:
     """Seconds of a pass at this process's measured speed (thread-safe).
 

@@ -349,20 +349,11 @@ class Served(BaseHook):
         }
 
     def warm_up(self) -> None:
-        """On the worker: each loaded session's speed probe and one pass per warm length."""
-        from laya_onnx.core.memory import probe_feeds
-        from laya_onnx.core.work import PROBE_LENGTH
-
-        for agent in self.resident().values():
-            clock, session = getattr(agent, "pass_clock", None), getattr(agent, "session", None)
-            if clock is None or session is None:
-                continue
-            clock.seconds(1, PROBE_LENGTH)
-            longest = int(getattr(agent, "max_len", 512) or 512)
-            for length in (32, 64, 128, 256, 512):
-                if length <= longest:
-                    session.run(probe_feeds(1, length))
-            log.info("warmed up %s", getattr(agent, "name", "the checkpoint"))
+        """On the worker: each loaded checkpoint's `warm_up` (ONNXAgent's: probe, one pass per length)."""
+        for name, agent in self.resident().items():
+            if hasattr(agent, "warm_up"):
+                agent.warm_up()
+                log.info("warmed up %s", name)
 
 
 class OneBundle(Served):
