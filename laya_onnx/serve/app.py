@@ -251,9 +251,8 @@ def _run(
     tracing.configure_from_environment()  # spans exported where OTEL_TRACES_EXPORTER says
     sockets = _bind(host, port)
     try:
-        agent = load()
-        app = create_app(agent, **dataclasses.asdict(app_settings))
-        asyncio.run(_serve(app, agent, sockets, limits, access_log, source))
+        app = create_app(load(), **dataclasses.asdict(app_settings))
+        asyncio.run(_serve(app, sockets, limits, access_log, source))
     finally:
         for sock in sockets:
             sock.close()
@@ -373,7 +372,6 @@ def _closing_margin(limits: ServerLimits) -> float:
 
 async def _serve(
     app: web.Application,
-    agent: Any,
     sockets: list[socket.socket],
     limits: ServerLimits,
     access_log: logging.Logger | None,
@@ -395,13 +393,14 @@ async def _serve(
     try:
         for signum in DRAIN_SIGNALS:
             loop.add_signal_handler(signum, on_signal, signum)
-        what, providers = _describe(agent)
+        served = app[DECIDER].served
+        providers = dict.fromkeys(p for agent in served.resident().values() for p in agent.providers)
         log.info(
             "serving %s%s on %s with %s; shutdown grace %gs",
-            what,
+            served.describe(),
             " from %s" % source if source else "",
             ", ".join("http://" + _where(sock.getsockname()) for sock in sockets),
-            providers,
+            ", ".join(providers) or "default providers",
             limits.shutdown_grace,
         )
         await server.drain("received %s" % signal.Signals(await first).name)
@@ -410,17 +409,3 @@ async def _serve(
             loop.remove_signal_handler(signum)
         await server.close()
     log.info("stopped")
-
-
-def _describe(agent: Any) -> tuple[str, str]:
-    if hasattr(agent, "route"):  # a Router
-        served = sorted(n for n, b in agent.models.items() if b)
-        what = "checkpoints %s (resident: %s)" % (served, ", ".join(agent.loaded) or "none")
-        providers = sorted({p for a in agent.resident().values() for p in a.providers})
-    else:
-        what = "checkpoint %r (revision %s)" % (
-            getattr(agent, "name", None),
-            getattr(agent, "revision", None),
-        )
-        providers = list(getattr(agent, "providers", None) or [])
-    return what, ", ".join(providers) or "default providers"

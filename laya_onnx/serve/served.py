@@ -218,6 +218,11 @@ class Served(BaseHook):
     def on_evict(self, ctx: PredictContext) -> None:
         log.info("unloaded checkpoint %s", ctx.model)
 
+    def describe(self) -> str:
+        """What is served, for the startup log line."""
+        served = sorted(n for n, source in self.router.models.items() if source)
+        return "checkpoints %s (resident: %s)" % (served, ", ".join(self.router.loaded) or "none")
+
     def check_model(self, model: Any) -> ModelChoice:
         """laya-serve's `_resolve_model`: no model, or the bundle repo, lets the router choose."""
         if not model:
@@ -380,6 +385,9 @@ class OneBundle(Served):
         except OSError:  # removed or unreadable since the bundle was opened
             manifest_sha256 = None
         self.digests = (agent.bundle.manifest.digest(GRAPH_FILE), manifest_sha256)
+
+    def describe(self) -> str:
+        return "checkpoint %r (revision %s)" % (self.name, self.lone.revision)
 
     def _unknown(self, value: Any) -> str:
         aliases = aliases_of(self.name)
