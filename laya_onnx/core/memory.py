@@ -97,14 +97,6 @@ class PassMemoryModel:
             math.ceil(rows * (self.per_token * length + self.per_token_sq * length * length) + self.fixed)
         )
 
-    def max_rows(self, length: int, budget: int) -> int:
-        """How many rows of `length` tokens one pass may hold within `budget` (0: not even one)."""
-        per_row = self.per_token * length + self.per_token_sq * length * length
-        room = budget - self.fixed
-        if room < per_row or per_row <= 0:
-            return 0 if room < per_row else sys.maxsize
-        return int(room // per_row)
-
     def max_length(self, budget: int) -> int:
         """The longest single row that fits `budget` (0 when even the fixed part does not)."""
         room = budget - self.fixed

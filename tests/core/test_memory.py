@@ -80,13 +80,8 @@ def test_budget_resolution_order(monkeypatch):
 MODEL = PassMemoryModel(per_token=600.0, per_token_sq=20.0, fixed=3 * MiB, source="test")
 
 
-@pytest.mark.parametrize("length", [16, 300, 2048, 8192])
 @pytest.mark.parametrize("budget", [64 * MiB, 2 * GiB])
-def test_max_rows_and_max_length_are_the_boundaries_of_estimate(length, budget):
-    n = MODEL.max_rows(length, budget)
-    if n:
-        assert MODEL.estimate(n, length) <= budget
-    assert MODEL.estimate(n + 1, length) > budget
+def test_max_length_is_the_boundary_of_estimate(budget):
     longest = MODEL.max_length(budget)
     assert MODEL.estimate(1, longest) <= budget < MODEL.estimate(1, longest + 1)
 
@@ -308,20 +303,6 @@ def test_the_server_answers_413_with_the_reason_and_splits_batches(bundle, monke
                 assert agent.memory_model.estimate(n, w) <= budget
 
     asyncio.run(asyncio.wait_for(scenario(), 120))
-
-
-def test_chunk_plan_prices_rows_with_the_memory_model():
-    from laya_onnx.serve.validate import chunk_plan
-
-    # without a model: the linear token budget alone (laya-serve's plan)
-    assert chunk_plan(2, 1, 8192, 131072) is None
-    assert chunk_plan(64, 1, 8192, 131072) == 16
-    # with one: a 8192-token row is priced at its length**2 attention cost
-    budget = MODEL.estimate(3, 8192)
-    assert chunk_plan(2, 1, 8192, 131072, memory=(MODEL, budget)) is None
-    assert chunk_plan(8, 1, 8192, 131072, memory=(MODEL, budget)) == 3
-    assert chunk_plan(8, 2, 8192, 131072, memory=(MODEL, budget)) == 1
-    assert chunk_plan(8, 1, 8192, 131072, memory=(MODEL, 1)) == 1  # never below one state
 
 
 # -- memory comes back -----------------------------------------------------------------------
