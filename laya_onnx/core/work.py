@@ -43,7 +43,7 @@ from typing import Any
 
 from laya_onnx.core.errors import InvalidRequest
 from laya_onnx.core.manifest import Manifest
-from laya_onnx.core.memory import LARGEST_ARCHITECTURE
+from laya_onnx.core.memory import LARGEST_ARCHITECTURE, probe_feeds
 
 #: How many recent passes `PassClock` judges this process's speed from.
 RECENT_PASSES = 32
@@ -123,8 +123,6 @@ def timed_pass(session: Any, rows: int, length: int) -> float:
     """A `PassClock` probe: seconds of one pass of synthetic rows on `session` (a
     `GraphSession`), after one short pass that warms it up. Never cut short by a cancel: every
     later estimate needs its measured speed."""
-    from laya_onnx.core.memory import probe_feeds
-
     session.run(probe_feeds(1, 8))
     started = time.perf_counter()
     session.run(probe_feeds(rows, length))
@@ -137,8 +135,6 @@ WARM_LENGTHS = (32, 64, 128, 256, 512)
 
 def warm_up(session: Any, clock: PassClock, longest: int) -> None:
     """`clock`'s speed probe, then one pass of one row at each of WARM_LENGTHS up to `longest`."""
-    from laya_onnx.core.memory import probe_feeds
-
     clock.seconds(1, PROBE_LENGTH)
     for length in WARM_LENGTHS:
         if length <= longest:
